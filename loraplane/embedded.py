@@ -1,0 +1,35 @@
+"""The embedded default: everything in one folder, no system services."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rich.console import Console
+
+console = Console()
+
+
+def run_embedded(*, data_dir: Path, host: str, port: int) -> None:
+    os.environ.setdefault("LORAPLANE_DATA_DIR", str(data_dir))
+    os.environ.setdefault("LORAPLANE_STORAGE", "local")
+    os.environ.setdefault("LORAPLANE_PUBLIC_URL", f"http://{host}:{port}")
+    import uvicorn
+
+    from loraplane.tokens import bootstrap_admin
+    from registry import migrate
+    from registry.settings import get_settings
+
+    settings = get_settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    migrate.upgrade(settings.database_url)
+    token_file = settings.data_dir / "admin.token"
+    token = bootstrap_admin()
+    if token is not None:
+        token_file.touch(mode=0o600)
+        token_file.write_text(token + "\n")
+        console.print(f"[green]created the first admin token[/green], saved to {token_file}")
+    console.print(f"registry   http://{host}:{port}   (API docs at /docs)")
+    console.print(f"state      {settings.data_dir}")
+    console.print(f"admin      export LORAPLANE_TOKEN=$(cat {token_file})")
+    uvicorn.run("registry.app:create_app", factory=True, host=host, port=port, log_level="info")

@@ -1,0 +1,25 @@
+"""Alembic environment: the URL comes from the caller's config, the target from registry.tables."""
+
+from alembic import context
+from registry.db import make_engine
+from registry.tables import Base
+
+config = context.config
+url = config.get_main_option("sqlalchemy.url")
+
+
+def run_migrations_online() -> None:
+    engine = make_engine(url, pooled=False)
+    with engine.connect() as connection:
+        context.configure(
+            connection=connection,
+            target_metadata=Base.metadata,
+            render_as_batch=connection.dialect.name == "sqlite",
+            compare_type=True,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+run_migrations_online()

@@ -1,0 +1,1 @@
+"""The loraplane registry: REST API, review dashboard backend and metrics."""

@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from registry.adapters import service
+from registry.adapters.form import OPENAPI_BODY, read_upload_form
+from registry.adapters.schemas import AdapterOut, DownloadOut, VersionOut
+from registry.auth.dependencies import authenticated
+from registry.auth.principal import Principal
+from registry.db import transaction
+from registry.errors import LoraplaneError
+from registry.metrics import UPLOAD_REFUSALS, UPLOADS
+from registry.names import check_name
+from registry.pagination import Page
+from registry.settings import get_settings
+from registry.storage import get_store
+
+router = APIRouter(prefix="/v1/adapters", tags=["adapters"])
+Tenant = Path(max_length=64)
+Name = Path(max_length=64)
+Number = Path(ge=1, le=2**31 - 1)
+Limit = Query(50, ge=1, le=200)
+Cursor = Query(None, max_length=18)
+
+
+@router.post(
+    "/{tenant}/{name}/versions",
+    status_code=201,
+    response_model=VersionOut,
+    openapi_extra=OPENAPI_BODY,
+    responses={200: {"description": "These exact bytes were uploaded before: the existing version."}},
+)
+async def upload_version(
+    request: Request,
+    response: Response,
+    tenant: str = Tenant,
+    name: str = Name,
+    principal: Principal = Depends(authenticated),
+):
+    principal.require(service.UPLOADERS, tenant)
+    try:
+        check_name(tenant, "tenant")
+        check_name(name, "adapter")
+        form = await read_upload_form(request)
+        try:
+            version, created = await run_in_threadpool(
+                _store_upload, principal, tenant, name, form.parts, form.base_model
+            )
+        finally:
+            await form.close()
+    except LoraplaneError as refusal:
+        UPLOAD_REFUSALS.labels(reason=refusal.code).inc()
+        raise
+    UPLOADS.labels(outcome="created" if created else "duplicate").inc()
+    response.status_code = 201 if created else 200
+    return version
+
+
+def _store_upload(principal, tenant, name, parts, base_model):
+    with transaction() as session:
+        return service.upload_version(
+            session, get_store(), get_settings(), principal=principal, tenant=tenant, name=name,
+            parts=parts, base_model=base_model,
+        )
+
+
+@router.get("", response_model=Page[AdapterOut])
+def list_adapters(
+    tenant: str | None = Query(None, max_length=64),
+    base_model: str | None = Query(None, max_length=200),
+    limit: int = Limit,
+    cursor: str | None = Cursor,
+    principal: Principal = Depends(authenticated),
+):
+    with transaction() as session:
+        items, next_cursor = service.list_adapters(
+            session, principal, tenant=tenant, base_model=base_model, limit=limit, cursor=cursor
+        )
+        return Page(items=items, next_cursor=next_cursor)
+
+
+@router.get("/{tenant}/{name}", response_model=AdapterOut)
+def get_adapter(tenant: str = Tenant, name: str = Name, principal: Principal = Depends(authenticated)):
+    with transaction() as session:
+        return service.get_adapter(session, principal, tenant, name)
+
+
+@router.get("/{tenant}/{name}/versions", response_model=Page[VersionOut])
+def list_versions(
+    tenant: str = Tenant,
+    name: str = Name,
+    state: str | None = Query(None, max_length=32),
+    limit: int = Limit,
+    cursor: str | None = Cursor,
+    principal: Principal = Depends(authenticated),
+):
+    with transaction() as session:
+        items, next_cursor = service.list_versions(
+            session, principal, tenant, name, state=state, limit=limit, cursor=cursor
+        )
+        return Page(items=items, next_cursor=next_cursor)
+
+
+@router.get("/{tenant}/{name}/versions/{number}", response_model=VersionOut)
+def get_version(
+    tenant: str = Tenant, name: str = Name, number: int = Number,
+    principal: Principal = Depends(authenticated),
+):
+    with transaction() as session:
+        return service.get_version(session, principal, tenant, name, number)
+
+
+@router.get("/{tenant}/{name}/versions/{number}/download", response_model=DownloadOut)
+def download_version(
+    tenant: str = Tenant, name: str = Name, number: int = Number,
+    principal: Principal = Depends(authenticated),
+):
+    with transaction() as session:
+        return service.download(session, get_store(), get_settings(), principal, tenant, name, number)

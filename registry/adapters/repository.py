@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert as postgres_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from registry.tables import Adapter, AdapterVersion, Tenant
+
+
+def tenant_by_name(session: Session, name: str) -> Tenant | None:
+    return session.scalar(select(Tenant).where(Tenant.name == name))
+
+
+def adapter_by_name(session: Session, tenant_id: int, name: str) -> Adapter | None:
+    return session.scalar(select(Adapter).where(Adapter.tenant_id == tenant_id, Adapter.name == name))
+
+
+def lock_or_create_adapter(session: Session, tenant_id: int, name: str, base_model_id: int) -> Adapter:
+    """Create the adapter if needed, then lock its row so version numbers are handed out in order."""
+    insert = postgres_insert if session.bind.dialect.name == "postgresql" else sqlite_insert
+    session.execute(
+        insert(Adapter)
+        .values(tenant_id=tenant_id, name=name, base_model_id=base_model_id)
+        .on_conflict_do_nothing(index_elements=["tenant_id", "name"])
+    )
+    query = select(Adapter).where(Adapter.tenant_id == tenant_id, Adapter.name == name)
+    return session.scalars(query.with_for_update()).one()
+
+
+def version_by_digest(session: Session, adapter_id: int, digest: str) -> AdapterVersion | None:
+    query = select(AdapterVersion).where(
+        AdapterVersion.adapter_id == adapter_id, AdapterVersion.digest == digest
+    )
+    return session.scalar(query)
+
+
+def version_by_number(session: Session, adapter_id: int, number: int) -> AdapterVersion | None:
+    query = select(AdapterVersion).where(
+        AdapterVersion.adapter_id == adapter_id, AdapterVersion.number == number
+    )
+    return session.scalar(query)
+
+
+def latest_version_number(session: Session, adapter_id: int) -> int | None:
+    query = select(func.max(AdapterVersion.number)).where(AdapterVersion.adapter_id == adapter_id)
+    return session.scalar(query)

@@ -1,0 +1,185 @@
+"""Adapters and their immutable versions: upload, read and download."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry import audit
+from registry.adapters import artifact, repository, upload_files, validation
+from registry.adapters.schemas import AdapterOut, DownloadOut, VersionOut
+from registry.adapters.upload_files import UploadedFile
+from registry.auth.principal import Principal, Role
+from registry.errors import NotFound, Unprocessable
+from registry.names import check_name
+from registry.pagination import fetch_page
+from registry.settings import RegistrySettings
+from registry.storage.base import ArtifactStore
+from registry.tables import Adapter, AdapterVersion, BaseModel, Tenant
+
+READERS = {Role.ADMIN, Role.UPLOADER, Role.REVIEWER}
+UPLOADERS = {Role.ADMIN, Role.UPLOADER}
+INITIAL_STATE = "validated"
+
+
+def upload_version(
+    session: Session,
+    store: ArtifactStore,
+    settings: RegistrySettings,
+    *,
+    principal: Principal,
+    tenant: str,
+    name: str,
+    parts: list[UploadedFile],
+    base_model: str | None,
+) -> tuple[VersionOut, bool]:
+    """Validate, store by content, and record a version. Returns (version, created)."""
+    tenant_row = _tenant(session, tenant)
+    with tempfile.TemporaryDirectory(prefix="loraplane-upload-") as workdir:
+        files = upload_files.collect(parts, settings, Path(workdir))
+        checked = validation.validate(session, files, base_model=base_model,
+                                      max_header_bytes=settings.max_header_bytes)
+        existing = repository.adapter_by_name(session, tenant_row.id, name)
+        if existing is not None and existing.base_model_id != checked.base.id:
+            raise Unprocessable(
+                f"adapter {tenant}/{name} is for another base model than {checked.base.name!r}",
+                code="base_model_changed", hint="Upload it under a new adapter name.",
+            )
+        built = artifact.build(files.config, files.weights, files.weights_size,
+                               Path(workdir) / "artifact.tar")
+        store.put_file(built.storage_key, built.path)
+    adapter = repository.lock_or_create_adapter(session, tenant_row.id, name, checked.base.id)
+    same = repository.version_by_digest(session, adapter.id, built.digest)
+    if same is not None:
+        return _version_out(session, same), False
+    version = AdapterVersion(
+        adapter_id=adapter.id,
+        number=(repository.latest_version_number(session, adapter.id) or 0) + 1,
+        digest=built.digest,
+        storage_key=built.storage_key,
+        size_bytes=built.size,
+        rank=checked.layout.rank,
+        lora_alpha=checked.spec.lora_alpha,
+        target_modules=list(checked.layout.modules),
+        dtype=checked.layout.dtype,
+        tensor_count=checked.layout.tensor_count,
+        peft_config=checked.spec.raw,
+        state=INITIAL_STATE,
+        uploaded_by=principal.subject,
+        uploaded_by_token_id=principal.token_id,
+    )
+    session.add(version)
+    session.flush()
+    out = _version_out(session, version)
+    audit.record(session, actor=principal.label, action="adapter_version.upload",
+                 subject=out.served_name, tenant_id=tenant_row.id,
+                 after=out.model_dump(mode="json", exclude={"created_at"}))
+    return out, True
+
+
+def list_adapters(session: Session, principal: Principal, *, tenant: str | None,
+                  base_model: str | None, limit: int, cursor: str | None):
+    principal.require(READERS, tenant)
+    tenant = tenant if principal.is_global_admin else principal.tenant
+    query = select(Adapter)
+    if tenant is not None:
+        query = query.join(Tenant, Tenant.id == Adapter.tenant_id).where(Tenant.name == tenant)
+    if base_model is not None:
+        query = query.join(BaseModel, BaseModel.id == Adapter.base_model_id).where(
+            BaseModel.name == base_model)
+    rows, next_cursor = fetch_page(session, query, Adapter.id, limit=limit, cursor=cursor)
+    return [_adapter_out(session, row) for row in rows], next_cursor
+
+
+def get_adapter(session: Session, principal: Principal, tenant: str, name: str) -> AdapterOut:
+    principal.require(READERS, tenant)
+    return _adapter_out(session, _adapter(session, tenant, name))
+
+
+def list_versions(session: Session, principal: Principal, tenant: str, name: str, *,
+                  state: str | None, limit: int, cursor: str | None):
+    principal.require(READERS, tenant)
+    adapter = _adapter(session, tenant, name)
+    query = select(AdapterVersion).where(AdapterVersion.adapter_id == adapter.id)
+    if state is not None:
+        query = query.where(AdapterVersion.state == state)
+    rows, next_cursor = fetch_page(session, query, AdapterVersion.id, limit=limit, cursor=cursor)
+    return [_version_out(session, row) for row in rows], next_cursor
+
+
+def get_version(session: Session, principal: Principal, tenant: str, name: str, number: int) -> VersionOut:
+    principal.require(READERS, tenant)
+    return _version_out(session, _version(session, tenant, name, number))
+
+
+def download(session: Session, store: ArtifactStore, settings: RegistrySettings,
+             principal: Principal, tenant: str, name: str, number: int) -> DownloadOut:
+    principal.require(READERS, tenant)
+    version = _version(session, tenant, name, number)
+    return DownloadOut(
+        url=store.presigned_url(version.storage_key, settings.presign_ttl_s),
+        digest=version.digest,
+        size_bytes=version.size_bytes,
+        expires_in=settings.presign_ttl_s,
+    )
+
+
+def _tenant(session: Session, name: str) -> Tenant:
+    row = repository.tenant_by_name(session, check_name(name, "tenant"))
+    if row is None:
+        raise NotFound(f"tenant {name!r} does not exist", code="tenant_not_found",
+                       hint="Tenants are created with their first token (loraplane token create).")
+    return row
+
+
+def _adapter(session: Session, tenant: str, name: str) -> Adapter:
+    row = repository.adapter_by_name(session, _tenant(session, tenant).id, name)
+    if row is None:
+        raise NotFound(f"adapter {tenant}/{name} does not exist", code="adapter_not_found",
+                       hint="Upload a version first (loraplane push).")
+    return row
+
+
+def _version(session: Session, tenant: str, name: str, number: int) -> AdapterVersion:
+    row = repository.version_by_number(session, _adapter(session, tenant, name).id, number)
+    if row is None:
+        raise NotFound(f"adapter {tenant}/{name} has no version {number}", code="version_not_found",
+                       hint=f"List versions with GET /v1/adapters/{tenant}/{name}/versions.")
+    return row
+
+
+def _adapter_out(session: Session, row: Adapter) -> AdapterOut:
+    return AdapterOut(
+        tenant=session.get(Tenant, row.tenant_id).name,
+        name=row.name,
+        base_model=session.get(BaseModel, row.base_model_id).name,
+        latest_version=repository.latest_version_number(session, row.id),
+        created_at=row.created_at,
+    )
+
+
+def _version_out(session: Session, row: AdapterVersion) -> VersionOut:
+    adapter = session.get(Adapter, row.adapter_id)
+    tenant = session.get(Tenant, adapter.tenant_id).name
+    return VersionOut(
+        tenant=tenant,
+        adapter=adapter.name,
+        number=row.number,
+        served_name=f"{tenant}/{adapter.name}@{row.number}",
+        base_model=session.get(BaseModel, adapter.base_model_id).name,
+        digest=row.digest,
+        size_bytes=row.size_bytes,
+        rank=row.rank,
+        lora_alpha=row.lora_alpha,
+        target_modules=row.target_modules,
+        dtype=row.dtype,
+        tensor_count=row.tensor_count,
+        state=row.state,
+        uploaded_by=row.uploaded_by,
+        created_at=row.created_at,
+    )
+
+

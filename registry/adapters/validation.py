@@ -1,0 +1,60 @@
+"""Everything an upload must pass before any byte of it is stored."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from registry.adapters import lora_layout, peft_config, safetensors_check
+from registry.adapters.lora_layout import LoraLayout
+from registry.adapters.peft_config import LoraSpec
+from registry.adapters.upload_files import AdapterFiles
+from registry.base_models import repository as base_models
+from registry.base_models.service import shape_of
+from registry.errors import Unprocessable
+from registry.tables import BaseModel
+
+
+@dataclass(frozen=True)
+class ValidatedAdapter:
+    spec: LoraSpec
+    layout: LoraLayout
+    base: BaseModel
+
+
+def validate(session: Session, files: AdapterFiles, *, base_model: str | None,
+             max_header_bytes: int) -> ValidatedAdapter:
+    spec = peft_config.parse_config(files.config)
+    base = _target_base(session, spec, base_model)
+    tensors = safetensors_check.read_tensors(files.weights, files.weights_size, max_header_bytes)
+    layout = lora_layout.check_layout(tensors, spec, shape_of(base))
+    for tensor in tensors:
+        safetensors_check.check_finite(files.weights, tensor)
+    return ValidatedAdapter(spec=spec, layout=layout, base=base)
+
+
+def _target_base(session: Session, spec: LoraSpec, requested: str | None) -> BaseModel:
+    claimed = base_models.by_name_or_alias(session, spec.base_model_name)
+    if requested is None:
+        if claimed is None:
+            raise Unprocessable(
+                f"adapter_config.json: base_model_name_or_path {spec.base_model_name!r} "
+                "is not a registered base model",
+                code="unknown_base_model",
+                hint="Register the base (POST /v1/base-models) with this name as an alias, "
+                "or pass base_model.",
+            )
+        return claimed
+    target = base_models.by_name(session, requested)
+    if target is None:
+        raise Unprocessable(f"base model {requested!r} is not registered", code="unknown_base_model",
+                            hint="List them with GET /v1/base-models.")
+    if claimed is None or claimed.id != target.id:
+        raise Unprocessable(
+            f"adapter_config.json: base_model_name_or_path {spec.base_model_name!r} does not match "
+            f"the target base model {target.name!r} or its aliases",
+            code="wrong_base_model",
+            hint="Upload the adapter for the base it was trained on, or add the name as an alias.",
+        )
+    return target

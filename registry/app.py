@@ -1,0 +1,60 @@
+"""The registry's ASGI application."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from registry.adapters.endpoints import router as adapters
+from registry.audit.endpoints import router as audit
+from registry.auth.endpoints import router as auth
+from registry.base_models.endpoints import router as base_models
+from registry.errors import LoraplaneError
+from registry.limits import BodySizeLimitMiddleware
+from registry.metrics import MetricsMiddleware
+from registry.ops.endpoints import router as ops
+from registry.pools.endpoints import router as pools
+from registry.settings import get_settings
+from registry.storage.endpoints import router as artifacts
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(
+        title="loraplane registry",
+        version="0.1.0",
+        description="Validated LoRA adapters, base models and serving pools for multi-LoRA vLLM.",
+    )
+    for router in (auth, base_models, pools, adapters, audit, artifacts, ops):
+        app.include_router(router)
+    app.add_middleware(BodySizeLimitMiddleware, max_upload_bytes=get_settings().max_upload_bytes)
+    app.add_middleware(MetricsMiddleware)
+    app.add_exception_handler(LoraplaneError, _domain_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    return app
+
+
+async def _domain_error(_: Request, error: LoraplaneError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+    return JSONResponse(error.body(), status_code=error.status, headers=headers)
+
+
+async def _validation_error(_: Request, error: RequestValidationError) -> JSONResponse:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    message = f"{where}: {first.get('msg', 'invalid value')}"
+    body = {"error": {"code": "invalid_request", "message": message,
+                      "hint": "See the OpenAPI schema at /docs.", "details": _safe(error.errors())}}
+    return JSONResponse(body, status_code=422)
+
+
+async def _http_error(_: Request, error: HTTPException) -> JSONResponse:
+    body = {"error": {"code": "http_error", "message": str(error.detail), "hint": ""}}
+    return JSONResponse(body, status_code=error.status_code, headers=getattr(error, "headers", None))
+
+
+def _safe(errors: list[dict]) -> list[dict]:
+    # Drop the raw input: it may be large, or hold a secret the caller mistyped.
+    return [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in errors[:10]]

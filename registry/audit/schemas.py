@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class AuditEventOut(BaseModel):
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    subject: str
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None

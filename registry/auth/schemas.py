@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from registry.auth.principal import Role
+
+
+class TokenCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    subject: str = Field(min_length=1, max_length=128, description="The person or service.")
+    role: Role
+    tenant: str | None = Field(default=None, max_length=64)
+
+
+class TokenCreated(BaseModel):
+    id: int
+    subject: str
+    role: Role
+    tenant: str | None
+    token: str = Field(description="Shown once; only its hash is stored.")
+
+
+class WhoAmI(BaseModel):
+    subject: str
+    role: Role
+    tenant: str | None

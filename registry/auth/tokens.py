@@ -1,0 +1,93 @@
+"""API tokens: random secrets shown once, stored only as their sha256."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import UTC, datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry import audit
+from registry.auth.principal import Principal, Role
+from registry.errors import NotFound, Unauthorized, Unprocessable
+from registry.names import check_name
+from registry.tables import ApiToken, Tenant
+
+TOKEN_PREFIX = "lpt_"
+
+
+def hash_token(token: str) -> str:
+    # Tokens carry 256 random bits, so a fast hash is safe and keeps auth cheap.
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def ensure_tenant(session: Session, name: str) -> Tenant:
+    check_name(name, "tenant")
+    tenant = session.scalar(select(Tenant).where(Tenant.name == name))
+    if tenant is None:
+        tenant = Tenant(name=name)
+        session.add(tenant)
+        session.flush()
+    return tenant
+
+
+def create_token(
+    session: Session, *, subject: str, role: Role, tenant: str | None, actor: str
+) -> tuple[ApiToken, str]:
+    """Return the stored row and the plain token, which is never stored or shown again."""
+    if not subject.strip() or len(subject) > 128:
+        raise Unprocessable("subject must be 1-128 characters", hint="Name the person or service.")
+    if tenant is None and role is not Role.ADMIN:
+        raise Unprocessable(f"a '{role}' token needs a tenant", hint="Pass --tenant NAME.")
+    tenant_row = ensure_tenant(session, tenant) if tenant is not None else None
+    plain = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = ApiToken(
+        token_hash=hash_token(plain),
+        subject=subject.strip(),
+        role=role.value,
+        tenant_id=tenant_row.id if tenant_row else None,
+    )
+    session.add(row)
+    session.flush()
+    audit.record(
+        session,
+        actor=actor,
+        action="token.create",
+        subject=f"token/{row.id}",
+        tenant_id=row.tenant_id,
+        after={"subject": row.subject, "role": row.role, "tenant": tenant},
+    )
+    return row, plain
+
+
+def revoke_token(session: Session, token_id: int, *, actor: str) -> None:
+    row = session.get(ApiToken, token_id)
+    if row is None:
+        raise NotFound(f"token {token_id} does not exist")
+    if row.revoked_at is None:
+        row.revoked_at = datetime.now(UTC)
+        audit.record(
+            session, actor=actor, action="token.revoke", subject=f"token/{row.id}",
+            tenant_id=row.tenant_id, before={"revoked": False}, after={"revoked": True},
+        )
+
+
+def has_admin(session: Session) -> bool:
+    query = select(ApiToken.id).where(
+        ApiToken.role == Role.ADMIN.value, ApiToken.tenant_id.is_(None), ApiToken.revoked_at.is_(None)
+    )
+    return session.scalar(query.limit(1)) is not None
+
+
+def authenticate(session: Session, plain: str | None) -> Principal:
+    if not plain:
+        raise Unauthorized(
+            "missing bearer token", hint="Send 'Authorization: Bearer <token>' (loraplane token create)."
+        )
+    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(plain)))
+    if row is None or row.revoked_at is not None:
+        raise Unauthorized("invalid or revoked token", hint="Ask an admin for a new token.")
+    tenant = session.get(Tenant, row.tenant_id).name if row.tenant_id else None
+    return Principal(token_id=row.id, subject=row.subject, role=Role(row.role), tenant=tenant)

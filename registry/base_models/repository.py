@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from registry.tables import BaseModel, BaseModelAlias
+
+
+def by_name(session: Session, name: str) -> BaseModel | None:
+    return session.scalar(select(BaseModel).where(BaseModel.name == name))
+
+
+def by_name_or_alias(session: Session, name: str) -> BaseModel | None:
+    alias_of = select(BaseModelAlias.base_model_id).where(BaseModelAlias.alias == name)
+    return session.scalar(select(BaseModel).where(or_(BaseModel.name == name, BaseModel.id.in_(alias_of))))
+
+
+def aliases_of(session: Session, base_model_id: int) -> list[str]:
+    query = select(BaseModelAlias.alias).where(BaseModelAlias.base_model_id == base_model_id)
+    return sorted(session.scalars(query))
+
+
+def name_taken(session: Session, names: list[str]) -> str | None:
+    for name in names:
+        if by_name_or_alias(session, name) is not None:
+            return name
+    return None

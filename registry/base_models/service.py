@@ -1,0 +1,68 @@
+"""Base models: registered from config.json, so the registry knows every projection's shape."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry import audit
+from registry.base_models import repository
+from registry.base_models.schemas import BaseModelCreate, BaseModelOut
+from registry.base_models.shapes import BaseShape, shape_from_config
+from registry.errors import Conflict, NotFound, Unprocessable
+from registry.pagination import fetch_page
+from registry.tables import BaseModel, BaseModelAlias
+
+
+def register(session: Session, spec: BaseModelCreate, *, actor: str) -> BaseModelOut:
+    shape = shape_from_config(spec.config)
+    aliases = sorted(set(spec.aliases) - {spec.name})
+    for alias in aliases:
+        if not alias.strip() or len(alias) > 200 or not alias.isprintable():
+            raise Unprocessable(f"alias {alias!r} is not valid", code="invalid_alias",
+                                hint="Use 1-200 printable characters.")
+    taken = repository.name_taken(session, [spec.name, *aliases])
+    if taken is not None:
+        raise Conflict(f"base model name {taken!r} is already registered", code="already_exists",
+                       hint="Pick another name, or use the registered base.")
+    row = BaseModel(name=spec.name, config=spec.config, **dataclasses.asdict(shape))
+    session.add(row)
+    session.flush()
+    session.add_all(BaseModelAlias(alias=alias, base_model_id=row.id) for alias in aliases)
+    session.flush()
+    out = to_out(session, row)
+    audit.record(session, actor=actor, action="base_model.register", subject=f"base-model/{row.name}",
+                 after=out.model_dump(mode="json", exclude={"created_at"}))
+    return out
+
+
+def get(session: Session, name: str) -> BaseModel:
+    row = repository.by_name(session, name)
+    if row is None:
+        raise NotFound(f"base model {name!r} does not exist", code="base_model_not_found",
+                       hint="List them with GET /v1/base-models.")
+    return row
+
+
+def list_page(session: Session, *, limit: int, cursor: str | None) -> tuple[list[BaseModelOut], str | None]:
+    rows, next_cursor = fetch_page(session, select(BaseModel), BaseModel.id, limit=limit, cursor=cursor)
+    return [to_out(session, row) for row in rows], next_cursor
+
+
+def shape_of(row: BaseModel) -> BaseShape:
+    return BaseShape(**{field: getattr(row, field) for field in SHAPE_FIELDS})
+
+
+def to_out(session: Session, row: BaseModel) -> BaseModelOut:
+    return BaseModelOut(
+        name=row.name,
+        aliases=repository.aliases_of(session, row.id),
+        projections=shape_of(row).projections(),
+        created_at=row.created_at,
+        **{field: getattr(row, field) for field in SHAPE_FIELDS},
+    )
+
+
+SHAPE_FIELDS = [field.name for field in dataclasses.fields(BaseShape)]

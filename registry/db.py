@@ -1,0 +1,61 @@
+"""Engine and transactions. Each entrypoint runs in exactly one `transaction()`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
+
+from registry.settings import get_settings
+
+
+def make_engine(url: str, *, pooled: bool = True) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(
+            url, connect_args={"timeout": 30, "check_same_thread": False}, poolclass=NullPool
+        )
+        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin_immediate)
+        return engine
+    if not pooled:
+        return create_engine(url, poolclass=NullPool)
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    # Let SQLAlchemy emit BEGIN itself (below) instead of pysqlite's deferred BEGIN.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.close()
+
+
+def _sqlite_begin_immediate(connection) -> None:
+    # A deferred transaction that reads, then writes, fails at once when another writer got
+    # in between. Taking the write lock up front makes concurrent writers wait instead.
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+@lru_cache
+def get_engine() -> Engine:
+    settings = get_settings()
+    if settings.database_url.startswith("sqlite"):
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    return make_engine(settings.database_url)
+
+
+@lru_cache
+def _session_factory() -> sessionmaker[Session]:
+    return sessionmaker(bind=get_engine(), expire_on_commit=False)
+
+
+@contextmanager
+def transaction() -> Iterator[Session]:
+    """Commit when the block succeeds, roll back when it raises. Services only flush."""
+    with _session_factory()() as session, session.begin():
+        yield session

@@ -1,0 +1,54 @@
+"""One error hierarchy: each domain error carries its HTTP status, code, message and hint."""
+
+from __future__ import annotations
+
+
+class LoraplaneError(Exception):
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, message: str, *, hint: str = "", code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        if code is not None:
+            self.code = code
+
+    def body(self) -> dict:
+        return {"error": {"code": self.code, "message": self.message, "hint": self.hint}}
+
+
+class BadRequest(LoraplaneError):
+    status, code = 400, "bad_request"
+
+
+class Unauthorized(LoraplaneError):
+    status, code = 401, "unauthorized"
+
+
+class Forbidden(LoraplaneError):
+    status, code = 403, "forbidden"
+
+
+class NotFound(LoraplaneError):
+    status, code = 404, "not_found"
+
+
+class Conflict(LoraplaneError):
+    status, code = 409, "conflict"
+
+
+class PayloadTooLarge(LoraplaneError):
+    status, code = 413, "payload_too_large"
+
+
+class UnsupportedMediaType(LoraplaneError):
+    status, code = 415, "unsupported_media_type"
+
+
+class Unprocessable(LoraplaneError):
+    status, code = 422, "invalid"
+
+
+class Unavailable(LoraplaneError):
+    status, code = 503, "unavailable"

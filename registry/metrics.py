@@ -1,0 +1,43 @@
+"""Prometheus metrics of the registry process."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import Counter, Histogram
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+REQUESTS = Counter("loraplane_http_requests_total", "HTTP requests", ["method", "route", "status"])
+LATENCY = Histogram(
+    "loraplane_http_request_seconds", "HTTP request latency", ["method", "route"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+UPLOADS = Counter("loraplane_uploads_total", "Accepted adapter uploads", ["outcome"])
+UPLOAD_REFUSALS = Counter("loraplane_upload_refusals_total", "Refused adapter uploads", ["reason"])
+
+
+class MetricsMiddleware:
+    """Count and time requests by route template, so label values stay bounded."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = {"code": 500}
+
+        async def record_status(message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        started = time.perf_counter()
+        try:
+            await self.app(scope, receive, record_status)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            method = scope["method"]
+            REQUESTS.labels(method, route, str(status["code"])).inc()
+            LATENCY.labels(method, route).observe(time.perf_counter() - started)

@@ -1,0 +1,20 @@
+"""Names that end up in served names (`tenant/name@N`), URLs and storage keys."""
+
+from __future__ import annotations
+
+import re
+
+from registry.errors import Unprocessable
+
+NAME_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$")
+
+
+def check_name(value: str, kind: str) -> str:
+    if not NAME_PATTERN.fullmatch(value):
+        raise Unprocessable(
+            f"invalid {kind} name {value!r}",
+            code="invalid_name",
+            hint="Use 1-64 characters: lowercase letters, digits, '-' and '_', "
+            "starting and ending with a letter or digit.",
+        )
+    return value

@@ -1,0 +1,46 @@
+"""Probes and metrics. Probes answer without a token, so load balancers can use them."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from registry.auth.dependencies import authenticated
+from registry.auth.principal import Principal, Role
+from registry.db import transaction
+from registry.storage import get_store
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz")
+def healthz():
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+def readyz():
+    checks = {"database": _check(_database), "storage": _check(lambda: get_store().check())}
+    ready = all(result == "ok" for result in checks.values())
+    return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+
+
+@router.get("/metrics", response_class=Response)
+def metrics(principal: Principal = Depends(authenticated)):
+    principal.require({Role.ADMIN})
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _database() -> None:
+    with transaction() as session:
+        session.execute(text("SELECT 1"))
+
+
+def _check(probe) -> str:
+    try:
+        probe()
+    except Exception as error:  # any failure means not ready; the type tells the operator why
+        return f"failed: {type(error).__name__}"
+    return "ok"

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# The ranks vLLM accepts for --max-lora-rank.
+VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+Dtype = Literal["float16", "bfloat16", "float32"]
+
+
+class PoolCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=64)
+    base_model: str = Field(min_length=1, max_length=200)
+    max_loras: int = Field(ge=1, le=256, description="vLLM --max-loras: adapters in one batch.")
+    max_cpu_loras: int = Field(ge=1, le=4096, description="vLLM --max-cpu-loras: resident adapters.")
+    max_lora_rank: int = Field(description=f"vLLM --max-lora-rank, one of {VLLM_MAX_LORA_RANKS}.")
+    dtype: Dtype = "bfloat16"
+    required_suites: list[str] = Field(default_factory=list, max_length=32)
+
+    @model_validator(mode="after")
+    def _check_limits(self) -> "PoolCreate":
+        if self.max_lora_rank not in VLLM_MAX_LORA_RANKS:
+            raise ValueError(f"max_lora_rank must be one of {VLLM_MAX_LORA_RANKS}")
+        if self.max_cpu_loras < self.max_loras:
+            raise ValueError("max_cpu_loras must be at least max_loras, as vLLM requires")
+        return self
+
+
+class PoolOut(BaseModel):
+    name: str
+    base_model: str
+    max_loras: int
+    max_cpu_loras: int
+    max_lora_rank: int
+    dtype: str
+    required_suites: list[str]
+    created_at: datetime

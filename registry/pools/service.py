@@ -1,0 +1,70 @@
+"""Serving pools: one base model, with the vLLM LoRA limits every node in the pool runs with."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry import audit
+from registry.base_models import service as base_models
+from registry.errors import Conflict, NotFound, Unprocessable
+from registry.names import check_name
+from registry.pagination import fetch_page
+from registry.pools.schemas import PoolCreate, PoolOut
+from registry.tables import BaseModel, Pool
+
+
+def create(session: Session, spec: PoolCreate, *, actor: str) -> PoolOut:
+    check_name(spec.name, "pool")
+    base = base_models.get(session, spec.base_model)
+    if spec.required_suites:
+        # Eval suites are not a registry resource yet, so no suite name can be known.
+        raise Unprocessable(
+            f"unknown eval suite {spec.required_suites[0]!r}",
+            code="unknown_suite",
+            hint="Leave required_suites empty until the suite is registered.",
+        )
+    if session.scalar(select(Pool.id).where(Pool.name == spec.name)) is not None:
+        raise Conflict(f"pool {spec.name!r} already exists", code="already_exists",
+                       hint="Pick another name.")
+    row = Pool(
+        name=spec.name,
+        base_model_id=base.id,
+        max_loras=spec.max_loras,
+        max_cpu_loras=spec.max_cpu_loras,
+        max_lora_rank=spec.max_lora_rank,
+        dtype=spec.dtype,
+        required_suites=list(spec.required_suites),
+    )
+    session.add(row)
+    session.flush()
+    out = to_out(row, base)
+    audit.record(session, actor=actor, action="pool.create", subject=f"pool/{row.name}",
+                 after=out.model_dump(mode="json", exclude={"created_at"}))
+    return out
+
+
+def get(session: Session, name: str) -> PoolOut:
+    row = session.scalar(select(Pool).where(Pool.name == name))
+    if row is None:
+        raise NotFound(f"pool {name!r} does not exist", code="pool_not_found",
+                       hint="List them with GET /v1/pools.")
+    return to_out(row, session.get(BaseModel, row.base_model_id))
+
+
+def list_page(session: Session, *, limit: int, cursor: str | None) -> tuple[list[PoolOut], str | None]:
+    rows, next_cursor = fetch_page(session, select(Pool), Pool.id, limit=limit, cursor=cursor)
+    return [to_out(row, session.get(BaseModel, row.base_model_id)) for row in rows], next_cursor
+
+
+def to_out(row: Pool, base: BaseModel) -> PoolOut:
+    return PoolOut(
+        name=row.name,
+        base_model=base.name,
+        max_loras=row.max_loras,
+        max_cpu_loras=row.max_cpu_loras,
+        max_lora_rank=row.max_lora_rank,
+        dtype=row.dtype,
+        required_suites=row.required_suites,
+        created_at=row.created_at,
+    )

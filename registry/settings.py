@@ -1,0 +1,64 @@
+"""Registry settings: one pydantic-settings class, read from `LORAPLANE_*` variables."""
+
+from __future__ import annotations
+
+import secrets
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1024 * 1024
+
+
+class RegistrySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LORAPLANE_", extra="ignore")
+
+    data_dir: Path = Field(default=Path.home() / ".loraplane", description="Embedded-default state.")
+    database_url: str = Field(default="", description="Empty means SQLite inside data_dir.")
+
+    storage: Literal["local", "s3"] = "local"
+    s3_bucket: str = "loraplane-artifacts"
+    s3_endpoint_url: str | None = None
+    s3_region: str = "us-east-1"
+
+    public_url: str = "http://127.0.0.1:8000"
+    secret_key: SecretStr | None = Field(
+        default=None, description="Signs local download URLs. Generated into data_dir if unset."
+    )
+    presign_ttl_s: int = Field(default=900, ge=30, le=7 * 24 * 3600)
+
+    max_upload_bytes: int = Field(default=1024 * MiB, ge=1024)
+    max_archive_files: int = Field(default=64, ge=2, le=10_000)
+    max_header_bytes: int = Field(default=16 * MiB, ge=1024)
+    max_config_bytes: int = Field(default=1 * MiB, ge=1024)
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> "RegistrySettings":
+        if not self.database_url:
+            self.database_url = f"sqlite:///{self.data_dir / 'loraplane.db'}"
+        if self.storage == "s3" and not self.s3_bucket:
+            raise ValueError("LORAPLANE_S3_BUCKET must be set when LORAPLANE_STORAGE=s3")
+        return self
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.data_dir / "store"
+
+    def signing_key(self) -> bytes:
+        """The key for local download URLs; persisted so every process and restart agrees."""
+        if self.secret_key is not None:
+            return self.secret_key.get_secret_value().encode()
+        key_file = self.data_dir / "secret.key"
+        if not key_file.exists():
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            key_file.touch(mode=0o600)
+            key_file.write_text(secrets.token_urlsafe(32))
+        return key_file.read_text().strip().encode()
+
+
+@lru_cache
+def get_settings() -> RegistrySettings:
+    return RegistrySettings()

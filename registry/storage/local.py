@@ -1,0 +1,62 @@
+"""A folder of artifacts for the embedded default, with HMAC-signed download URLs."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+from registry.errors import Forbidden, NotFound
+from registry.settings import RegistrySettings
+
+DOWNLOAD_ROUTE = "/v1/artifacts/"
+
+
+class LocalStore:
+    def __init__(self, settings: RegistrySettings) -> None:
+        self.root = settings.artifacts_dir
+        self.public_url = settings.public_url.rstrip("/")
+        self._key = settings.signing_key()
+
+    def put_file(self, key: str, path: Path) -> None:
+        target = self.path_of(key)
+        if target.exists():
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as staging:
+            with open(path, "rb") as source:
+                shutil.copyfileobj(source, staging, 1024 * 1024)
+        os.replace(staging.name, target)  # atomic: readers never see a partial artifact
+
+    def presigned_url(self, key: str, ttl_s: int) -> str:
+        expires = int(time.time()) + ttl_s
+        query = urlencode({"expires": expires, "signature": self._sign(key, expires)})
+        return f"{self.public_url}{DOWNLOAD_ROUTE}{key}?{query}"
+
+    def open_signed(self, key: str, expires: int, signature: str) -> Path:
+        if expires < time.time() or not hmac.compare_digest(signature, self._sign(key, expires)):
+            raise Forbidden("the download link is invalid or has expired", code="bad_signature",
+                            hint="Ask the registry for a new download URL.")
+        path = self.path_of(key)
+        if not path.is_file():
+            raise NotFound("artifact not found", code="artifact_not_found")
+        return path
+
+    def check(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if not os.access(self.root, os.W_OK):
+            raise OSError(f"{self.root} is not writable")
+
+    def path_of(self, key: str) -> Path:
+        path = (self.root / key).resolve()
+        if not path.is_relative_to(self.root.resolve()):
+            raise NotFound("artifact not found", code="artifact_not_found")
+        return path
+
+    def _sign(self, key: str, expires: int) -> str:
+        return hmac.new(self._key, f"{key}\n{expires}".encode(), hashlib.sha256).hexdigest()

@@ -1,0 +1,118 @@
+"""SQLAlchemy tables. Alembic migrations are the source of the schema; these must match them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Integer, String, UniqueConstraint, func
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[str]: JSON}
+
+
+def created_at_column() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = created_at_column()
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    subject: Mapped[str] = mapped_column(String(128))
+    role: Mapped[str] = mapped_column(String(16))
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"), index=True)
+    created_at: Mapped[datetime] = created_at_column()
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class BaseModel(Base):
+    __tablename__ = "base_models"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    architecture: Mapped[str] = mapped_column(String(100))
+    hidden_size: Mapped[int] = mapped_column(Integer)
+    intermediate_size: Mapped[int] = mapped_column(Integer)
+    num_attention_heads: Mapped[int] = mapped_column(Integer)
+    num_key_value_heads: Mapped[int] = mapped_column(Integer)
+    head_dim: Mapped[int] = mapped_column(Integer)
+    num_layers: Mapped[int] = mapped_column(Integer)
+    vocab_size: Mapped[int] = mapped_column(Integer)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = created_at_column()
+
+
+class BaseModelAlias(Base):
+    """Other names a base is known by, e.g. the path or hub id in adapters' configs."""
+
+    __tablename__ = "base_model_aliases"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    alias: Mapped[str] = mapped_column(String(200), unique=True)
+    base_model_id: Mapped[int] = mapped_column(ForeignKey("base_models.id", ondelete="CASCADE"))
+
+
+class Pool(Base):
+    __tablename__ = "pools"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    base_model_id: Mapped[int] = mapped_column(ForeignKey("base_models.id"), index=True)
+    max_loras: Mapped[int] = mapped_column(Integer)
+    max_cpu_loras: Mapped[int] = mapped_column(Integer)
+    max_lora_rank: Mapped[int] = mapped_column(Integer)
+    dtype: Mapped[str] = mapped_column(String(16))
+    required_suites: Mapped[list[str]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = created_at_column()
+
+
+class Adapter(Base):
+    __tablename__ = "adapters"
+    __table_args__ = (UniqueConstraint("tenant_id", "name"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    base_model_id: Mapped[int] = mapped_column(ForeignKey("base_models.id"), index=True)
+    created_at: Mapped[datetime] = created_at_column()
+
+
+class AdapterVersion(Base):
+    __tablename__ = "adapter_versions"
+    __table_args__ = (UniqueConstraint("adapter_id", "number"), UniqueConstraint("adapter_id", "digest"))
+    id: Mapped[int] = mapped_column(primary_key=True)
+    adapter_id: Mapped[int] = mapped_column(ForeignKey("adapters.id"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    digest: Mapped[str] = mapped_column(String(64), index=True)
+    storage_key: Mapped[str] = mapped_column(String(200))
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    rank: Mapped[int] = mapped_column(Integer)
+    lora_alpha: Mapped[float]
+    target_modules: Mapped[list[str]] = mapped_column(JSON)
+    dtype: Mapped[str] = mapped_column(String(8))
+    tensor_count: Mapped[int] = mapped_column(Integer)
+    peft_config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16))
+    uploaded_by: Mapped[str] = mapped_column(String(128))
+    uploaded_by_token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id"))
+    created_at: Mapped[datetime] = created_at_column()
+
+
+class AuditEvent(Base):
+    """Append-only: rows are inserted, never updated or deleted."""
+
+    __tablename__ = "audit_events"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[datetime] = created_at_column()
+    actor: Mapped[str] = mapped_column(String(160))
+    action: Mapped[str] = mapped_column(String(64))
+    subject: Mapped[str] = mapped_column(String(300))
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"), index=True)
+    before: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    after: Mapped[dict[str, Any] | None] = mapped_column(JSON)
