@@ -12,6 +12,7 @@ from registry.audit.endpoints import router as audit
 from registry.auth.endpoints import router as auth
 from registry.base_models.endpoints import router as base_models
 from registry.errors import LoraplaneError
+from registry.input_guard import ControlCharacterGuard
 from registry.limits import BodySizeLimitMiddleware
 from registry.metrics import MetricsMiddleware
 from registry.ops.endpoints import router as ops
@@ -29,6 +30,7 @@ def create_app() -> FastAPI:
     for router in (auth, base_models, pools, adapters, audit, artifacts, ops):
         app.include_router(router)
     app.add_middleware(BodySizeLimitMiddleware, max_upload_bytes=get_settings().max_upload_bytes)
+    app.add_middleware(ControlCharacterGuard)
     app.add_middleware(MetricsMiddleware)
     app.add_exception_handler(LoraplaneError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 import tarfile
 import zipfile
 import zlib
@@ -14,6 +15,7 @@ from registry.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 WANTED = ("adapter_config.json", "adapter_model.safetensors")
+REBUILD_HINT = "Re-create the archive of the PEFT folder (tar czf adapter.tgz DIR, or zip -r)."
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ def extract(archive: BinaryIO, filename: str, workdir: Path, *, max_bytes: int, 
             with reader.open(member.name) as source, open(target, "wb") as sink:
                 _copy_bounded(source, sink, limit=member.size, label=f"{filename}:{member.name}")
         except (zipfile.BadZipFile, zlib.error, tarfile.TarError, EOFError) as error:
-            raise BadRequest(f"{filename} is corrupt ({error})", code="invalid_archive") from None
+            raise BadRequest(f"{filename} is corrupt ({error})", code="invalid_archive", hint=REBUILD_HINT) from None
         extracted[base_name] = target
     return extracted
 
@@ -94,7 +96,8 @@ def _copy_bounded(source: BinaryIO, sink: BinaryIO, *, limit: int, label: str) -
     while chunk := source.read(1024 * 1024):
         copied += len(chunk)
         if copied > limit:
-            raise PayloadTooLarge(f"{label} expands beyond its declared size", code="archive_too_large")
+            raise PayloadTooLarge(f"{label} expands beyond its declared size", code="archive_too_large",
+                                  hint=REBUILD_HINT)
         sink.write(chunk)
 
 
@@ -105,7 +108,7 @@ class _TarReader:
             self.tar = tarfile.open(fileobj=archive, mode="r:*")
         except (tarfile.TarError, EOFError, OSError) as error:
             raise BadRequest(f"{filename} is not a readable tar archive ({error})",
-                             code="invalid_archive") from None
+                             code="invalid_archive", hint=REBUILD_HINT) from None
 
     def members(self) -> list[Member]:
         result = []
@@ -116,7 +119,7 @@ class _TarReader:
                     raise _refuse_link(info.name, self.filename)
                 result.append(Member(info.name, info.size, info.isfile()))
         except (tarfile.TarError, EOFError, OSError) as error:
-            raise BadRequest(f"{self.filename} is corrupt ({error})", code="invalid_archive") from None
+            raise BadRequest(f"{self.filename} is corrupt ({error})", code="invalid_archive", hint=REBUILD_HINT) from None
         return result
 
     def open(self, name: str):
@@ -130,14 +133,14 @@ class _ZipReader:
             self.zip = zipfile.ZipFile(archive)
         except (zipfile.BadZipFile, OSError) as error:
             raise BadRequest(f"{filename} is not a readable zip archive ({error})",
-                             code="invalid_archive") from None
+                             code="invalid_archive", hint=REBUILD_HINT) from None
 
     def members(self) -> list[Member]:
         result = []
         for info in self.zip.infolist():
             _check_name(info.filename, self.filename)
-            mode = info.external_attr >> 16
-            if mode and (mode & 0o170000) not in (0o100000, 0o040000):
+            # Unix type bits live in the high half; zero means a plain entry from a non-Unix tool.
+            if stat.S_IFMT(info.external_attr >> 16) not in (0, stat.S_IFREG, stat.S_IFDIR):
                 raise _refuse_link(info.filename, self.filename)
             result.append(Member(info.filename, info.file_size, not info.is_dir()))
         return result

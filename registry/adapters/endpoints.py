@@ -11,14 +11,15 @@ from registry.auth.principal import Principal
 from registry.db import transaction
 from registry.errors import LoraplaneError
 from registry.metrics import UPLOAD_REFUSALS, UPLOADS
-from registry.names import check_name
+from registry.names import NAME_PATTERN, check_name
 from registry.pagination import Page
 from registry.settings import get_settings
 from registry.storage import get_store
 
 router = APIRouter(prefix="/v1/adapters", tags=["adapters"])
-Tenant = Path(max_length=64)
-Name = Path(max_length=64)
+# The pattern is documented here and enforced by check_name, which gives the clearer error.
+Tenant = Path(max_length=64, json_schema_extra={"pattern": NAME_PATTERN.pattern})
+Name = Path(max_length=64, json_schema_extra={"pattern": NAME_PATTERN.pattern})
 Number = Path(ge=1, le=2**31 - 1)
 Limit = Query(50, ge=1, le=200)
 Cursor = Query(None, max_length=18)

@@ -67,7 +67,8 @@ async def read_upload_form(request: Request) -> UploadForm:
     except (MultiPartException, HTTPException) as error:
         # Starlette turns its parser's errors into a plain 400 HTTPException inside an app.
         detail = getattr(error, "detail", None) or getattr(error, "message", str(error))
-        raise BadRequest(f"malformed multipart body: {detail}", code="invalid_multipart") from None
+        raise BadRequest(f"malformed multipart body: {detail}", code="invalid_multipart",
+                         hint="Send multipart/form-data, e.g. with curl -F file=@PATH.") from None
     unknown = sorted(set(form.keys()) - {FILE_FIELD, BASE_MODEL_FIELD})
     if unknown:
         await form.close()

@@ -38,12 +38,14 @@ def collect(parts: list[UploadedFile], settings: RegistrySettings, workdir: Path
         _check_filename(part.filename)
         archive.refuse_pickle(part.filename)
         if part.filename in by_name:
-            raise BadRequest(f"{part.filename} was sent twice", code="duplicate_file")
+            raise BadRequest(f"{part.filename} was sent twice", code="duplicate_file",
+                             hint="Send each file once.")
         by_name[part.filename] = part.file
     archives = [name for name in by_name if archive.is_archive(name)]
     if archives:
         if len(by_name) > 1:
-            raise BadRequest("send one archive, or the two PEFT files, not both", code="mixed_upload")
+            raise BadRequest("send one archive, or the two PEFT files, not both", code="mixed_upload",
+                             hint="Upload either adapter.tgz alone, or the two files alone.")
         extracted = archive.extract(
             by_name[archives[0]], archives[0], workdir,
             max_bytes=settings.max_upload_bytes, max_files=settings.max_archive_files,

@@ -7,7 +7,8 @@ from registry.auth.principal import Role
 
 class TokenCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    subject: str = Field(min_length=1, max_length=128, description="The person or service.")
+    subject: str = Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$",
+                         description="The person or service.")
     role: Role
     tenant: str | None = Field(default=None, max_length=64)
 

@@ -74,6 +74,7 @@ def shape_from_config(config: dict[str, Any]) -> BaseShape:
         raise Unprocessable(
             f"num_attention_heads ({heads}) is not a multiple of num_key_value_heads ({kv_heads})",
             code="invalid_base_config",
+            hint="Send the model's Hugging Face config.json as it was saved.",
         )
     return BaseShape(
         architecture=architecture,

@@ -5,6 +5,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from registry.names import NAME_PATTERN
+
 # The ranks vLLM accepts for --max-lora-rank.
 VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 Dtype = Literal["float16", "bfloat16", "float32"]
@@ -12,7 +14,7 @@ Dtype = Literal["float16", "bfloat16", "float32"]
 
 class PoolCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=64)
+    name: str = Field(min_length=1, max_length=64, json_schema_extra={"pattern": NAME_PATTERN.pattern})
     base_model: str = Field(min_length=1, max_length=200)
     max_loras: int = Field(ge=1, le=256, description="vLLM --max-loras: adapters in one batch.")
     max_cpu_loras: int = Field(ge=1, le=4096, description="vLLM --max-cpu-loras: resident adapters.")

@@ -1,0 +1,180 @@
+"""Session-wide real services: PostgreSQL, an S3 server and the registry as its own process."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
+
+from registry import migrate
+from registry.auth import tokens as token_service
+from registry.auth.principal import Role
+from registry.db import make_engine
+from registry.tables import Adapter, AdapterVersion, AuditEvent
+from tests.support import services
+
+BUCKET = "loraplane-test"
+MAX_UPLOAD_BYTES = 8 * 1024 * 1024
+BASE_NAME = "tiny-llama"
+# name -> (role, tenant) of every test principal; "none" means no token at all.
+PRINCIPALS = {
+    "global_admin": (Role.ADMIN, None),
+    "acme_admin": (Role.ADMIN, "acme"),
+    "acme_uploader": (Role.UPLOADER, "acme"),
+    "acme_reviewer": (Role.REVIEWER, "acme"),
+    "acme_node": (Role.NODE, "acme"),
+    "globex_admin": (Role.ADMIN, "globex"),
+    "globex_uploader": (Role.UPLOADER, "globex"),
+}
+
+
+@pytest.fixture(scope="session")
+def service_dir() -> Iterator[Path]:
+    # Not under pytest's 0700 temp root: the postgres user must reach its data folder.
+    folder = Path(tempfile.mkdtemp(prefix="loraplane-tests-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres(service_dir: Path) -> Iterator[services.Service]:
+    server = services.start_postgres(service_dir / "postgres")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def database_url(postgres: services.Service) -> str:
+    url = services.create_database(postgres.url, "loraplane")
+    migrate.upgrade(url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def engine(database_url: str) -> Iterator[Engine]:
+    engine = make_engine(database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def s3(service_dir: Path) -> Iterator[services.Service]:
+    server = services.start_s3(service_dir / "s3")
+    services.s3_client(server.url).create_bucket(Bucket=BUCKET)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_client(s3: services.Service):
+    return services.s3_client(s3.url)
+
+
+@pytest.fixture(scope="session")
+def registry(service_dir: Path, database_url: str, s3: services.Service) -> Iterator[services.Service]:
+    server = services.start_registry(service_dir / "registry", {
+        "LORAPLANE_DATABASE_URL": database_url,
+        "LORAPLANE_STORAGE": "s3",
+        "LORAPLANE_S3_ENDPOINT_URL": s3.url,
+        "LORAPLANE_S3_BUCKET": BUCKET,
+        "LORAPLANE_MAX_UPLOAD_BYTES": str(MAX_UPLOAD_BYTES),
+        "LORAPLANE_MAX_ARCHIVE_FILES": "16",
+    })
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def tokens(engine: Engine) -> dict[str, str]:
+    """Plain tokens of every test principal, made by the registry's own token service."""
+    plain = {}
+    with Session(engine) as session, session.begin():
+        for name, (role, tenant) in PRINCIPALS.items():
+            _, plain[name] = token_service.create_token(
+                session, subject=name, role=role, tenant=tenant, actor="tests")
+    return plain
+
+
+@pytest.fixture(scope="session")
+def client_for(registry: services.Service, tokens: dict[str, str]) -> Callable[[str], httpx.Client]:
+    clients: dict[str, httpx.Client] = {}
+
+    def make(principal: str) -> httpx.Client:
+        if principal not in clients:
+            headers = {"Authorization": f"Bearer {tokens[principal]}"} if principal != "none" else {}
+            clients[principal] = httpx.Client(base_url=registry.url, headers=headers, timeout=120)
+        return clients[principal]
+
+    yield make
+    for client in clients.values():
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def admin(client_for) -> httpx.Client:
+    return client_for("global_admin")
+
+
+@pytest.fixture(scope="session")
+def uploader(client_for) -> httpx.Client:
+    return client_for("acme_uploader")
+
+
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory) -> Path:
+    from loraplane.tiny_model import build_base_model
+
+    return build_base_model(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def base_model(admin: httpx.Client, tiny_base: Path) -> str:
+    import json
+
+    config = json.loads((tiny_base / "config.json").read_text())
+    response = admin.post("/v1/base-models", json={"name": BASE_NAME, "config": config,
+                                                   "aliases": [str(tiny_base)]})
+    assert response.status_code == 201, response.text
+    return BASE_NAME
+
+
+@pytest.fixture(scope="session")
+def make_adapter(tiny_base: Path, tmp_path_factory) -> Callable[..., Path]:
+    """Build (once per parameter set) a real PEFT adapter for the tiny base."""
+    from loraplane.tiny_model import build_adapter
+
+    root = tmp_path_factory.mktemp("adapters")
+    built: dict[tuple, Path] = {}
+
+    def make(*, seed: int = 1, r: int = 8, lora_alpha: int = 16,
+             target_modules: tuple[str, ...] = ("q_proj", "v_proj")) -> Path:
+        key = (seed, r, lora_alpha, target_modules)
+        if key not in built:
+            out = root / f"s{seed}-r{r}-a{lora_alpha}-{'-'.join(target_modules)}"
+            built[key] = build_adapter(tiny_base, out, r=r, lora_alpha=lora_alpha,
+                                       target_modules=target_modules, seed=seed,
+                                       base_model_name=BASE_NAME)
+        return built[key]
+
+    return make
+
+
+@pytest.fixture
+def stored_state(engine: Engine, s3_client) -> Callable[[], dict]:
+    """What an upload could leave behind: rows in the database and objects in S3."""
+
+    def snapshot() -> dict:
+        with Session(engine) as session:
+            counts = {table.__tablename__: session.scalar(select(func.count()).select_from(table))
+                      for table in (Adapter, AdapterVersion, AuditEvent)}
+        listing = s3_client.list_objects_v2(Bucket=BUCKET)
+        return {**counts, "s3_keys": sorted(obj["Key"] for obj in listing.get("Contents", []))}
+
+    return snapshot

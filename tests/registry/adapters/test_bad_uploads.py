@@ -1,0 +1,249 @@
+"""Every refused upload answers with the exact status, code and message, and stores nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from tests.conftest import MAX_UPLOAD_BYTES
+from tests.support import forge
+
+CONFIG, WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
+Q_A = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
+Q_B = "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"
+
+
+@dataclass
+class Valid:
+    """A real PEFT adapter, as parts that each case damages in one way."""
+
+    config: dict
+    tensors: dict[str, np.ndarray]
+    weights: bytes
+
+    def files(self, config=None, weights=None) -> list[tuple[str, bytes]]:
+        config_bytes = config if isinstance(config, bytes) else json.dumps(config or self.config).encode()
+        return [(CONFIG, config_bytes), (WEIGHTS, self.weights if weights is None else weights)]
+
+    def with_config(self, **changes) -> list[tuple[str, bytes]]:
+        return self.files(config={**self.config, **changes})
+
+    def with_tensors(self, change: Callable[[dict], None]) -> list[tuple[str, bytes]]:
+        tensors = {name: array.copy() for name, array in self.tensors.items()}
+        change(tensors)
+        return self.files(weights=forge.encode(tensors))
+
+    def with_header(self, edit) -> list[tuple[str, bytes]]:
+        return self.files(weights=forge.encode(self.tensors, edit_header=edit))
+
+
+def rename(old: str, new: str):
+    def change(tensors: dict) -> None:
+        tensors[new] = tensors.pop(old)
+    return change
+
+
+def set_value(name: str, value: float):
+    def change(tensors: dict) -> None:
+        tensors[name][0, 0] = value
+    return change
+
+
+def replace(name: str, array: np.ndarray):
+    def change(tensors: dict) -> None:
+        tensors[name] = array
+    return change
+
+
+def overlap(header: dict) -> None:
+    header[Q_B]["data_offsets"] = [o - 4 for o in header[Q_B]["data_offsets"]]
+
+
+def beyond_end(header: dict) -> None:
+    last = max(header.values(), key=lambda entry: entry["data_offsets"][1])
+    last["data_offsets"][1] += 1024
+
+
+def tar_of(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buffer.getvalue()
+
+
+def tar_member(name: str, data: bytes = b"x", kind: bytes = tarfile.REGTYPE, link: str = ""):
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    info.size = len(data) if kind == tarfile.REGTYPE else 0
+    return info, data if kind == tarfile.REGTYPE else None
+
+
+def zip_bomb() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(CONFIG, b"{}")
+        archive.writestr(WEIGHTS, b"\0" * (8 * MAX_UPLOAD_BYTES))
+    assert len(buffer.getvalue()) < MAX_UPLOAD_BYTES / 50
+    return buffer.getvalue()
+
+
+# (id, files(valid) -> parts, extra form data, status, code, text the message must contain)
+CASES = [
+    ("truncated", lambda v: v.files(weights=v.weights[:-100]), {}, 422, "invalid_safetensors",
+     "beyond the end of the data"),
+    ("header_length_oversized", lambda v: v.files(weights=(2**40).to_bytes(8, "little") + v.weights[8:]),
+     {}, 422, "header_too_large", "header length 1099511627776 exceeds"),
+    ("header_longer_than_file", lambda v: v.files(weights=(len(v.weights)).to_bytes(8, "little")
+                                                  + v.weights[8:]), {}, 422, "invalid_safetensors",
+     "the file is truncated"),
+    ("offsets_beyond_end", lambda v: v.with_header(beyond_end), {}, 422, "invalid_safetensors",
+     "beyond the end of the data"),
+    ("overlapping_tensors", lambda v: v.with_header(overlap), {}, 422, "invalid_safetensors", "overlaps"),
+    ("duplicate_tensor_name", lambda v: v.files(weights=forge.encode(
+        v.tensors, header_text=lambda t: t.replace("{", "{" + json.dumps(Q_A) + ": "
+                                                   + json.dumps({"dtype": "F32", "shape": [0],
+                                                                 "data_offsets": [0, 0]}) + ", ", 1))),
+     {}, 422, "invalid_safetensors", "more than once"),
+    ("nan", lambda v: v.with_tensors(set_value(Q_A, np.nan)), {}, 422, "non_finite_weights", Q_A),
+    ("inf", lambda v: v.with_tensors(set_value(Q_B, np.inf)), {}, 422, "non_finite_weights", Q_B),
+    ("inf_bf16", lambda v: v.with_tensors(lambda t: t.update(
+        {n: (a.view(np.uint32) >> 16).astype(np.uint16) | (np.uint16(0x7F80) if n == Q_A else 0)
+         for n, a in t.items()})), {}, 422, "non_finite_weights", Q_A),
+    ("int8_dtype", lambda v: v.with_tensors(lambda t: t.update(
+        {n: a.astype(np.int8) for n, a in t.items()})), {}, 422, "unsupported_dtype", "dtype I8"),
+    ("float64_dtype", lambda v: v.with_tensors(replace(Q_A, np.zeros((8, 128), np.float64))), {},
+     422, "unsupported_dtype", "dtype F64"),
+    ("wrong_shape", lambda v: v.with_tensors(replace(Q_A, np.zeros((8, 100), np.float32))), {},
+     422, "shape_mismatch", "expected lora_A (8, 128)"),
+    ("rank_mismatch_a_b", lambda v: v.with_tensors(replace(Q_B, np.zeros((128, 4), np.float32))), {},
+     422, "rank_mismatch", "lora_A has rank 8 but lora_B has rank 4"),
+    ("config_rank_disagrees", lambda v: v.with_config(r=4), {}, 422, "config_rank_mismatch",
+     "adapter_config.json says 4"),
+    ("missing_b", lambda v: v.with_tensors(lambda t: t.pop(Q_B)), {}, 422, "incomplete_pair",
+     "no lora_B tensor"),
+    ("unknown_module", lambda v: v.with_tensors(rename(Q_A, Q_A.replace("q_proj", "x_proj"))), {},
+     422, "unknown_module", "self_attn.x_proj"),
+    ("not_a_lora_tensor", lambda v: v.with_tensors(replace("base_model.model.lm_head.weight",
+                                                           np.zeros((2, 2), np.float32))), {},
+     422, "unknown_tensor", "lm_head"),
+    ("layer_beyond_base", lambda v: v.with_tensors(rename(Q_A, Q_A.replace("layers.0", "layers.7"))),
+     {}, 422, "layer_out_of_range", "layer 7, but the base has 2 layers"),
+    ("untargeted_module", lambda v: v.with_config(target_modules=["q_proj"]), {}, 422,
+     "untargeted_module", "v_proj"),
+    ("target_without_tensors", lambda v: v.with_config(target_modules=["q_proj", "v_proj", "k_proj"]),
+     {}, 422, "target_without_tensors", "'k_proj'"),
+    ("dora", lambda v: v.with_config(use_dora=True), {}, 422, "dora_unsupported", "use_dora"),
+    ("bias", lambda v: v.with_config(bias="all"), {}, 422, "bias_unsupported", "bias is 'all'"),
+    ("modules_to_save", lambda v: v.with_config(modules_to_save=["lm_head"]), {}, 422,
+     "modules_to_save_unsupported", "modules_to_save"),
+    ("not_lora", lambda v: v.with_config(peft_type="PREFIX_TUNING"), {}, 422, "unsupported_peft_type",
+     "PREFIX_TUNING"),
+    ("alpha_as_string", lambda v: v.with_config(lora_alpha="16"), {}, 422, "invalid_config",
+     "lora_alpha must be a positive number"),
+    ("rank_1024", lambda v: v.with_config(r=1024), {}, 422, "rank_too_large", "r is 1024"),
+    ("missing_target_modules", lambda v: v.with_config(target_modules=None), {}, 422, "missing_field",
+     "target_modules is missing"),
+    ("wrong_base_model", lambda v: v.with_config(base_model_name_or_path="meta-llama/Llama-3-8B"),
+     {"base_model": "tiny-llama"}, 422, "wrong_base_model", "'meta-llama/Llama-3-8B'"),
+    ("unregistered_base_model", lambda v: v.with_config(base_model_name_or_path="someone/else"), {},
+     422, "unknown_base_model", "'someone/else'"),
+    ("config_not_json", lambda v: v.files(config=b"{r: 8,"), {}, 422, "invalid_config",
+     "not valid JSON"),
+    ("config_empty", lambda v: v.files(config=b""), {}, 422, "empty_file", "adapter_config.json"),
+    ("weights_empty", lambda v: v.files(weights=b""), {}, 422, "empty_file", "adapter_model.safetensors"),
+    ("missing_config", lambda v: v.files()[1:], {}, 422, "missing_file", "adapter_config.json is missing"),
+    ("missing_weights", lambda v: v.files()[:1], {}, 422, "missing_file",
+     "adapter_model.safetensors is missing"),
+    ("pickle_bin", lambda v: [v.files()[0], ("adapter_model.bin", b"\x80\x04K\x01.")], {}, 415,
+     "pickle_refused", "adapter_model.bin"),
+    ("pickle_in_archive", lambda v: [("a.tar.gz", tar_of([tar_member(CONFIG, v.files()[0][1]),
+                                                          tar_member("adapter_model.bin")]))],
+     {}, 415, "pickle_refused", "adapter_model.bin"),
+    ("tar_dotdot", lambda v: [("a.tar.gz", tar_of([tar_member("../../etc/" + CONFIG)]))], {}, 400,
+     "unsafe_archive_path", "'../../etc/adapter_config.json'"),
+    ("tar_absolute", lambda v: [("a.tar.gz", tar_of([tar_member("/etc/" + CONFIG)]))], {}, 400,
+     "unsafe_archive_path", "'/etc/adapter_config.json'"),
+    ("tar_symlink", lambda v: [("a.tar.gz", tar_of([tar_member(WEIGHTS, kind=tarfile.SYMTYPE,
+                                                               link="/etc/shadow")]))], {}, 400,
+     "archive_link", WEIGHTS),
+    ("tar_hardlink", lambda v: [("a.tar.gz", tar_of([tar_member(WEIGHTS, kind=tarfile.LNKTYPE,
+                                                                link="/etc/shadow")]))], {}, 400,
+     "archive_link", WEIGHTS),
+    ("zip_bomb", lambda v: [("bomb.zip", zip_bomb())], {}, 413, "archive_too_large", "expands to"),
+    ("not_an_archive", lambda v: [("a.zip", b"this is not a zip")], {}, 400, "invalid_archive", "a.zip"),
+    ("over_size_limit", lambda v: v.files(weights=b"\0" * (MAX_UPLOAD_BYTES + 2 * 1024 * 1024)), {},
+     413, "upload_too_large", f"the limit is {MAX_UPLOAD_BYTES}"),
+    ("unexpected_file", lambda v: [*v.files(), ("notes.txt", b"hi")], {}, 415, "unexpected_file",
+     "notes.txt"),
+]
+
+
+@pytest.fixture(scope="module")
+def valid(make_adapter, base_model) -> Valid:
+    folder = make_adapter(seed=3)
+    weights = (folder / WEIGHTS).read_bytes()
+    return Valid(json.loads((folder / CONFIG).read_text()), forge.load(weights), weights)
+
+
+@pytest.mark.parametrize(("files", "data", "status", "code", "message"),
+                         [case[1:] for case in CASES], ids=[case[0] for case in CASES])
+def test_bad_upload_is_refused_and_nothing_is_stored(uploader, valid, stored_state,
+                                                     files, data, status, code, message):
+    before = stored_state()
+
+    response = uploader.post("/v1/adapters/acme/refused/versions",
+                             files=[("file", part) for part in files(valid)], data=data)
+
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code
+    assert message in error["message"]
+    assert error["hint"]
+    assert stored_state() == before
+    assert uploader.get("/v1/adapters/acme/refused").status_code == 404
+
+
+def test_the_valid_baseline_is_accepted(uploader, valid):
+    """Guards the table: each case differs from an upload that succeeds in exactly one way."""
+    response = uploader.post("/v1/adapters/acme/baseline/versions",
+                             files=[("file", part) for part in valid.files()])
+    assert response.status_code == 201, response.text
+
+
+@pytest.mark.parametrize(("tenant", "name", "bad"), [("Acme!", "x", "tenant"), ("acme", "a..b", "adapter"),
+                                                     ("acme", "-lead", "adapter")])
+def test_bad_tenant_or_adapter_name_is_refused(client_for, valid, stored_state, tenant, name, bad):
+    before = stored_state()
+    response = client_for("global_admin").post(f"/v1/adapters/{tenant}/{name}/versions",
+                                               files=[("file", part) for part in valid.files()])
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "invalid_name"
+    assert f"invalid {bad} name" in response.json()["error"]["message"]
+    assert stored_state() == before
+
+
+def test_a_body_that_is_not_multipart_is_refused(uploader, stored_state):
+    before = stored_state()
+    response = uploader.post("/v1/adapters/acme/refused/versions", json={"file": "adapter"})
+    assert response.status_code == 415
+    assert response.json()["error"]["code"] == "unsupported_media_type"
+    assert "multipart/form-data" in response.json()["error"]["message"]
+    assert stored_state() == before
+
+
+def test_unknown_form_field_is_refused(uploader, valid, stored_state):
+    before = stored_state()
+    response = uploader.post("/v1/adapters/acme/refused/versions",
+                             files=[("file", part) for part in valid.files()], data={"tenant": "x"})
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "unknown_field"
+    assert "'tenant'" in response.json()["error"]["message"]
+    assert stored_state() == before

@@ -1,0 +1,156 @@
+"""Real PEFT adapters are accepted, parsed correctly, stored by content and readable back."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+import zipfile
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import BUCKET
+
+
+def upload(client: httpx.Client, adapter: str, files: list[tuple[str, bytes]], **data) -> httpx.Response:
+    parts = [("file", (name, content)) for name, content in files]
+    return client.post(f"/v1/adapters/{adapter}/versions", files=parts, data=data)
+
+
+def peft_files(folder: Path) -> list[tuple[str, bytes]]:
+    return [(name, (folder / name).read_bytes())
+            for name in ("adapter_config.json", "adapter_model.safetensors")]
+
+
+def test_real_peft_adapter_is_accepted_with_rank_and_targets_parsed(
+        uploader, base_model, make_adapter, s3_client, stored_state):
+    folder = make_adapter(seed=11, r=16, lora_alpha=32, target_modules=("q_proj", "k_proj", "down_proj"))
+    before = stored_state()
+
+    response = upload(uploader, "acme/parsed", peft_files(folder))
+
+    assert response.status_code == 201, response.text
+    version = response.json()
+    assert version["served_name"] == "acme/parsed@1"
+    assert version["rank"] == 16
+    assert version["lora_alpha"] == 32
+    assert version["target_modules"] == ["down_proj", "k_proj", "q_proj"]
+    assert version["tensor_count"] == 2 * 3 * 2  # A and B, three modules, two layers
+    assert version["dtype"] == "F32"
+    assert version["uploaded_by"] == "acme_uploader"
+    assert version["state"] == "validated"
+    key = f"artifacts/sha256/{version['digest'][:2]}/{version['digest']}.tar"
+    stored = s3_client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    assert hashlib.sha256(stored).hexdigest() == version["digest"]
+    assert len(stored) == version["size_bytes"]
+    with tarfile.open(fileobj=io.BytesIO(stored)) as tar:
+        assert tar.getnames() == ["adapter_config.json", "adapter_model.safetensors"]
+        weights = tar.extractfile("adapter_model.safetensors").read()
+    assert weights == (folder / "adapter_model.safetensors").read_bytes()
+    after = stored_state()
+    assert after["adapter_versions"] == before["adapter_versions"] + 1
+    assert after["audit_events"] == before["audit_events"] + 1
+    assert set(after["s3_keys"]) - set(before["s3_keys"]) == {key}
+
+
+def test_identical_bytes_return_the_existing_version_in_any_packaging(uploader, base_model, make_adapter,
+                                                                       stored_state):
+    folder = make_adapter(seed=12)
+    first = upload(uploader, "acme/same-bytes", peft_files(folder))
+    assert first.status_code == 201
+    before = stored_state()
+
+    again = upload(uploader, "acme/same-bytes", peft_files(folder))
+    as_tar = upload(uploader, "acme/same-bytes", [("adapter.tar.gz", _tar_gz(folder))])
+    as_zip = upload(uploader, "acme/same-bytes", [("adapter.zip", _zip(folder, prefix="my-adapter/"))])
+
+    for response in (again, as_tar, as_zip):
+        assert response.status_code == 200, response.text
+        assert response.json()["number"] == 1
+        assert response.json()["digest"] == first.json()["digest"]
+    assert stored_state() == before
+
+
+def test_new_bytes_get_the_next_version_number(uploader, base_model, make_adapter):
+    first = upload(uploader, "acme/numbered", peft_files(make_adapter(seed=13)))
+    second = upload(uploader, "acme/numbered", peft_files(make_adapter(seed=14)))
+    assert (first.status_code, second.status_code) == (201, 201)
+    assert (first.json()["number"], second.json()["number"]) == (1, 2)
+    assert second.json()["served_name"] == "acme/numbered@2"
+
+
+def test_rank_pattern_is_honoured(uploader, base_model, make_adapter, tmp_path):
+    folder = make_adapter(seed=15, r=8, target_modules=("q_proj", "v_proj"))
+    config = json.loads((folder / "adapter_config.json").read_text())
+    # The weights have rank 8 everywhere; a pattern that says otherwise must be refused...
+    config["rank_pattern"] = {"v_proj": 4}
+    refused = upload(uploader, "acme/patterned", [
+        ("adapter_config.json", json.dumps(config).encode()),
+        ("adapter_model.safetensors", (folder / "adapter_model.safetensors").read_bytes())])
+    assert refused.status_code == 422
+    assert refused.json()["error"]["code"] == "config_rank_mismatch"
+    assert "v_proj" in refused.json()["error"]["message"]
+    # ...and one that agrees with the weights is accepted, with the config's r overridden.
+    config["r"], config["rank_pattern"] = 4, {"q_proj": 8, "v_proj": 8}
+    accepted = upload(uploader, "acme/patterned", [
+        ("adapter_config.json", json.dumps(config).encode()),
+        ("adapter_model.safetensors", (folder / "adapter_model.safetensors").read_bytes())])
+    assert accepted.status_code == 201, accepted.text
+    assert accepted.json()["rank"] == 8
+
+
+def test_explicit_base_model_and_alias_resolution(uploader, base_model, make_adapter, tiny_base):
+    folder = make_adapter(seed=16)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = str(tiny_base)  # a registered alias
+    response = upload(uploader, "acme/by-alias", [
+        ("adapter_config.json", json.dumps(config).encode()),
+        ("adapter_model.safetensors", (folder / "adapter_model.safetensors").read_bytes())],
+        base_model=base_model)
+    assert response.status_code == 201, response.text
+    assert response.json()["base_model"] == base_model
+
+
+def test_read_api_lists_filters_paginates_and_presigns(uploader, client_for, base_model, make_adapter):
+    for seed in (21, 22, 23):
+        assert upload(uploader, "acme/listed", peft_files(make_adapter(seed=seed))).status_code == 201
+
+    page = uploader.get("/v1/adapters/acme/listed/versions", params={"limit": 2}).json()
+    assert [v["number"] for v in page["items"]] == [1, 2]
+    rest = uploader.get("/v1/adapters/acme/listed/versions",
+                        params={"limit": 2, "cursor": page["next_cursor"]}).json()
+    assert [v["number"] for v in rest["items"]] == [3] and rest["next_cursor"] is None
+    assert uploader.get("/v1/adapters/acme/listed/versions", params={"state": "evaluating"}).json()[
+        "items"] == []
+
+    adapters = client_for("acme_reviewer").get("/v1/adapters", params={"base_model": base_model}).json()
+    assert "listed" in {a["name"] for a in adapters["items"]}
+    assert {a["tenant"] for a in adapters["items"]} == {"acme"}
+    assert uploader.get("/v1/adapters/acme/listed").json()["latest_version"] == 3
+
+    download = client_for("acme_reviewer").get("/v1/adapters/acme/listed/versions/2/download").json()
+    artifact = httpx.get(download["url"])
+    assert artifact.status_code == 200
+    assert hashlib.sha256(artifact.content).hexdigest() == download["digest"]
+
+    missing = uploader.get("/v1/adapters/acme/listed/versions/9")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "version_not_found"
+
+
+def _tar_gz(folder: Path) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name in ("adapter_config.json", "adapter_model.safetensors", "README.md"):
+            tar.add(folder / name, arcname=name)
+    return buffer.getvalue()
+
+
+def _zip(folder: Path, prefix: str = "") -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in ("adapter_config.json", "adapter_model.safetensors"):
+            archive.write(folder / name, arcname=prefix + name)
+    return buffer.getvalue()

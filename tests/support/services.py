@@ -1,0 +1,157 @@
+"""Start real servers as plain processes on loopback, in temporary folders.
+
+Used by the test suite and the benchmarks: PostgreSQL, an S3 server (moto_server) and the
+registry itself. Each handle stops its process, and its folder is removed by its owner.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+VENV_BIN = Path(sys.executable).parent
+S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                  "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Service:
+    process: subprocess.Popen
+    url: str
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def wait_until(check, *, timeout_s: float, what: str, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except (httpx.HTTPError, OSError):
+            pass
+        time.sleep(0.1)
+    tail = log.read_text()[-3000:] if log and log.exists() else ""
+    raise RuntimeError(f"{what} did not become ready in {timeout_s}s\n{tail}")
+
+
+# --- PostgreSQL ---------------------------------------------------------------------------------
+
+
+def _postgres_bin(name: str) -> str:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    if not found:
+        raise RuntimeError("PostgreSQL is not installed (apt-get install postgresql)")
+    return found[-1]
+
+
+def _as_postgres(args: list[str]) -> list[str]:
+    # PostgreSQL refuses to run as root, so drop to its own user when we are root.
+    return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
+
+
+def start_postgres(folder: Path) -> Service:
+    data, sockets, log = folder / "data", folder / "sockets", folder / "postgres.log"
+    folder.mkdir(parents=True, exist_ok=True)
+    sockets.mkdir(exist_ok=True)
+    if os.geteuid() == 0:
+        shutil.chown(folder, "postgres")
+        shutil.chown(sockets, "postgres")
+    subprocess.run(
+        _as_postgres([_postgres_bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
+                      "--no-sync", "-E", "UTF8"]),
+        check=True, capture_output=True,
+    )
+    port = free_port()
+    process = subprocess.Popen(
+        _as_postgres([_postgres_bin("postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets),
+                      "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
+                      "-c", "full_page_writes=off", "-c", "max_connections=200"]),
+        stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{port}"
+    service = Service(process, url, log)
+    wait_until(lambda: _pg_ready(port), timeout_s=30, what="PostgreSQL", log=log)
+    return service
+
+
+def _pg_ready(port: int) -> bool:
+    result = subprocess.run([_postgres_bin("pg_isready"), "-h", "127.0.0.1", "-p", str(port)],
+                            capture_output=True)
+    return result.returncode == 0
+
+
+def create_database(server_url: str, name: str) -> str:
+    import psycopg
+
+    with psycopg.connect(server_url.replace("+psycopg", "") + "/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return f"{server_url}/{name}"
+
+
+# --- S3 -----------------------------------------------------------------------------------------
+
+
+def start_s3(folder: Path) -> Service:
+    folder.mkdir(parents=True, exist_ok=True)
+    port, log = free_port(), folder / "moto.log"
+    env = {**os.environ, **S3_CREDENTIALS}
+    process = subprocess.Popen([str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                               stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    service = Service(process, url, log, env=S3_CREDENTIALS)
+    wait_until(lambda: httpx.get(url + "/moto-api/").status_code < 500, timeout_s=30, what="moto_server",
+               log=log)
+    return service
+
+
+def s3_client(endpoint_url: str):
+    import boto3
+
+    return boto3.client("s3", endpoint_url=endpoint_url, region_name="us-east-1",
+                        aws_access_key_id="test", aws_secret_access_key="test")
+
+
+# --- registry -----------------------------------------------------------------------------------
+
+
+def start_registry(folder: Path, env: dict[str, str]) -> Service:
+    """Run the registry as its own process, exactly as `loraplane serve` does."""
+    folder.mkdir(parents=True, exist_ok=True)
+    port, log = free_port(), folder / "registry.log"
+    url = f"http://127.0.0.1:{port}"
+    full_env = {**os.environ, **S3_CREDENTIALS, "LORAPLANE_DATA_DIR": str(folder),
+                "LORAPLANE_PUBLIC_URL": url, **env}
+    process = subprocess.Popen(
+        [str(VENV_BIN / "loraplane"), "serve", "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, env=full_env,
+    )
+    service = Service(process, url, log, env=full_env)
+    wait_until(lambda: httpx.get(url + "/healthz").status_code == 200, timeout_s=60,
+               what="registry", log=log)
+    return service
