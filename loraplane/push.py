@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import httpx
+from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from loraplane.client import checked
@@ -54,7 +55,8 @@ def push(client: httpx.Client, source: Path, tenant: str, name: str, *,
     with ExitStack() as stack:
         progress = stack.enter_context(
             Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                     TransferSpeedColumn(), disable=not show_progress, transient=False)
+                     TransferSpeedColumn(), console=Console(stderr=True),
+                     disable=not show_progress, transient=False)
         )
         task = progress.add_task(f"{tenant}/{name}", total=total)
         files = [

@@ -5,8 +5,10 @@ from pathlib import Path
 import boto3
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from boto3.exceptions import S3UploadFailedError
+from botocore.exceptions import BotoCoreError, ClientError
 
+from registry.errors import Unavailable
 from registry.settings import MiB, RegistrySettings
 
 TRANSFER = TransferConfig(multipart_threshold=64 * MiB, multipart_chunksize=16 * MiB, max_concurrency=4)
@@ -29,9 +31,15 @@ class S3Store:
         )
 
     def put_file(self, key: str, path: Path) -> None:
-        if self._exists(key):
-            return
-        self.client.upload_file(str(path), self.bucket, key, Config=TRANSFER)
+        try:
+            if not self._exists(key):
+                self.client.upload_file(str(path), self.bucket, key, Config=TRANSFER)
+        except (BotoCoreError, ClientError, S3UploadFailedError) as error:
+            raise Unavailable(
+                f"artifact storage failed: {type(error).__name__}",
+                code="storage_unavailable",
+                hint="Nothing was stored. Retry the upload; if it keeps failing, check /readyz.",
+            ) from error
 
     def presigned_url(self, key: str, ttl_s: int) -> str:
         return self.client.generate_presigned_url(

@@ -1,0 +1,60 @@
+"""Probes, metrics, and what happens when the object store is down."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.conftest import BUCKET
+from tests.support import services
+
+
+def test_ready_when_database_and_storage_answer(registry):
+    response = httpx.get(registry.url + "/readyz")
+    assert response.status_code == 200
+    assert response.json() == {"ready": True, "checks": {"database": "ok", "storage": "ok"}}
+
+
+def test_metrics_count_requests_uploads_and_refusals_by_reason(admin, uploader, base_model):
+    refused = uploader.post("/v1/adapters/acme/metered/versions",
+                            files=[("file", ("adapter_model.bin", b"\x80\x04."))])
+    assert refused.status_code == 415
+    text = admin.get("/metrics").text
+    assert 'loraplane_upload_refusals_total{reason="pickle_refused"}' in text
+    assert 'loraplane_http_requests_total{method="POST",route="/v1/adapters/{tenant}/{name}/versions",' \
+           'status="415"}' in text
+    assert "loraplane_http_request_seconds_bucket" in text
+
+
+@pytest.fixture(scope="module")
+def registry_without_storage(service_dir, database_url):
+    # A closed port stands in for an S3 endpoint that is down.
+    server = services.start_registry(service_dir / "registry-no-s3", {
+        "LORAPLANE_DATABASE_URL": database_url, "LORAPLANE_STORAGE": "s3",
+        "LORAPLANE_S3_ENDPOINT_URL": f"http://127.0.0.1:{services.free_port()}",
+        "LORAPLANE_S3_BUCKET": BUCKET,
+    })
+    yield server
+    server.stop()
+
+
+def test_not_ready_and_nothing_recorded_when_storage_is_down(registry_without_storage, tokens, base_model,
+                                                             make_adapter, stored_state):
+    url = registry_without_storage.url
+    ready = httpx.get(url + "/readyz")
+    assert ready.status_code == 503
+    assert ready.json()["checks"]["database"] == "ok"
+    assert ready.json()["checks"]["storage"].startswith("failed")
+
+    folder = make_adapter(seed=61)
+    before = stored_state()
+    response = httpx.post(
+        url + "/v1/adapters/acme/no-storage/versions", timeout=120,
+        headers={"Authorization": f"Bearer {tokens['acme_uploader']}"},
+        files=[("file", (n, (folder / n).read_bytes()))
+               for n in ("adapter_config.json", "adapter_model.safetensors")])
+
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "storage_unavailable"
+    assert "Nothing was stored" in response.json()["error"]["hint"]
+    assert stored_state() == before
