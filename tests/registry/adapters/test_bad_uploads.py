@@ -63,7 +63,8 @@ def replace(name: str, array: np.ndarray):
 
 
 def overlap(header: dict) -> None:
-    header[Q_B]["data_offsets"] = [o - 4 for o in header[Q_B]["data_offsets"]]
+    last = max(header.values(), key=lambda entry: entry["data_offsets"][0])
+    last["data_offsets"] = [o - 4 for o in last["data_offsets"]]
 
 
 def beyond_end(header: dict) -> None:

@@ -1,0 +1,188 @@
+"""Upload benchmark: the registry against a raw boto3 upload of the same bytes to the same S3.
+
+Run: ./dev bench upload    (or: python -m bench.upload --rounds 3)
+
+It synthesizes a valid adapter of about 200 MB (rank 64 on q/k/v/o of a 70B-sized base), then
+alternates, round by round, a raw boto3 upload and an upload through the registry. The
+registry's upload includes the HTTP transfer, validation, hashing and the S3 upload.
+- rss_growth_mb: the registry's peak RSS during the upload minus its RSS before it (worst round).
+- throughput_ratio_vs_boto3: median registry MB/s divided by median boto3 MB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+from sqlalchemy.orm import Session
+
+from registry import migrate
+from registry.auth import tokens
+from registry.auth.principal import Role
+from registry.db import make_engine
+from registry.storage.s3 import TRANSFER
+from tests.support import services
+
+RESULTS = Path(__file__).parent / "results" / "upload.json"
+BUCKET = "bench"
+MB = 1_000_000
+BASE = {"architectures": ["LlamaForCausalLM"], "hidden_size": 8192, "intermediate_size": 28672,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 31,
+        "vocab_size": 128256}
+PROJECTIONS = {"q_proj": (8192, 8192), "k_proj": (8192, 1024), "v_proj": (8192, 1024),
+               "o_proj": (8192, 8192)}
+
+
+def synthesize_adapter(folder: Path, rank: int) -> Path:
+    """Write a valid PEFT adapter: float16, finite, shapes that match BASE."""
+    rng = np.random.default_rng(0)
+    header, offset = {}, 0
+    for layer in range(BASE["num_hidden_layers"]):
+        for module, (fan_in, fan_out) in PROJECTIONS.items():
+            prefix = f"base_model.model.model.layers.{layer}.self_attn.{module}"
+            for side, shape in (("A", (rank, fan_in)), ("B", (fan_out, rank))):
+                size = shape[0] * shape[1] * 2
+                header[f"{prefix}.lora_{side}.weight"] = {
+                    "dtype": "F16", "shape": list(shape), "data_offsets": [offset, offset + size]}
+                offset += size
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    block = (rng.standard_normal(8 * MB // 2, dtype=np.float32) * 0.01).astype(np.float16).tobytes()
+    with open(folder / "adapter_model.safetensors", "wb") as out:
+        out.write(len(raw).to_bytes(8, "little") + raw)
+        remaining = offset
+        while remaining:
+            chunk = block[: min(len(block), remaining)]
+            out.write(chunk)
+            remaining -= len(chunk)
+    config = {"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank, "bias": "none",
+              "target_modules": list(PROJECTIONS), "base_model_name_or_path": "bench-70b",
+              "task_type": "CAUSAL_LM"}
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def rss_kb(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def reset_peak_rss(pid: int) -> None:
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+
+
+def delete_all(s3) -> None:
+    for obj in s3.list_objects_v2(Bucket=BUCKET).get("Contents", []):
+        s3.delete_object(Bucket=BUCKET, Key=obj["Key"])
+
+
+def upload_via_registry(client: httpx.Client, folder: Path, adapter: str) -> float:
+    names = ("adapter_config.json", "adapter_model.safetensors")
+    with open(folder / names[0], "rb") as config, open(folder / names[1], "rb") as weights:
+        started = time.perf_counter()
+        response = client.post(f"/v1/adapters/{adapter}/versions",
+                               files=[("file", (names[0], config)), ("file", (names[1], weights))])
+        elapsed = time.perf_counter() - started
+    if response.status_code != 201:
+        raise RuntimeError(f"registry upload failed: {response.status_code} {response.text[:500]}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rank", type=int, default=64)
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="loraplane-bench-"))
+    work.chmod(0o755)
+    running: list[services.Service] = []
+    try:
+        adapter = synthesize_adapter(Path(tempfile.mkdtemp(dir=work)), args.rank)
+        weights = adapter / "adapter_model.safetensors"
+        size = weights.stat().st_size + (adapter / "adapter_config.json").stat().st_size
+        postgres = services.start_postgres(work / "postgres")
+        running.append(postgres)
+        database_url = services.create_database(postgres.url, "bench")
+        migrate.upgrade(database_url)
+        s3_server = services.start_s3(work / "s3")
+        running.append(s3_server)
+        s3 = services.s3_client(s3_server.url)
+        s3.create_bucket(Bucket=BUCKET)
+        registry = services.start_registry(work / "registry", {
+            "LORAPLANE_DATABASE_URL": database_url, "LORAPLANE_STORAGE": "s3",
+            "LORAPLANE_S3_ENDPOINT_URL": s3_server.url, "LORAPLANE_S3_BUCKET": BUCKET,
+        })
+        running.append(registry)
+        engine = make_engine(database_url)
+        with Session(engine) as session, session.begin():
+            _, token = tokens.create_token(session, subject="bench", role=Role.ADMIN, tenant=None,
+                                           actor="bench")
+            tokens.ensure_tenant(session, "bench")
+        engine.dispose()
+        client = httpx.Client(base_url=registry.url, timeout=600,
+                              headers={"Authorization": f"Bearer {token}"})
+        created = client.post("/v1/base-models", json={"name": "bench-70b", "config": BASE})
+        created.raise_for_status()
+
+        boto_s, registry_s, growth_mb = [], [], []
+        for round_number in range(args.rounds):
+            delete_all(s3)
+            started = time.perf_counter()
+            s3.upload_file(str(weights), BUCKET, f"raw/{round_number}", Config=TRANSFER)
+            boto_s.append(time.perf_counter() - started)
+            delete_all(s3)
+
+            pid = registry.process.pid
+            reset_peak_rss(pid)
+            before_kb = rss_kb(pid, "VmRSS")
+            registry_s.append(upload_via_registry(client, adapter, f"bench/round-{round_number}"))
+            growth_mb.append((rss_kb(pid, "VmHWM") - before_kb) * 1024 / MB)
+            print(f"round {round_number + 1}: boto3 {size / MB / boto_s[-1]:.1f} MB/s, "
+                  f"registry {size / MB / registry_s[-1]:.1f} MB/s, "
+                  f"registry RSS growth {growth_mb[-1]:.1f} MB", flush=True)
+        client.close()
+
+        boto_mbps = statistics.median(size / MB / s for s in boto_s)
+        registry_mbps = statistics.median(size / MB / s for s in registry_s)
+        result = {
+            "benchmark": "upload",
+            "metrics": {
+                "rss_growth_mb": round(max(growth_mb), 2),
+                "throughput_ratio_vs_boto3": round(registry_mbps / boto_mbps, 3),
+                "rss_growth_mb_median": round(statistics.median(growth_mb), 2),
+                "registry_throughput_mb_s_median": round(registry_mbps, 1),
+                "boto3_throughput_mb_s_median": round(boto_mbps, 1),
+                "registry_seconds_median": round(statistics.median(registry_s), 3),
+                "boto3_seconds_median": round(statistics.median(boto_s), 3),
+            },
+            "params": {"rounds": args.rounds, "rank": args.rank, "adapter_bytes": size,
+                       "dtype": "F16", "targets": list(PROJECTIONS),
+                       "layers": BASE["num_hidden_layers"], "s3_server": "moto_server",
+                       "multipart_chunk_bytes": TRANSFER.multipart_chunksize,
+                       "database": "postgresql"},
+            "env": {"python": platform.python_version(), "machine": platform.machine(),
+                    "cpus": os.cpu_count(), "platform": platform.platform()},
+        }
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result["metrics"], indent=2))
+    finally:
+        for service in reversed(running):
+            service.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
