@@ -4,7 +4,8 @@ Run: ./dev bench upload    (or: python -m bench.upload --rounds 3)
 
 It synthesizes a valid adapter of about 200 MB (rank 64 on q/k/v/o of a 70B-sized base), then
 alternates, round by round, a raw boto3 upload and an upload through the registry. The
-registry's upload includes the HTTP transfer, validation, hashing and the S3 upload.
+registry's upload is `loraplane push`: the client's sha256, the HTTP transfer, validation,
+hashing and the S3 upload, which streams while the request arrives.
 - rss_growth_mb: the registry's peak RSS during the upload minus its RSS before it (worst round).
 - throughput_ratio_vs_boto3: median registry MB/s divided by median boto3 MB/s.
 """
@@ -25,6 +26,7 @@ import httpx
 import numpy as np
 from sqlalchemy.orm import Session
 
+from loraplane.push import push
 from registry import migrate
 from registry.auth import tokens
 from registry.auth.principal import Role
@@ -78,6 +80,15 @@ def rss_kb(pid: int, field: str) -> int:
     raise KeyError(field)
 
 
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(*pids: int) -> list[float]:
+    return [cpu_seconds(pid) for pid in pids]
+
+
 def reset_peak_rss(pid: int) -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS
 
@@ -88,20 +99,19 @@ def delete_all(s3) -> None:
 
 
 def upload_via_registry(client: httpx.Client, folder: Path, adapter: str) -> float:
-    names = ("adapter_config.json", "adapter_model.safetensors")
-    with open(folder / names[0], "rb") as config, open(folder / names[1], "rb") as weights:
-        started = time.perf_counter()
-        response = client.post(f"/v1/adapters/{adapter}/versions",
-                               files=[("file", (names[0], config)), ("file", (names[1], weights))])
-        elapsed = time.perf_counter() - started
-    if response.status_code != 201:
-        raise RuntimeError(f"registry upload failed: {response.status_code} {response.text[:500]}")
+    """The `loraplane push` code path, including its local sha256 of the weights."""
+    tenant, name = adapter.split("/")
+    started = time.perf_counter()
+    _, created = push(client, folder, tenant, name, show_progress=False)
+    elapsed = time.perf_counter() - started
+    if not created:
+        raise RuntimeError("the registry reused a version; every round must store new bytes")
     return elapsed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--rank", type=int, default=64)
     args = parser.parse_args()
 
@@ -137,20 +147,27 @@ def main() -> None:
         created.raise_for_status()
 
         boto_s, registry_s, growth_mb = [], [], []
+        pids = (os.getpid(), registry.process.pid, s3_server.process.pid)
         for round_number in range(args.rounds):
             delete_all(s3)
+            cpu_before = cpu_of(*pids)
             started = time.perf_counter()
             s3.upload_file(str(weights), BUCKET, f"raw/{round_number}", Config=TRANSFER)
             boto_s.append(time.perf_counter() - started)
+            boto_cpu = [after - before for after, before in zip(cpu_of(*pids), cpu_before)]
             delete_all(s3)
 
             pid = registry.process.pid
             reset_peak_rss(pid)
             before_kb = rss_kb(pid, "VmRSS")
+            cpu_before = cpu_of(*pids)
             registry_s.append(upload_via_registry(client, adapter, f"bench/round-{round_number}"))
+            registry_cpu = [after - before for after, before in zip(cpu_of(*pids), cpu_before)]
             growth_mb.append((rss_kb(pid, "VmHWM") - before_kb) * 1024 / MB)
-            print(f"round {round_number + 1}: boto3 {size / MB / boto_s[-1]:.1f} MB/s, "
-                  f"registry {size / MB / registry_s[-1]:.1f} MB/s, "
+            print(f"round {round_number + 1}: boto3 {size / MB / boto_s[-1]:.1f} MB/s "
+                  f"(cpu s: client/registry/s3 {'/'.join(f'{c:.2f}' for c in boto_cpu)}), "
+                  f"registry {size / MB / registry_s[-1]:.1f} MB/s "
+                  f"(cpu s {'/'.join(f'{c:.2f}' for c in registry_cpu)}), "
                   f"registry RSS growth {growth_mb[-1]:.1f} MB", flush=True)
         client.close()
 

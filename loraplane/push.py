@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from loraplane.client import checked
+from loraplane.digests import file_sha256
 
 PEFT_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
@@ -52,6 +53,11 @@ def push(client: httpx.Client, source: Path, tenant: str, name: str, *,
     paths = files_to_send(source)
     total = sum(path.stat().st_size for path in paths)
     data = {"base_model": base_model} if base_model else {}
+    weights = [path for path in paths if path.name == PEFT_FILES[1]]
+    if weights:
+        # Declared before the files, so the registry can stream the weights straight to storage
+        # and check that the bytes it got are the bytes we sent.
+        data["weights_sha256"] = file_sha256(weights[0])
     with ExitStack() as stack:
         progress = stack.enter_context(
             Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),

@@ -90,7 +90,7 @@ class AdapterVersion(Base):
     adapter_id: Mapped[int] = mapped_column(ForeignKey("adapters.id"), index=True)
     number: Mapped[int] = mapped_column(Integer)
     digest: Mapped[str] = mapped_column(String(64), index=True)
-    storage_key: Mapped[str] = mapped_column(String(200))
+    files: Mapped[list[dict[str, Any]]] = mapped_column(JSON)  # the manifest: name, sha256, size
     size_bytes: Mapped[int] = mapped_column(BigInteger)
     rank: Mapped[int] = mapped_column(Integer)
     lora_alpha: Mapped[float]

@@ -1,60 +1,32 @@
-"""The stored artifact: a deterministic tar of the two PEFT files, named by its sha256.
+"""How a version is stored: two content-addressed blobs and a manifest that names them.
 
-The same config and weights always give the same bytes, whether they arrived as two files, a
-.tar.gz or a .zip, so identical adapters share one digest and one stored object.
+The version's digest is the sha256 of the canonical manifest, so the same config and weights
+always get the same digest, whether they arrived as two files, a .tar.gz or a .zip. Blobs are
+shared between versions that have the same bytes.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
-import tarfile
-from dataclasses import dataclass
-from pathlib import Path
-from typing import BinaryIO
+import json
 
 from registry.adapters.peft_config import FILE as CONFIG_FILE
 from registry.adapters.safetensors_check import FILE as WEIGHTS_FILE
 
 
-@dataclass(frozen=True)
-class Artifact:
-    path: Path
-    digest: str
-    size: int
-
-    @property
-    def storage_key(self) -> str:
-        return storage_key(self.digest)
+def blob_key(sha256: str) -> str:
+    return f"blobs/sha256/{sha256[:2]}/{sha256}"
 
 
-def storage_key(digest: str) -> str:
-    return f"artifacts/sha256/{digest[:2]}/{digest}.tar"
+def manifest(*, config_sha256: str, config_size: int, weights_sha256: str, weights_size: int) -> list[dict]:
+    return [
+        {"name": CONFIG_FILE, "sha256": config_sha256, "size": config_size},
+        {"name": WEIGHTS_FILE, "sha256": weights_sha256, "size": weights_size},
+    ]
 
 
-def build(config: bytes, weights: BinaryIO, weights_size: int, path: Path) -> Artifact:
-    with open(path, "wb") as raw:
-        sink = _HashingWriter(raw)
-        with tarfile.open(fileobj=sink, mode="w|", format=tarfile.USTAR_FORMAT) as tar:
-            tar.addfile(_member(CONFIG_FILE, len(config)), io.BytesIO(config))
-            weights.seek(0)
-            tar.addfile(_member(WEIGHTS_FILE, weights_size), weights)
-    return Artifact(path=path, digest=sink.sha256.hexdigest(), size=sink.size)
+def digest_of(files: list[dict]) -> str:
+    canonical = json.dumps(files, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(canonical).hexdigest()
 
 
-def _member(name: str, size: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.size, info.mode, info.mtime = size, 0o644, 0
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
-
-
-class _HashingWriter:
-    def __init__(self, raw: BinaryIO) -> None:
-        self.raw, self.sha256, self.size = raw, hashlib.sha256(), 0
-
-    def write(self, data: bytes) -> int:
-        self.sha256.update(data)
-        self.size += len(data)
-        return self.raw.write(data)

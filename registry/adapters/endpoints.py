@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path as FilePath
+
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from registry.adapters import service
-from registry.adapters.form import OPENAPI_BODY, read_upload_form
+from registry.adapters.receive import OPENAPI_BODY, receive_upload
 from registry.adapters.schemas import AdapterOut, DownloadOut, VersionOut
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal
@@ -43,13 +46,15 @@ async def upload_version(
     try:
         check_name(tenant, "tenant")
         check_name(name, "adapter")
-        form = await read_upload_form(request)
-        try:
-            version, created = await run_in_threadpool(
-                _store_upload, principal, tenant, name, form.parts, form.base_model
-            )
-        finally:
-            await form.close()
+        with tempfile.TemporaryDirectory(prefix="loraplane-upload-") as workdir:
+            received = await receive_upload(request, FilePath(workdir), get_store())
+            try:
+                version, created = await run_in_threadpool(
+                    _store_upload, principal, tenant, name, received, FilePath(workdir))
+            except BaseException:
+                if received.streamed is not None:
+                    await run_in_threadpool(received.streamed.writer.abort)
+                raise
     except LoraplaneError as refusal:
         UPLOAD_REFUSALS.labels(reason=refusal.code).inc()
         raise
@@ -58,11 +63,11 @@ async def upload_version(
     return version
 
 
-def _store_upload(principal, tenant, name, parts, base_model):
+def _store_upload(principal, tenant, name, received, workdir):
     with transaction() as session:
         return service.upload_version(
             session, get_store(), get_settings(), principal=principal, tenant=tenant, name=name,
-            parts=parts, base_model=base_model,
+            received=received, workdir=workdir,
         )
 
 

@@ -5,6 +5,12 @@ from datetime import datetime
 from pydantic import BaseModel
 
 
+class ManifestFile(BaseModel):
+    name: str
+    sha256: str
+    size: int
+
+
 class VersionOut(BaseModel):
     tenant: str
     adapter: str
@@ -13,6 +19,7 @@ class VersionOut(BaseModel):
     base_model: str
     digest: str
     size_bytes: int
+    files: list[ManifestFile]
     rank: int
     lora_alpha: float
     target_modules: list[str]
@@ -31,8 +38,13 @@ class AdapterOut(BaseModel):
     created_at: datetime
 
 
-class DownloadOut(BaseModel):
+class DownloadFile(ManifestFile):
     url: str
+
+
+class DownloadOut(BaseModel):
+    """The version's manifest with a presigned URL per file. `digest` is the manifest's sha256."""
+
     digest: str
-    size_bytes: int
     expires_in: int
+    files: list[DownloadFile]

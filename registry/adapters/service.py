@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import tempfile
+import hashlib
 from pathlib import Path
 
 from sqlalchemy import select
@@ -10,8 +10,9 @@ from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.adapters import artifact, repository, upload_files, validation
-from registry.adapters.schemas import AdapterOut, DownloadOut, VersionOut
-from registry.adapters.upload_files import UploadedFile
+from registry.adapters.schemas import AdapterOut, DownloadFile, DownloadOut, VersionOut
+from registry.adapters.receive import BASE_MODEL_FIELD, WEIGHTS_SHA256_FIELD, ReceivedUpload
+from registry.adapters.upload_files import AdapterFiles
 from registry.auth.principal import Principal, Role
 from registry.errors import NotFound, Unprocessable
 from registry.names import check_name
@@ -33,34 +34,32 @@ def upload_version(
     principal: Principal,
     tenant: str,
     name: str,
-    parts: list[UploadedFile],
-    base_model: str | None,
+    received: ReceivedUpload,
+    workdir: Path,
 ) -> tuple[VersionOut, bool]:
     """Validate, store by content, and record a version. Returns (version, created)."""
     tenant_row = _tenant(session, tenant)
-    with tempfile.TemporaryDirectory(prefix="loraplane-upload-") as workdir:
-        files = upload_files.collect(parts, settings, Path(workdir))
-        checked = validation.validate(session, files, base_model=base_model,
-                                      max_header_bytes=settings.max_header_bytes)
-        existing = repository.adapter_by_name(session, tenant_row.id, name)
-        if existing is not None and existing.base_model_id != checked.base.id:
-            raise Unprocessable(
-                f"adapter {tenant}/{name} is for another base model than {checked.base.name!r}",
-                code="base_model_changed", hint="Upload it under a new adapter name.",
-            )
-        built = artifact.build(files.config, files.weights, files.weights_size,
-                               Path(workdir) / "artifact.tar")
-        store.put_file(built.storage_key, built.path)
+    files = upload_files.collect(received.files, settings, workdir)
+    checked = validation.validate(session, files, base_model=received.fields.get(BASE_MODEL_FIELD),
+                                  max_header_bytes=settings.max_header_bytes)
+    existing = repository.adapter_by_name(session, tenant_row.id, name)
+    if existing is not None and existing.base_model_id != checked.base.id:
+        raise Unprocessable(
+            f"adapter {tenant}/{name} is for another base model than {checked.base.name!r}",
+            code="base_model_changed", hint="Upload it under a new adapter name.",
+        )
+    manifest = _store_blobs(store, files, received)
     adapter = repository.lock_or_create_adapter(session, tenant_row.id, name, checked.base.id)
-    same = repository.version_by_digest(session, adapter.id, built.digest)
+    digest = artifact.digest_of(manifest)
+    same = repository.version_by_digest(session, adapter.id, digest)
     if same is not None:
         return _version_out(session, same), False
     version = AdapterVersion(
         adapter_id=adapter.id,
         number=(repository.latest_version_number(session, adapter.id) or 0) + 1,
-        digest=built.digest,
-        storage_key=built.storage_key,
-        size_bytes=built.size,
+        digest=digest,
+        files=manifest,
+        size_bytes=sum(entry["size"] for entry in manifest),
         rank=checked.layout.rank,
         lora_alpha=checked.spec.lora_alpha,
         target_modules=list(checked.layout.modules),
@@ -78,6 +77,25 @@ def upload_version(
                  subject=out.served_name, tenant_id=tenant_row.id,
                  after=out.model_dump(mode="json", exclude={"created_at"}))
     return out, True
+
+
+def _store_blobs(store: ArtifactStore, files: AdapterFiles, received: ReceivedUpload) -> list[dict]:
+    """Put both blobs in the store; only validated bytes get here."""
+    declared = received.fields.get(WEIGHTS_SHA256_FIELD)
+    if declared is not None and declared != files.weights_sha256:
+        raise Unprocessable(
+            f"adapter_model.safetensors has sha256 {files.weights_sha256}, but the upload "
+            f"declared {declared}", code="digest_mismatch",
+            hint="The file changed or was damaged in transit; upload it again.",
+        )
+    config_sha256 = hashlib.sha256(files.config).hexdigest()
+    store.put_bytes(artifact.blob_key(config_sha256), files.config)
+    if received.streamed is not None:
+        received.streamed.writer.complete()
+    else:
+        store.put_file(artifact.blob_key(files.weights_sha256), files.weights)
+    return artifact.manifest(config_sha256=config_sha256, config_size=len(files.config),
+                             weights_sha256=files.weights_sha256, weights_size=files.weights_size)
 
 
 def list_adapters(session: Session, principal: Principal, *, tenant: str | None,
@@ -120,10 +138,11 @@ def download(session: Session, store: ArtifactStore, settings: RegistrySettings,
     principal.require(READERS, tenant)
     version = _version(session, tenant, name, number)
     return DownloadOut(
-        url=store.presigned_url(version.storage_key, settings.presign_ttl_s),
         digest=version.digest,
-        size_bytes=version.size_bytes,
         expires_in=settings.presign_ttl_s,
+        files=[DownloadFile(**entry, url=store.presigned_url(artifact.blob_key(entry["sha256"]),
+                                                             settings.presign_ttl_s))
+               for entry in version.files],
     )
 
 
@@ -172,6 +191,7 @@ def _version_out(session: Session, row: AdapterVersion) -> VersionOut:
         base_model=session.get(BaseModel, adapter.base_model_id).name,
         digest=row.digest,
         size_bytes=row.size_bytes,
+        files=row.files,
         rank=row.rank,
         lora_alpha=row.lora_alpha,
         target_modules=row.target_modules,

@@ -27,10 +27,11 @@ def validate(session: Session, files: AdapterFiles, *, base_model: str | None,
              max_header_bytes: int) -> ValidatedAdapter:
     spec = peft_config.parse_config(files.config)
     base = _target_base(session, spec, base_model)
-    tensors = safetensors_check.read_tensors(files.weights, files.weights_size, max_header_bytes)
-    layout = lora_layout.check_layout(tensors, spec, shape_of(base))
-    for tensor in tensors:
-        safetensors_check.check_finite(files.weights, tensor)
+    with files.weights.open("rb") as weights:
+        tensors = safetensors_check.read_tensors(weights, files.weights_size, max_header_bytes)
+        layout = lora_layout.check_layout(tensors, spec, shape_of(base))
+        for tensor in tensors:
+            safetensors_check.check_finite(weights, tensor)
     return ValidatedAdapter(spec=spec, layout=layout, base=base)
 
 

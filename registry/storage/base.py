@@ -1,12 +1,31 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
+
+
+class BlobWriter(Protocol):
+    """An object being written part by part; invisible until `complete`."""
+
+    part_size: int
+
+    def upload_part(self, number: int, data: BinaryIO) -> None: ...
+    def complete(self) -> None: ...
+    def abort(self) -> None: ...
 
 
 class ArtifactStore(Protocol):
-    def put_file(self, key: str, path: Path) -> None:
-        """Store the file under key. Keys are content-addressed, so an existing key is kept."""
+    """Content-addressed blobs: a key never changes its bytes, so writing one that exists is skipped."""
+
+    def has(self, key: str) -> bool: ...
+
+    def put_file(self, key: str, path: Path) -> None: ...
+
+    def put_bytes(self, key: str, data: bytes) -> None: ...
+
+    def begin_write(self, key: str) -> BlobWriter | None:
+        """A writer that streams into `key` while a request is still arriving, or None where
+        streaming gains nothing (a local folder renames the finished file instead)."""
 
     def presigned_url(self, key: str, ttl_s: int) -> str:
         """A URL that downloads the object without other credentials, valid for ttl_s."""

@@ -19,4 +19,4 @@ def download_artifact(key: str, expires: int = Query(..., ge=0, le=2**40),
     if not isinstance(store, LocalStore):
         raise NotFound("artifacts are served by the object store", code="not_found")
     path = store.open_signed(key, expires, signature)
-    return FileResponse(path, media_type="application/x-tar")
+    return FileResponse(path, media_type="application/octet-stream")

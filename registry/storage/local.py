@@ -23,15 +23,27 @@ class LocalStore:
         self.public_url = settings.public_url.rstrip("/")
         self._key = settings.signing_key()
 
+    def has(self, key: str) -> bool:
+        return self.path_of(key).is_file()
+
     def put_file(self, key: str, path: Path) -> None:
+        with open(path, "rb") as source:
+            self._write(key, lambda staging: shutil.copyfileobj(source, staging, 1024 * 1024))
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self._write(key, lambda staging: staging.write(data))
+
+    def begin_write(self, key: str) -> None:
+        return None
+
+    def _write(self, key: str, fill) -> None:
         target = self.path_of(key)
         if target.exists():
             return
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as staging:
-            with open(path, "rb") as source:
-                shutil.copyfileobj(source, staging, 1024 * 1024)
-        os.replace(staging.name, target)  # atomic: readers never see a partial artifact
+            fill(staging)
+        os.replace(staging.name, target)  # atomic: readers never see a partial blob
 
     def presigned_url(self, key: str, ttl_s: int) -> str:
         expires = int(time.time()) + ttl_s

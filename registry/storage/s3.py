@@ -1,17 +1,34 @@
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from typing import BinaryIO
 
 import boto3
+from boto3.exceptions import S3UploadFailedError
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
-from boto3.exceptions import S3UploadFailedError
 from botocore.exceptions import BotoCoreError, ClientError
 
 from registry.errors import Unavailable
 from registry.settings import MiB, RegistrySettings
 
-TRANSFER = TransferConfig(multipart_threshold=64 * MiB, multipart_chunksize=16 * MiB, max_concurrency=4)
+PART_SIZE = 16 * MiB
+CHECKSUM = "CRC32"  # S3 checks every part, as boto3's own transfers do
+TRANSFER = TransferConfig(multipart_threshold=64 * MiB, multipart_chunksize=PART_SIZE, max_concurrency=4)
+
+
+@contextlib.contextmanager
+def storage_errors():
+    """Turn any S3 failure into a 503 that says nothing was stored."""
+    try:
+        yield
+    except (BotoCoreError, ClientError, S3UploadFailedError) as error:
+        raise Unavailable(
+            f"artifact storage failed: {type(error).__name__}",
+            code="storage_unavailable",
+            hint="Nothing was stored. Retry the upload; if it keeps failing, check /readyz.",
+        ) from error
 
 
 class S3Store:
@@ -27,19 +44,35 @@ class S3Store:
                 connect_timeout=5,
                 read_timeout=60,
                 s3={"addressing_style": "path"},
+                max_pool_connections=16,
             ),
         )
 
+    def has(self, key: str) -> bool:
+        with storage_errors():
+            try:
+                self.client.head_object(Bucket=self.bucket, Key=key)
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                    return False
+                raise
+        return True
+
     def put_file(self, key: str, path: Path) -> None:
-        try:
-            if not self._exists(key):
+        if not self.has(key):
+            with storage_errors():
                 self.client.upload_file(str(path), self.bucket, key, Config=TRANSFER)
-        except (BotoCoreError, ClientError, S3UploadFailedError) as error:
-            raise Unavailable(
-                f"artifact storage failed: {type(error).__name__}",
-                code="storage_unavailable",
-                hint="Nothing was stored. Retry the upload; if it keeps failing, check /readyz.",
-            ) from error
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        if not self.has(key):
+            with storage_errors():
+                self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
+
+    def begin_write(self, key: str) -> S3MultipartWriter:
+        with storage_errors():
+            upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=key,
+                                                         ChecksumAlgorithm=CHECKSUM)
+        return S3MultipartWriter(self.client, self.bucket, key, upload["UploadId"])
 
     def presigned_url(self, key: str, ttl_s: int) -> str:
         return self.client.generate_presigned_url(
@@ -49,11 +82,31 @@ class S3Store:
     def check(self) -> None:
         self.client.head_bucket(Bucket=self.bucket)
 
-    def _exists(self, key: str) -> bool:
-        try:
-            self.client.head_object(Bucket=self.bucket, Key=key)
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-                return False
-            raise
-        return True
+
+class S3MultipartWriter:
+    """An S3 multipart upload: parts may arrive in any order; the object appears on complete."""
+
+    part_size = PART_SIZE
+
+    def __init__(self, client, bucket: str, key: str, upload_id: str) -> None:
+        self.client, self.bucket, self.key, self.upload_id = client, bucket, key, upload_id
+        self.parts: dict[int, dict] = {}
+
+    def upload_part(self, number: int, data: BinaryIO) -> None:
+        with storage_errors():
+            response = self.client.upload_part(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
+                                               PartNumber=number, Body=data, ChecksumAlgorithm=CHECKSUM)
+        self.parts[number] = {"PartNumber": number, "ETag": response["ETag"],
+                              "ChecksumCRC32": response["ChecksumCRC32"]}
+
+    def complete(self) -> None:
+        parts = [self.parts[number] for number in sorted(self.parts)]
+        with storage_errors():
+            self.client.complete_multipart_upload(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
+                                                  MultipartUpload={"Parts": parts})
+
+    def abort(self) -> None:
+        # Best effort: an upload left behind is invisible, and a bucket lifecycle rule
+        # (AbortIncompleteMultipartUpload) removes its parts.
+        with contextlib.suppress(BotoCoreError, ClientError):
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id)

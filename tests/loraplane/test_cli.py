@@ -82,11 +82,15 @@ def test_push_with_progress_then_download_and_verify(embedded, tiny_base, make_a
 
     headers = {"Authorization": f"Bearer {alice}"}
     link = httpx.get(server.url + "/v1/adapters/acme/cli-demo/versions/1/download", headers=headers).json()
-    artifact = httpx.get(link["url"])
-    assert artifact.status_code == 200
-    assert hashlib.sha256(artifact.content).hexdigest() == version["digest"] == link["digest"]
-    flipped = "0" if link["url"][-1] != "0" else "1"
-    tampered = httpx.get(link["url"][:-1] + flipped)
+    assert link["digest"] == version["digest"]
+    for entry in link["files"]:
+        fetched = httpx.get(entry["url"])
+        assert fetched.status_code == 200
+        assert fetched.content == (folder / entry["name"]).read_bytes()
+        assert hashlib.sha256(fetched.content).hexdigest() == entry["sha256"]
+    url = link["files"][1]["url"]
+    flipped = "0" if url[-1] != "0" else "1"
+    tampered = httpx.get(url[:-1] + flipped)
     assert tampered.status_code == 403
     assert tampered.json()["error"]["code"] == "bad_signature"
 

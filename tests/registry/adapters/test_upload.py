@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from registry.adapters.artifact import blob_key
 from tests.conftest import BUCKET
 
 
@@ -41,18 +42,20 @@ def test_real_peft_adapter_is_accepted_with_rank_and_targets_parsed(
     assert version["dtype"] == "F32"
     assert version["uploaded_by"] == "acme_uploader"
     assert version["state"] == "validated"
-    key = f"artifacts/sha256/{version['digest'][:2]}/{version['digest']}.tar"
-    stored = s3_client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
-    assert hashlib.sha256(stored).hexdigest() == version["digest"]
-    assert len(stored) == version["size_bytes"]
-    with tarfile.open(fileobj=io.BytesIO(stored)) as tar:
-        assert tar.getnames() == ["adapter_config.json", "adapter_model.safetensors"]
-        weights = tar.extractfile("adapter_model.safetensors").read()
-    assert weights == (folder / "adapter_model.safetensors").read_bytes()
+    files = {entry["name"]: entry for entry in version["files"]}
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        content = (folder / name).read_bytes()
+        assert files[name] == {"name": name, "sha256": hashlib.sha256(content).hexdigest(),
+                               "size": len(content)}
+        stored = s3_client.get_object(Bucket=BUCKET, Key=blob_key(files[name]["sha256"]))["Body"].read()
+        assert stored == content
+    canonical = json.dumps(version["files"], sort_keys=True, separators=(",", ":")).encode()
+    assert version["digest"] == hashlib.sha256(canonical).hexdigest()
+    assert version["size_bytes"] == sum(entry["size"] for entry in version["files"])
     after = stored_state()
     assert after["adapter_versions"] == before["adapter_versions"] + 1
     assert after["audit_events"] == before["audit_events"] + 1
-    assert set(after["s3_keys"]) - set(before["s3_keys"]) == {key}
+    assert set(after["s3_keys"]) - set(before["s3_keys"]) == {blob_key(f["sha256"]) for f in files.values()}
 
 
 def test_identical_bytes_return_the_existing_version_in_any_packaging(uploader, base_model, make_adapter,
@@ -131,9 +134,12 @@ def test_read_api_lists_filters_paginates_and_presigns(uploader, client_for, bas
     assert uploader.get("/v1/adapters/acme/listed").json()["latest_version"] == 3
 
     download = client_for("acme_reviewer").get("/v1/adapters/acme/listed/versions/2/download").json()
-    artifact = httpx.get(download["url"])
-    assert artifact.status_code == 200
-    assert hashlib.sha256(artifact.content).hexdigest() == download["digest"]
+    assert download["digest"] == uploader.get("/v1/adapters/acme/listed/versions/2").json()["digest"]
+    for entry in download["files"]:
+        fetched = httpx.get(entry["url"])
+        assert fetched.status_code == 200
+        assert hashlib.sha256(fetched.content).hexdigest() == entry["sha256"]
+        assert len(fetched.content) == entry["size"]
 
     missing = uploader.get("/v1/adapters/acme/listed/versions/9")
     assert missing.status_code == 404
@@ -154,3 +160,44 @@ def _zip(folder: Path, prefix: str = "") -> bytes:
         for name in ("adapter_config.json", "adapter_model.safetensors"):
             archive.write(folder / name, arcname=prefix + name)
     return buffer.getvalue()
+
+
+def test_declared_weights_digest_streams_to_storage_and_is_checked(uploader, base_model, make_adapter,
+                                                                  s3_client, stored_state):
+    folder = make_adapter(seed=17)
+    weights = (folder / "adapter_model.safetensors").read_bytes()
+    sha = hashlib.sha256(weights).hexdigest()
+    before = stored_state()
+
+    wrong = upload(uploader, "acme/declared", peft_files(folder), weights_sha256="0" * 64)
+
+    assert wrong.status_code == 422
+    assert wrong.json()["error"]["code"] == "digest_mismatch"
+    assert f"has sha256 {sha}, but the upload declared {'0' * 64}" in wrong.json()["error"]["message"]
+    assert stored_state() == before
+    assert s3_client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
+
+    right = upload(uploader, "acme/declared", peft_files(folder), weights_sha256=sha)
+
+    assert right.status_code == 201, right.text
+    assert s3_client.get_object(Bucket=BUCKET, Key=blob_key(sha))["Body"].read() == weights
+    assert s3_client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
+
+
+def test_a_refused_streamed_upload_leaves_no_object_and_no_open_upload(uploader, base_model, make_adapter,
+                                                                      s3_client, stored_state):
+    folder = make_adapter(seed=18)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    config["use_dora"] = True
+    weights = (folder / "adapter_model.safetensors").read_bytes()
+    before = stored_state()
+
+    response = upload(uploader, "acme/streamed-refusal",
+                      [("adapter_config.json", json.dumps(config).encode()),
+                       ("adapter_model.safetensors", weights)],
+                      weights_sha256=hashlib.sha256(weights).hexdigest())
+
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "dora_unsupported"
+    assert stored_state() == before
+    assert s3_client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []

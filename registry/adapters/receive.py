@@ -1,0 +1,236 @@
+"""Receive a multipart upload as it arrives.
+
+Each file part is spooled to disk and hashed on the way in, so nothing is held in memory whole.
+When the client declares the weights' sha256 first (`loraplane push` does), the weights also
+stream into the object store under their final content address while they arrive. That write
+is only completed after validation, so a refused upload never becomes visible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastapi import Request
+from python_multipart.exceptions import MultipartParseError
+from python_multipart.multipart import MultipartParser, parse_options_header
+from s3transfer.utils import ReadFileChunk
+from starlette.concurrency import run_in_threadpool
+
+from registry.adapters.artifact import blob_key
+from registry.adapters.safetensors_check import FILE as WEIGHTS_FILE
+from registry.errors import BadRequest, UnsupportedMediaType
+from registry.storage.base import ArtifactStore, BlobWriter
+
+FILE_FIELD, BASE_MODEL_FIELD, WEIGHTS_SHA256_FIELD = "file", "base_model", "weights_sha256"
+TEXT_FIELDS = (BASE_MODEL_FIELD, WEIGHTS_SHA256_FIELD)
+MAX_PARTS = 8
+MAX_FIELD_BYTES = 4096
+PARTS_IN_FLIGHT = 4
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+OPENAPI_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object",
+    "required": [FILE_FIELD],
+    "properties": {
+        FILE_FIELD: {"type": "array", "items": {"type": "string", "format": "binary"},
+                     "description": "adapter_config.json and adapter_model.safetensors, "
+                                    "or one .tar.gz/.tgz/.tar/.zip of a PEFT folder."},
+        BASE_MODEL_FIELD: {"type": "string", "description": "Target base model; defaults to the "
+                                                            "one named in adapter_config.json."},
+        WEIGHTS_SHA256_FIELD: {"type": "string", "pattern": "^[0-9a-f]{64}$",
+                               "description": "sha256 of adapter_model.safetensors, sent before "
+                                              "the files: checked, and lets the weights stream."},
+    }}}}}}
+
+
+@dataclass(frozen=True)
+class ReceivedFile:
+    filename: str
+    path: Path
+    sha256: str
+    size: int
+
+
+@dataclass
+class ReceivedUpload:
+    files: list[ReceivedFile] = field(default_factory=list)
+    fields: dict[str, str] = field(default_factory=dict)
+    streamed: StreamedBlob | None = None
+
+
+@dataclass
+class StreamedBlob:
+    """Weights already sent to the store under the declared address, not yet completed."""
+
+    key: str
+    writer: BlobWriter
+
+
+class _PartPump:
+    """Sends each finished stretch of the spool file as a part, a bounded number in flight.
+
+    Parts are read back from the spool file (the page cache), so no part is held in memory.
+    """
+
+    def __init__(self, writer: BlobWriter, spool: Path) -> None:
+        self.writer, self.spool = writer, spool
+        self.written = self.sent = self.number = 0
+        self.in_flight: set[asyncio.Task] = set()
+
+    async def wrote(self, size: int, file) -> None:
+        self.written += size
+        if self.written - self.sent >= self.writer.part_size:
+            file.flush()
+            await self._send(self.writer.part_size)
+
+    async def finish(self) -> None:
+        while self.written > self.sent or self.number == 0:
+            await self._send(min(self.writer.part_size, self.written - self.sent))
+        await self._wait(0)
+
+    async def abort(self) -> None:
+        for task in self.in_flight:
+            task.cancel()
+        await asyncio.gather(*self.in_flight, return_exceptions=True)
+        await run_in_threadpool(self.writer.abort)
+
+    async def _send(self, size: int) -> None:
+        await self._wait(PARTS_IN_FLIGHT - 1)
+        self.number += 1
+        part = ReadFileChunk.from_filename(str(self.spool), self.sent, size)
+        self.sent += size
+        self.in_flight.add(asyncio.create_task(run_in_threadpool(self._upload, self.number, part)))
+
+    def _upload(self, number: int, part: ReadFileChunk) -> None:
+        with part:
+            self.writer.upload_part(number, part)
+
+    async def _wait(self, most: int) -> None:
+        while len(self.in_flight) > most:
+            done, self.in_flight = await asyncio.wait(self.in_flight, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # re-raise a failed part upload
+
+
+class _Part:
+    def __init__(self, headers: dict[bytes, bytes], workdir: Path, index: int) -> None:
+        _, options = parse_options_header(headers.get(b"content-disposition", b""))
+        self.name = options.get(b"name", b"").decode("utf-8", "replace")
+        filename = options.get(b"filename")
+        self.filename = filename.decode("utf-8", "replace") if filename is not None else None
+        self.text = bytearray()
+        self.sha256, self.size, self.pump = hashlib.sha256(), 0, None
+        self.path = workdir / f"part-{index}"
+        self.file = self.path.open("wb") if self.filename is not None else None
+
+    async def write(self, data: bytes) -> None:
+        if self.file is None:
+            self.text += data
+            if len(self.text) > MAX_FIELD_BYTES:
+                raise BadRequest(f"form field {self.name!r} is longer than {MAX_FIELD_BYTES} bytes",
+                                 code="invalid_field", hint="Send short text fields only.")
+            return
+        self.file.write(data)
+        self.sha256.update(data)
+        self.size += len(data)
+        if self.pump is not None:
+            await self.pump.wrote(len(data), self.file)
+
+
+async def receive_upload(request: Request, workdir: Path, store: ArtifactStore) -> ReceivedUpload:
+    content_type, options = parse_options_header(request.headers.get("content-type", ""))
+    if content_type != b"multipart/form-data" or not options.get(b"boundary"):
+        raise UnsupportedMediaType(
+            f"expected multipart/form-data, got {content_type.decode('latin-1') or 'no content type'!r}",
+            hint="curl -F file=@adapter_config.json -F file=@adapter_model.safetensors ...",
+        )
+    upload, events, parts = ReceivedUpload(), [], []
+    header: list[bytes] = [b"", b""]
+    headers: dict[bytes, bytes] = {}
+    parser = MultipartParser(options[b"boundary"], {
+        "on_part_begin": lambda: events.append(("begin", b"")),
+        "on_header_field": lambda d, s, e: events.append(("field", d[s:e])),
+        "on_header_value": lambda d, s, e: events.append(("value", d[s:e])),
+        "on_header_end": lambda: events.append(("header", b"")),
+        "on_headers_finished": lambda: events.append(("headers", b"")),
+        "on_part_data": lambda d, s, e: events.append(("data", d[s:e])),
+        "on_part_end": lambda: events.append(("end", b"")),
+    })
+    part: _Part | None = None
+    try:
+        async for chunk in request.stream():
+            try:
+                parser.write(chunk)
+            except MultipartParseError as error:
+                raise _malformed(str(error)) from None
+            for kind, value in events:
+                if kind == "begin":
+                    header, headers = [b"", b""], {}
+                elif kind == "field":
+                    header[0] += value
+                elif kind == "value":
+                    header[1] += value
+                elif kind == "header":
+                    headers[header[0].lower()] = header[1]
+                    header = [b"", b""]
+                elif kind == "headers":
+                    if len(parts) >= MAX_PARTS:
+                        raise _malformed(f"more than {MAX_PARTS} parts")
+                    part = _Part(headers, workdir, len(parts))
+                    parts.append(part)
+                    await _maybe_stream(part, upload, store)
+                elif kind == "data":
+                    await part.write(value)
+                elif kind == "end":
+                    await _finish_part(part, upload)
+                    part = None
+            events.clear()
+        if part is not None or not parts:
+            raise _malformed("the body ended before the last part did")
+    except BaseException:
+        for open_part in parts:
+            if open_part.file is not None:
+                open_part.file.close()
+            if open_part.pump is not None:
+                await open_part.pump.abort()
+        raise
+    return upload
+
+
+async def _maybe_stream(part: _Part, upload: ReceivedUpload, store: ArtifactStore) -> None:
+    declared = upload.fields.get(WEIGHTS_SHA256_FIELD, "")
+    if part.filename != WEIGHTS_FILE or upload.streamed is not None or not SHA256.fullmatch(declared):
+        return
+    key = blob_key(declared)
+    if await run_in_threadpool(store.has, key):
+        return  # the same bytes are stored already; they are only checked this time
+    writer = await run_in_threadpool(store.begin_write, key)
+    if writer is not None:
+        part.pump = _PartPump(writer, part.path)
+        upload.streamed = StreamedBlob(key=key, writer=writer)
+
+
+async def _finish_part(part: _Part, upload: ReceivedUpload) -> None:
+    if part.file is None:
+        if part.name not in TEXT_FIELDS or part.name in upload.fields:
+            raise BadRequest(f"unknown or repeated form field {part.name!r}", code="unknown_field",
+                             hint=f"Send files as {FILE_FIELD!r}, and optionally one of each of "
+                                  f"{', '.join(map(repr, TEXT_FIELDS))}.")
+        upload.fields[part.name] = part.text.decode("utf-8", "replace").strip()
+        return
+    part.file.close()
+    if part.pump is not None:
+        await part.pump.finish()
+    if part.name != FILE_FIELD:
+        raise BadRequest(f"unknown form field {part.name!r}", code="unknown_field",
+                         hint=f"Send files as {FILE_FIELD!r}.")
+    upload.files.append(ReceivedFile(part.filename, part.path, part.sha256.hexdigest(), part.size))
+
+
+def _malformed(detail: str) -> BadRequest:
+    return BadRequest(f"malformed multipart body: {detail}", code="invalid_multipart",
+                      hint="Send multipart/form-data, e.g. with curl -F file=@PATH.")
