@@ -157,7 +157,8 @@ async def receive_upload(request: Request, workdir: Path, store: ArtifactStore) 
         "on_header_value": lambda d, s, e: events.append(("value", d[s:e])),
         "on_header_end": lambda: events.append(("header", b"")),
         "on_headers_finished": lambda: events.append(("headers", b"")),
-        "on_part_data": lambda d, s, e: events.append(("data", d[s:e])),
+        # A view, not a copy: it is consumed before the parser is given the next chunk.
+        "on_part_data": lambda d, s, e: events.append(("data", memoryview(d)[s:e])),
         "on_part_end": lambda: events.append(("end", b"")),
     })
     part: _Part | None = None

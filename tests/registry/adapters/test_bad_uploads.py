@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import MAX_UPLOAD_BYTES
 from tests.support import forge
@@ -248,3 +249,33 @@ def test_unknown_form_field_is_refused(uploader, valid, stored_state):
     assert response.json()["error"]["code"] == "unknown_field"
     assert "'tenant'" in response.json()["error"]["message"]
     assert stored_state() == before
+
+
+def refusals(admin, reason: str) -> float:
+    for family in text_string_to_metric_families(admin.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == "loraplane_upload_refusals_total" and sample.labels == {"reason": reason}:
+                return sample.value
+    return 0.0
+
+
+def test_a_chunked_body_over_the_limit_is_refused(uploader, admin, stored_state):
+    """Without a Content-Length the limit is enforced while the body streams in."""
+    boundary = "limit-test"
+
+    def body():
+        yield (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+               f"filename=\"{WEIGHTS}\"\r\n\r\n").encode()
+        for _ in range(MAX_UPLOAD_BYTES // (1024 * 1024) + 2):
+            yield b"\0" * (1024 * 1024)
+        yield f"\r\n--{boundary}--\r\n".encode()
+
+    before, refused_before = stored_state(), refusals(admin, "upload_too_large")
+    response = uploader.post("/v1/adapters/acme/chunked/versions", content=body(),
+                             headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "upload_too_large"
+    assert f"the limit is {MAX_UPLOAD_BYTES}" in response.json()["error"]["message"]
+    assert stored_state() == before
+    assert refusals(admin, "upload_too_large") == refused_before + 1
