@@ -11,6 +11,7 @@ from rich.console import Console
 
 from loraplane.client import ClientSettings, RegistryError, checked, connect
 from registry.errors import LoraplaneError
+from registry.names import NAME_PATTERN
 
 app = typer.Typer(help="loraplane: validated LoRA adapters for multi-LoRA serving on vLLM.",
                   no_args_is_help=True, pretty_exceptions_show_locals=False)
@@ -141,8 +142,10 @@ def push(
     from loraplane.push import push as push_adapter
 
     tenant, _, name = adapter.partition("/")
-    if not tenant or not name:
-        _fail(f"--adapter must look like tenant/name, got {adapter!r}")
+    if not (NAME_PATTERN.fullmatch(tenant) and NAME_PATTERN.fullmatch(name)):
+        _fail(f"--adapter must look like tenant/name, got {adapter!r}",
+              "Each part: lowercase letters, digits, '-' and '_', starting and ending with a letter "
+              "or digit.")
     with connect() as client:
         version, created = _call(lambda: push_adapter(client, source, tenant, name,
                                                       base_model=base_model, show_progress=not quiet))

@@ -11,9 +11,11 @@ console = Console()
 
 
 def run_embedded(*, data_dir: Path, host: str, port: int) -> None:
-    os.environ.setdefault("LORAPLANE_DATA_DIR", str(data_dir))
-    os.environ.setdefault("LORAPLANE_STORAGE", "local")
-    os.environ.setdefault("LORAPLANE_PUBLIC_URL", f"http://{host}:{port}")
+    # The embedded default is defined by these; the command's own options win over the environment.
+    os.environ["LORAPLANE_DATA_DIR"] = str(data_dir)
+    os.environ["LORAPLANE_STORAGE"] = "local"
+    public_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    os.environ.setdefault("LORAPLANE_PUBLIC_URL", f"http://{public_host}:{port}")
     import uvicorn
 
     from loraplane.tokens import bootstrap_admin
@@ -27,6 +29,7 @@ def run_embedded(*, data_dir: Path, host: str, port: int) -> None:
     token = bootstrap_admin()
     if token is not None:
         token_file.touch(mode=0o600)
+        token_file.chmod(0o600)  # also when the file was already there
         token_file.write_text(token + "\n")
         console.print(f"[green]created the first admin token[/green], saved to {token_file}")
     console.print(f"registry   http://{host}:{port}   (API docs at /docs)")

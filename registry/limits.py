@@ -12,7 +12,7 @@ from registry.settings import MiB
 
 MULTIPART_OVERHEAD = 1 * MiB
 JSON_BODY_LIMIT = 2 * MiB
-DRAIN_LIMIT = 64 * MiB  # read and drop this much of a refused body, so the client sees the 413
+DRAIN_LIMIT = 8 * MiB  # read and drop this much of a refused body, so the client sees the 413
 
 
 class BodySizeLimitMiddleware:
@@ -36,6 +36,15 @@ class BodySizeLimitMiddleware:
                 UPLOAD_REFUSALS.labels(reason=error.code).inc()
             await _send_too_large(send, error)
             return
+        if declared is not None:
+            await self.app(scope, receive, send)  # the server holds the body to its length
+        elif is_upload:
+            await self.app(scope, self._counting(receive, limit), send)
+        else:
+            await self._buffered(scope, receive, send, limit)
+
+    def _counting(self, receive: Receive, limit: int) -> Receive:
+        """Raise as soon as a streamed body passes the limit; the upload route answers 413."""
         received = 0
 
         async def counting_receive() -> Message:
@@ -43,10 +52,28 @@ class BodySizeLimitMiddleware:
             message = await receive()
             received += len(message.get("body", b""))
             if received > limit:
-                raise self._error(is_upload, received)
+                raise self._error(True, received)
             return message
 
-        await self.app(scope, receive if declared is not None else counting_receive, send)
+        return counting_receive
+
+    async def _buffered(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        """A small chunked body is read whole first, so a 413 is never lost in body parsing."""
+        messages, received = [], 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            received += len(message.get("body", b""))
+            if received > limit:
+                await _send_too_large(send, self._error(False, received))
+                return
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+
+        async def replay() -> Message:
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
 
     def _error(self, is_upload: bool, size: int) -> PayloadTooLarge:
         if is_upload:

@@ -18,3 +18,11 @@ def check_name(value: str, kind: str) -> str:
             "starting and ending with a letter or digit.",
         )
     return value
+
+
+def refuse_control_characters(value: str, label: str) -> str:
+    """The database refuses NUL, and no legitimate name holds control characters."""
+    if any(ord(char) < 32 or ord(char) == 127 for char in value):
+        raise Unprocessable(f"{label} contains a control character", code="invalid_name",
+                            hint="Remove control characters such as NUL.")
+    return value

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
@@ -26,7 +28,8 @@ class RegistrySettings(BaseSettings):
 
     public_url: str = "http://127.0.0.1:8000"
     secret_key: SecretStr | None = Field(
-        default=None, description="Signs local download URLs. Generated into data_dir if unset."
+        default=None, min_length=32,
+        description="Signs local download URLs. Generated into data_dir if unset.",
     )
     presign_ttl_s: int = Field(default=900, ge=30, le=7 * 24 * 3600)
 
@@ -47,15 +50,29 @@ class RegistrySettings(BaseSettings):
     def artifacts_dir(self) -> Path:
         return self.data_dir / "store"
 
+    def spool_dir(self) -> Path:
+        """Where uploads are spooled: beside the state, not in a possibly RAM-backed /tmp."""
+        path = self.data_dir / "spool"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
     def signing_key(self) -> bytes:
         """The key for local download URLs; persisted so every process and restart agrees."""
         if self.secret_key is not None:
             return self.secret_key.get_secret_value().encode()
         key_file = self.data_dir / "secret.key"
-        if not key_file.exists():
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            key_file.touch(mode=0o600)
-            key_file.write_text(secrets.token_urlsafe(32))
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            # Written whole under a temporary name, then linked: a reader never sees it half done,
+            # and when several workers race, the first link wins and the others read it.
+            staging = key_file.with_name(f".secret.key.{os.getpid()}")
+            descriptor = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as file:
+                file.write(secrets.token_urlsafe(32))
+            try:
+                os.link(staging, key_file)
+            finally:
+                staging.unlink()
         return key_file.read_text().strip().encode()
 
 

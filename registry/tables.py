@@ -110,7 +110,7 @@ class AuditEvent(Base):
     __tablename__ = "audit_events"
     id: Mapped[int] = mapped_column(primary_key=True)
     at: Mapped[datetime] = created_at_column()
-    actor: Mapped[str] = mapped_column(String(160))
+    actor: Mapped[str] = mapped_column(String(300))
     action: Mapped[str] = mapped_column(String(64))
     subject: Mapped[str] = mapped_column(String(300))
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"), index=True)

@@ -72,7 +72,7 @@ def upgrade() -> None:
     op.create_table('audit_events',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('at', sa.DateTime(timezone=True), server_default=sa.text('(CURRENT_TIMESTAMP)'), nullable=False),
-    sa.Column('actor', sa.String(length=160), nullable=False),
+    sa.Column('actor', sa.String(length=300), nullable=False),
     sa.Column('action', sa.String(length=64), nullable=False),
     sa.Column('subject', sa.String(length=300), nullable=False),
     sa.Column('tenant_id', sa.Integer(), nullable=True),

@@ -1,18 +1,20 @@
 from __future__ import annotations
 
 import tempfile
+from functools import partial
 from pathlib import Path as FilePath
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
-from registry.adapters import service
+from registry.adapters import service, upload
 from registry.adapters.receive import OPENAPI_BODY, receive_upload
 from registry.adapters.schemas import AdapterOut, DownloadOut, VersionOut
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal
 from registry.db import transaction
-from registry.errors import LoraplaneError
+from registry.errors import BadRequest, LoraplaneError
 from registry.metrics import UPLOAD_REFUSALS, UPLOADS
 from registry.names import NAME_PATTERN, check_name
 from registry.pagination import Page
@@ -46,29 +48,27 @@ async def upload_version(
     try:
         check_name(tenant, "tenant")
         check_name(name, "adapter")
-        with tempfile.TemporaryDirectory(prefix="loraplane-upload-") as workdir:
+        with tempfile.TemporaryDirectory(prefix="upload-", dir=get_settings().spool_dir()) as workdir:
             received = await receive_upload(request, FilePath(workdir), get_store())
             try:
                 version, created = await run_in_threadpool(
-                    _store_upload, principal, tenant, name, received, FilePath(workdir))
+                    partial(upload.upload_version, get_store(), get_settings(), principal=principal,
+                            tenant=tenant, name=name, received=received, workdir=FilePath(workdir)))
             except BaseException:
                 if received.streamed is not None:
-                    await run_in_threadpool(received.streamed.writer.abort)
+                    await run_in_threadpool(received.streamed.abort)
                 raise
+    except ClientDisconnect:
+        # Nothing to answer; say so in the metrics instead of as a server error.
+        UPLOAD_REFUSALS.labels(reason="client_disconnected").inc()
+        raise BadRequest("the client disconnected before the upload finished",
+                         code="client_disconnected", hint="Upload again.") from None
     except LoraplaneError as refusal:
         UPLOAD_REFUSALS.labels(reason=refusal.code).inc()
         raise
     UPLOADS.labels(outcome="created" if created else "duplicate").inc()
     response.status_code = 201 if created else 200
     return version
-
-
-def _store_upload(principal, tenant, name, received, workdir):
-    with transaction() as session:
-        return service.upload_version(
-            session, get_store(), get_settings(), principal=principal, tenant=tenant, name=name,
-            received=received, workdir=workdir,
-        )
 
 
 @router.get("", response_model=Page[AdapterOut])

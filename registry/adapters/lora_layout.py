@@ -10,14 +10,14 @@ from registry.adapters.safetensors_check import TensorInfo, refuse
 from registry.base_models.shapes import BaseShape
 
 TENSOR_NAME = re.compile(
-    r"^base_model\.model\.model\.layers\.(?P<layer>\d+)\.(?P<parent>\w+)\.(?P<module>\w+)"
+    r"^base_model\.model\.model\.layers\.(?P<layer>\d{1,6})\.(?P<parent>\w+)\.(?P<module>\w+)"
     r"\.lora_(?P<side>[AB])\.weight$"
 )
 
 
 @dataclass(frozen=True)
 class LoraLayout:
-    rank: int  # the largest rank of any module
+    rank: int
     modules: tuple[str, ...]  # module names that carry weights, e.g. ("q_proj", "v_proj")
     dtype: str
     tensor_count: int
@@ -29,12 +29,17 @@ def check_layout(tensors: list[TensorInfo], spec: LoraSpec, base: BaseShape) -> 
     for tensor in tensors:
         module_path, side = _locate(tensor, base, projections)
         pairs.setdefault(module_path, {})[side] = tensor
-    ranks = [_check_pair(path, pair, spec, projections) for path, pair in sorted(pairs.items())]
+    for path, pair in sorted(pairs.items()):
+        _check_pair(path, pair, spec, projections)
     _check_targets_covered(spec, pairs)
+    dtypes = sorted({t.dtype for t in tensors})
+    if len(dtypes) > 1:
+        raise refuse(f"tensors mix dtypes {', '.join(dtypes)}", code="mixed_dtypes",
+                     hint="Save every LoRA tensor in one dtype.")
     return LoraLayout(
-        rank=max(ranks),
+        rank=spec.r,
         modules=tuple(sorted({path.rsplit(".", 1)[1] for path in pairs})),
-        dtype=",".join(sorted({t.dtype for t in tensors})),
+        dtype=dtypes[0],
         tensor_count=len(tensors),
     )
 
@@ -63,7 +68,7 @@ def _locate(tensor: TensorInfo, base: BaseShape, projections: dict) -> tuple[str
     return f"model.layers.{layer}.{parent}.{module}", match["side"]
 
 
-def _check_pair(path: str, pair: dict[str, TensorInfo], spec: LoraSpec, projections: dict) -> int:
+def _check_pair(path: str, pair: dict[str, TensorInfo], spec: LoraSpec, projections: dict) -> None:
     if set(pair) != {"A", "B"}:
         missing = "lora_B" if "A" in pair else "lora_A"
         raise refuse(f"module {path!r} has no {missing} tensor", code="incomplete_pair")
@@ -79,13 +84,13 @@ def _check_pair(path: str, pair: dict[str, TensorInfo], spec: LoraSpec, projecti
             f"module {path!r}: lora_A has rank {a.shape[0]} but lora_B has rank {b.shape[1]}",
             code="rank_mismatch",
         )
-    expected_rank = spec.rank_for(path)
+    expected_rank = spec.r
     if a.shape[0] != expected_rank:
         raise refuse(
             f"module {path!r} has rank {a.shape[0]} but adapter_config.json says {expected_rank}; "
             "vLLM would scale it wrongly",
             code="config_rank_mismatch",
-            hint="Fix r or rank_pattern in adapter_config.json to match the weights.",
+            hint="Fix r in adapter_config.json to match the weights.",
         )
     in_features, out_features = projections[path.rsplit(".", 1)[1]]
     if a.shape[1] != in_features or b.shape[0] != out_features:
@@ -95,7 +100,6 @@ def _check_pair(path: str, pair: dict[str, TensorInfo], spec: LoraSpec, projecti
             code="shape_mismatch",
             hint="The adapter was trained on a base with other dimensions.",
         )
-    return expected_rank
 
 
 def _check_targets_covered(spec: LoraSpec, pairs: dict) -> None:

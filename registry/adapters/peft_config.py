@@ -1,18 +1,19 @@
-"""Check `adapter_config.json` against what vLLM's LoRA loader accepts."""
+"""Check `adapter_config.json` against what vLLM's LoRA loader accepts and serves correctly."""
 
 from __future__ import annotations
 
 import json
-import re
+import math
 from dataclasses import dataclass, field
 from typing import Any
+
+import regex
 
 from registry.errors import Unprocessable
 
 FILE = "adapter_config.json"
 VLLM_LARGEST_RANK = 512
-# A quantified group containing a quantifier, e.g. (a+)+: catastrophic backtracking.
-NESTED_QUANTIFIER = re.compile(r"\([^)]*[+*}][^)]*\)\s*[+*{]")
+REGEX_TIMEOUT_S = 0.05  # a module path is short; a pattern that needs longer is hostile
 # Options vLLM's LoRA path does not implement. Each is refused rather than served wrongly.
 UNSUPPORTED_OPTIONS = {
     "use_dora": ("DoRA", "dora_unsupported"),
@@ -30,21 +31,17 @@ class LoraSpec:
     lora_alpha: float
     target_modules: tuple[str, ...] | str
     base_model_name: str
-    rank_pattern: dict[str, int] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
 
     def targets(self, module_path: str) -> bool:
         """PEFT's rule: a list matches by dotted suffix, a string is a full regex match."""
         if isinstance(self.target_modules, str):
-            return re.fullmatch(self.target_modules, module_path) is not None
+            try:
+                return regex.fullmatch(self.target_modules, module_path, timeout=REGEX_TIMEOUT_S) is not None
+            except TimeoutError:
+                raise refuse("target_modules is a regex too slow to evaluate",
+                             hint="Use a list of module names.") from None
         return any(module_path == t or module_path.endswith("." + t) for t in self.target_modules)
-
-    def rank_for(self, module_path: str) -> int:
-        """PEFT's rank_pattern rule: the first key matching the end of the module path wins."""
-        for pattern, rank in self.rank_pattern.items():
-            if re.match(rf"(.*\.)?({pattern})$", module_path):
-                return rank
-        return self.r
 
 
 def refuse(message: str, *, code: str = "invalid_config", hint: str = "") -> Unprocessable:
@@ -58,14 +55,15 @@ def parse_config(data: bytes) -> LoraSpec:
     if not data.strip():
         raise refuse("the file is empty", code="empty_file")
     try:
-        config = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise refuse(f"not valid JSON ({error})") from None
+        config = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        # ValueError covers JSONDecodeError and integers too long to convert.
+        raise refuse(f"not valid JSON ({str(error)[:200]})") from None
     if not isinstance(config, dict):
         raise refuse("must be a JSON object")
     peft_type = config.get("peft_type")
     if peft_type != "LORA":
-        raise refuse(f"peft_type is {peft_type!r}; only LORA adapters can be served by vLLM",
+        raise refuse(f"peft_type is {str(peft_type)[:40]!r}; only LORA adapters can be served by vLLM",
                      code="unsupported_peft_type")
     for key, (what, code) in UNSUPPORTED_OPTIONS.items():
         if config.get(key):
@@ -73,39 +71,53 @@ def parse_config(data: bytes) -> LoraSpec:
                          hint=f"Train without {what}, or merge it into the base model.")
     bias = config.get("bias", "none")
     if bias not in (None, "none"):
-        raise refuse(f"bias is {bias!r}; vLLM only serves adapters with bias 'none'",
+        raise refuse(f"bias is {str(bias)[:40]!r}; vLLM only serves adapters with bias 'none'",
                      code="bias_unsupported", hint="Train with LoraConfig(bias='none').")
-    r = _rank(config, "r", config.get("r"))
-    alpha = config.get("lora_alpha")
-    if alpha is None:
-        raise refuse("lora_alpha is missing", code="missing_field")
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha > 0:
-        raise refuse(f"lora_alpha must be a positive number, got {alpha!r}")
-    rank_pattern = _mapping(config, "rank_pattern")
-    for pattern, value in rank_pattern.items():
-        _regex(f"rank_pattern key {pattern!r}", pattern)
-        _rank(config, f"rank_pattern[{pattern!r}]", value)
-    for pattern, value in _mapping(config, "alpha_pattern").items():
-        _regex(f"alpha_pattern key {pattern!r}", pattern)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise refuse(f"alpha_pattern[{pattern!r}] must be a positive number, got {value!r}")
+    r = _rank(config.get("r"))
+    alpha = _alpha(config.get("lora_alpha"))
+    _refuse_per_module_scaling(config, r, alpha)
     base = config.get("base_model_name_or_path")
     if not isinstance(base, str) or not base.strip():
         raise refuse("base_model_name_or_path is missing", code="missing_field",
                      hint="Set it to the registered base model's name.")
-    return LoraSpec(r=r, lora_alpha=float(alpha), target_modules=_targets(config),
-                    base_model_name=base, rank_pattern=rank_pattern, raw=config)
+    if len(base) > 200:
+        raise refuse("base_model_name_or_path is longer than 200 characters")
+    return LoraSpec(r=r, lora_alpha=alpha, target_modules=_targets(config), base_model_name=base, raw=config)
 
 
-def _rank(config: dict, label: str, value: Any) -> int:
+def _rank(value: Any) -> int:
     if value is None:
-        raise refuse(f"{label} is missing", code="missing_field")
+        raise refuse("r is missing", code="missing_field")
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise refuse(f"{label} must be a positive integer, got {value!r}")
+        raise refuse(f"r must be a positive integer, got {str(value)[:40]!r}")
     if value > VLLM_LARGEST_RANK:
-        raise refuse(f"{label} is {value}, above the largest rank vLLM supports ({VLLM_LARGEST_RANK})",
+        raise refuse(f"r is {value}, above the largest rank vLLM supports ({VLLM_LARGEST_RANK})",
                      code="rank_too_large", hint="Retrain with a rank of 512 or less.")
     return value
+
+
+def _alpha(value: Any) -> float:
+    if value is None:
+        raise refuse("lora_alpha is missing", code="missing_field")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise refuse(f"lora_alpha must be a positive, finite number, got {str(value)[:40]!r}")
+    return float(value)
+
+
+def _refuse_per_module_scaling(config: dict, r: int, alpha: float) -> None:
+    """vLLM scales every module by one factor, lora_alpha / r, and ignores the patterns."""
+    for key, default, what in (("rank_pattern", r, "rank"), ("alpha_pattern", alpha, "alpha")):
+        patterns = config.get(key) or {}
+        if not isinstance(patterns, dict):
+            raise refuse(f"{key} must be an object")
+        for pattern, value in patterns.items():
+            if value != default:
+                raise refuse(
+                    f"{key} gives {str(pattern)[:60]!r} {what} {str(value)[:20]}, but vLLM applies "
+                    f"one scaling (lora_alpha / r) to every module, so it would serve this wrongly",
+                    code="per_module_scaling_unsupported",
+                    hint=f"Train with one r and lora_alpha for all modules (an empty {key}).",
+                )
 
 
 def _targets(config: dict) -> tuple[str, ...] | str:
@@ -113,25 +125,19 @@ def _targets(config: dict) -> tuple[str, ...] | str:
     if targets is None or targets == [] or targets == "":
         raise refuse("target_modules is missing", code="missing_field")
     if isinstance(targets, str):
-        return _regex("target_modules", targets)
-    if not isinstance(targets, list) or not all(isinstance(t, str) and t for t in targets):
-        raise refuse(f"target_modules must be a list of module names or a regex, got {targets!r}")
+        if len(targets) > 256:
+            raise refuse("target_modules regex is longer than 256 characters",
+                         hint="Use a list of module names.")
+        try:
+            regex.compile(targets)
+        except regex.error as error:
+            raise refuse(f"target_modules is not a valid regex ({error})") from None
+        return targets
+    if (not isinstance(targets, list) or len(targets) > 64
+            or not all(isinstance(t, str) and 0 < len(t) <= 100 for t in targets)):
+        raise refuse("target_modules must be a list of up to 64 module names, or a regex")
     return tuple(sorted(set(targets)))
 
 
-def _mapping(config: dict, key: str) -> dict:
-    value = config.get(key) or {}
-    if not isinstance(value, dict):
-        raise refuse(f"{key} must be an object, got {value!r}")
-    return value
-
-
-def _regex(label: str, pattern: str) -> str:
-    if len(pattern) > 256 or NESTED_QUANTIFIER.search(pattern):
-        raise refuse(f"{label} is too long or has nested quantifiers",
-                     hint="Use a list of module names, or a simple regex.")
-    try:
-        re.compile(pattern)
-    except re.error as error:
-        raise refuse(f"{label} is not a valid regex ({error})") from None
-    return pattern
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number JSON allows")

@@ -29,6 +29,8 @@ FILE_FIELD, BASE_MODEL_FIELD, WEIGHTS_SHA256_FIELD = "file", "base_model", "weig
 TEXT_FIELDS = (BASE_MODEL_FIELD, WEIGHTS_SHA256_FIELD)
 MAX_PARTS = 8
 MAX_FIELD_BYTES = 4096
+MAX_HEADER_BYTES = 8192
+MAX_PART_HEADERS = 16
 PARTS_IN_FLIGHT = 4
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -59,15 +61,8 @@ class ReceivedFile:
 class ReceivedUpload:
     files: list[ReceivedFile] = field(default_factory=list)
     fields: dict[str, str] = field(default_factory=dict)
-    streamed: StreamedBlob | None = None
-
-
-@dataclass
-class StreamedBlob:
-    """Weights already sent to the store under the declared address, not yet completed."""
-
-    key: str
-    writer: BlobWriter
+    # The weights, already sent to the store under the declared address; not yet completed.
+    streamed: BlobWriter | None = None
 
 
 class _PartPump:
@@ -178,6 +173,10 @@ async def receive_upload(request: Request, workdir: Path, store: ArtifactStore) 
                 elif kind == "header":
                     headers[header[0].lower()] = header[1]
                     header = [b"", b""]
+                    if len(headers) > MAX_PART_HEADERS:
+                        raise _malformed(f"a part has more than {MAX_PART_HEADERS} headers")
+                if len(header[0]) + len(header[1]) > MAX_HEADER_BYTES:
+                    raise _malformed(f"a part header is longer than {MAX_HEADER_BYTES} bytes")
                 elif kind == "headers":
                     if len(parts) >= MAX_PARTS:
                         raise _malformed(f"more than {MAX_PARTS} parts")
@@ -203,7 +202,7 @@ async def receive_upload(request: Request, workdir: Path, store: ArtifactStore) 
 
 
 async def _maybe_stream(part: _Part, upload: ReceivedUpload, store: ArtifactStore) -> None:
-    declared = upload.fields.get(WEIGHTS_SHA256_FIELD, "")
+    declared = upload.fields.get(WEIGHTS_SHA256_FIELD, "").lower()
     if part.filename != WEIGHTS_FILE or upload.streamed is not None or not SHA256.fullmatch(declared):
         return
     key = blob_key(declared)
@@ -212,7 +211,7 @@ async def _maybe_stream(part: _Part, upload: ReceivedUpload, store: ArtifactStor
     writer = await run_in_threadpool(store.begin_write, key)
     if writer is not None:
         part.pump = _PartPump(writer, part.path)
-        upload.streamed = StreamedBlob(key=key, writer=writer)
+        upload.streamed = writer
 
 
 async def _finish_part(part: _Part, upload: ReceivedUpload) -> None:

@@ -28,6 +28,7 @@ FLOAT_EXPONENT_MASKS = {
     "F32": (np.uint32, 0x7F800000),
 }
 CHUNK_BYTES = 8 * 1024 * 1024
+MAX_NAME_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ def check_finite(f: BinaryIO, tensor: TensorInfo) -> None:
     step = CHUNK_BYTES - CHUNK_BYTES % item
     while remaining:
         chunk = f.read(min(step, remaining))
+        if not chunk:
+            raise refuse(f"the file ends inside tensor {tensor.name!r}")
         remaining -= len(chunk)
         bits = np.frombuffer(chunk, dtype=view)
         if np.any((bits & view(mask)) == mask):
@@ -92,16 +95,18 @@ def check_finite(f: BinaryIO, tensor: TensorInfo) -> None:
 
 def _parse_header(raw: bytes) -> dict:
     def no_duplicates(pairs: list[tuple[str, object]]) -> dict:
-        keys = [key for key, _ in pairs]
-        duplicated = {key for key in keys if keys.count(key) > 1}
-        if duplicated:
-            raise refuse(f"header names tensor {sorted(duplicated)[0]!r} more than once")
-        return dict(pairs)
+        unique = dict(pairs)
+        if len(unique) != len(pairs):
+            seen: set[str] = set()
+            duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))
+            raise refuse(f"header names tensor {duplicate[:200]!r} more than once")
+        return unique
 
     try:
         header = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise refuse(f"the header is not valid JSON ({error})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        # ValueError covers JSONDecodeError and integers too long to convert.
+        raise refuse(f"the header is not valid JSON ({str(error)[:200]})") from None
     if not isinstance(header, dict):
         raise refuse("the header is not a JSON object")
     metadata = header.pop("__metadata__", None)
@@ -115,15 +120,17 @@ def _parse_header(raw: bytes) -> dict:
 
 
 def _tensor_info(name: str, entry: object, data_start: int, data_len: int) -> TensorInfo:
+    if len(name) > MAX_NAME_CHARS:
+        raise refuse(f"a tensor name is longer than {MAX_NAME_CHARS} characters: {_short(name)}")
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
         raise refuse(f"tensor {name!r} must have exactly dtype, shape and data_offsets")
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if dtype not in DTYPE_SIZES:
-        raise refuse(f"tensor {name!r} has unknown dtype {dtype!r}")
-    if not (isinstance(shape, list) and all(_is_count(d) for d in shape)):
-        raise refuse(f"tensor {name!r} has an invalid shape {shape!r}")
+        raise refuse(f"tensor {name!r} has unknown dtype {_short(dtype)}")
+    if not (isinstance(shape, list) and len(shape) <= 8 and all(_is_count(d) for d in shape)):
+        raise refuse(f"tensor {name!r} has an invalid shape {_short(shape)}")
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)):
-        raise refuse(f"tensor {name!r} has invalid data_offsets {offsets!r}")
+        raise refuse(f"tensor {name!r} has invalid data_offsets {_short(offsets)}")
     begin, end = offsets
     if begin > end or end > data_len:
         raise refuse(
@@ -157,6 +164,11 @@ def _check_tiling(tensors: list[TensorInfo], data_start: int, data_len: int) -> 
             f"{data_start + data_len - position} bytes after the last tensor are not covered "
             "by the header"
         )
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _is_count(value: object) -> bool:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
+from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry import audit
-from registry.adapters import artifact, repository, upload_files, validation
+from registry.adapters import artifact, repository, validation
+from registry.adapters.lora_layout import LoraLayout
+from registry.adapters.peft_config import LoraSpec
 from registry.adapters.schemas import AdapterOut, DownloadFile, DownloadOut, VersionOut
-from registry.adapters.receive import BASE_MODEL_FIELD, WEIGHTS_SHA256_FIELD, ReceivedUpload
+from registry.adapters.receive import WEIGHTS_SHA256_FIELD, ReceivedUpload
 from registry.adapters.upload_files import AdapterFiles
+from registry.adapters.validation import TargetBase
 from registry.auth.principal import Principal, Role
 from registry.errors import NotFound, Unprocessable
 from registry.names import check_name
@@ -26,30 +29,30 @@ UPLOADERS = {Role.ADMIN, Role.UPLOADER}
 INITIAL_STATE = "validated"
 
 
-def upload_version(
-    session: Session,
-    store: ArtifactStore,
-    settings: RegistrySettings,
-    *,
-    principal: Principal,
-    tenant: str,
-    name: str,
-    received: ReceivedUpload,
-    workdir: Path,
-) -> tuple[VersionOut, bool]:
-    """Validate, store by content, and record a version. Returns (version, created)."""
+@dataclass(frozen=True)
+class UploadTarget:
+    tenant_id: int
+    tenant: str
+    name: str
+    base: TargetBase
+
+
+def upload_target(session: Session, *, tenant: str, name: str, spec: LoraSpec,
+                  base_model: str | None) -> UploadTarget:
+    """Where an upload goes: its tenant and the base it must match. Only reads."""
     tenant_row = _tenant(session, tenant)
-    files = upload_files.collect(received.files, settings, workdir)
-    checked = validation.validate(session, files, base_model=received.fields.get(BASE_MODEL_FIELD),
-                                  max_header_bytes=settings.max_header_bytes)
+    base = validation.resolve_base(session, spec, base_model)
     existing = repository.adapter_by_name(session, tenant_row.id, name)
-    if existing is not None and existing.base_model_id != checked.base.id:
-        raise Unprocessable(
-            f"adapter {tenant}/{name} is for another base model than {checked.base.name!r}",
-            code="base_model_changed", hint="Upload it under a new adapter name.",
-        )
-    manifest = _store_blobs(store, files, received)
-    adapter = repository.lock_or_create_adapter(session, tenant_row.id, name, checked.base.id)
+    if existing is not None:
+        _check_same_base(existing, base, tenant, name)
+    return UploadTarget(tenant_id=tenant_row.id, tenant=tenant, name=name, base=base)
+
+
+def record_version(session: Session, principal: Principal, target: UploadTarget, spec: LoraSpec,
+                   layout: LoraLayout, manifest: list[dict]) -> tuple[VersionOut, bool]:
+    """Record a checked, stored version. Returns (version, created)."""
+    adapter = repository.lock_or_create_adapter(session, target.tenant_id, target.name, target.base.id)
+    _check_same_base(adapter, target.base, target.tenant, target.name)  # another upload may have won
     digest = artifact.digest_of(manifest)
     same = repository.version_by_digest(session, adapter.id, digest)
     if same is not None:
@@ -60,12 +63,12 @@ def upload_version(
         digest=digest,
         files=manifest,
         size_bytes=sum(entry["size"] for entry in manifest),
-        rank=checked.layout.rank,
-        lora_alpha=checked.spec.lora_alpha,
-        target_modules=list(checked.layout.modules),
-        dtype=checked.layout.dtype,
-        tensor_count=checked.layout.tensor_count,
-        peft_config=checked.spec.raw,
+        rank=layout.rank,
+        lora_alpha=spec.lora_alpha,
+        target_modules=list(layout.modules),
+        dtype=layout.dtype,
+        tensor_count=layout.tensor_count,
+        peft_config=spec.raw,
         state=INITIAL_STATE,
         uploaded_by=principal.subject,
         uploaded_by_token_id=principal.token_id,
@@ -74,15 +77,15 @@ def upload_version(
     session.flush()
     out = _version_out(session, version)
     audit.record(session, actor=principal.label, action="adapter_version.upload",
-                 subject=out.served_name, tenant_id=tenant_row.id,
+                 subject=out.served_name, tenant_id=target.tenant_id,
                  after=out.model_dump(mode="json", exclude={"created_at"}))
     return out, True
 
 
-def _store_blobs(store: ArtifactStore, files: AdapterFiles, received: ReceivedUpload) -> list[dict]:
+def store_blobs(store: ArtifactStore, files: AdapterFiles, received: ReceivedUpload) -> list[dict]:
     """Put both blobs in the store; only validated bytes get here."""
     declared = received.fields.get(WEIGHTS_SHA256_FIELD)
-    if declared is not None and declared != files.weights_sha256:
+    if declared is not None and declared.lower() != files.weights_sha256:
         raise Unprocessable(
             f"adapter_model.safetensors has sha256 {files.weights_sha256}, but the upload "
             f"declared {declared}", code="digest_mismatch",
@@ -91,11 +94,19 @@ def _store_blobs(store: ArtifactStore, files: AdapterFiles, received: ReceivedUp
     config_sha256 = hashlib.sha256(files.config).hexdigest()
     store.put_bytes(artifact.blob_key(config_sha256), files.config)
     if received.streamed is not None:
-        received.streamed.writer.complete()
+        received.streamed.complete()
     else:
         store.put_file(artifact.blob_key(files.weights_sha256), files.weights)
     return artifact.manifest(config_sha256=config_sha256, config_size=len(files.config),
                              weights_sha256=files.weights_sha256, weights_size=files.weights_size)
+
+
+def _check_same_base(adapter: Adapter, base: TargetBase, tenant: str, name: str) -> None:
+    if adapter.base_model_id != base.id:
+        raise Unprocessable(
+            f"adapter {tenant}/{name} is for another base model than {base.name!r}",
+            code="base_model_changed", hint="Upload it under a new adapter name.",
+        )
 
 
 def list_adapters(session: Session, principal: Principal, *, tenant: str | None,

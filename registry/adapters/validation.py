@@ -6,36 +6,28 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from registry.adapters import lora_layout, peft_config, safetensors_check
+from registry.adapters import lora_layout, safetensors_check
 from registry.adapters.lora_layout import LoraLayout
 from registry.adapters.peft_config import LoraSpec
 from registry.adapters.upload_files import AdapterFiles
 from registry.base_models import repository as base_models
 from registry.base_models.service import shape_of
+from registry.base_models.shapes import BaseShape
 from registry.errors import Unprocessable
+from registry.names import refuse_control_characters
 from registry.tables import BaseModel
 
 
 @dataclass(frozen=True)
-class ValidatedAdapter:
-    spec: LoraSpec
-    layout: LoraLayout
-    base: BaseModel
+class TargetBase:
+    id: int
+    name: str
+    shape: BaseShape
 
 
-def validate(session: Session, files: AdapterFiles, *, base_model: str | None,
-             max_header_bytes: int) -> ValidatedAdapter:
-    spec = peft_config.parse_config(files.config)
-    base = _target_base(session, spec, base_model)
-    with files.weights.open("rb") as weights:
-        tensors = safetensors_check.read_tensors(weights, files.weights_size, max_header_bytes)
-        layout = lora_layout.check_layout(tensors, spec, shape_of(base))
-        for tensor in tensors:
-            safetensors_check.check_finite(weights, tensor)
-    return ValidatedAdapter(spec=spec, layout=layout, base=base)
-
-
-def _target_base(session: Session, spec: LoraSpec, requested: str | None) -> BaseModel:
+def resolve_base(session: Session, spec: LoraSpec, requested: str | None) -> TargetBase:
+    """The base the adapter is for: the one asked for, which its config must name."""
+    refuse_control_characters(spec.base_model_name, "adapter_config.json: base_model_name_or_path")
     claimed = base_models.by_name_or_alias(session, spec.base_model_name)
     if requested is None:
         if claimed is None:
@@ -46,7 +38,8 @@ def _target_base(session: Session, spec: LoraSpec, requested: str | None) -> Bas
                 hint="Register the base (POST /v1/base-models) with this name as an alias, "
                 "or pass base_model.",
             )
-        return claimed
+        return _target(claimed)
+    refuse_control_characters(requested, "base_model")
     target = base_models.by_name(session, requested)
     if target is None:
         raise Unprocessable(f"base model {requested!r} is not registered", code="unknown_base_model",
@@ -58,4 +51,17 @@ def _target_base(session: Session, spec: LoraSpec, requested: str | None) -> Bas
             code="wrong_base_model",
             hint="Upload the adapter for the base it was trained on, or add the name as an alias.",
         )
-    return target
+    return _target(target)
+
+
+def check_weights(files: AdapterFiles, spec: LoraSpec, base: BaseShape, max_header_bytes: int) -> LoraLayout:
+    with files.weights.open("rb") as weights:
+        tensors = safetensors_check.read_tensors(weights, files.weights_size, max_header_bytes)
+        layout = lora_layout.check_layout(tensors, spec, base)
+        for tensor in tensors:
+            safetensors_check.check_finite(weights, tensor)
+    return layout
+
+
+def _target(row: BaseModel) -> TargetBase:
+    return TargetBase(id=row.id, name=row.name, shape=shape_of(row))

@@ -8,7 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from registry.auth.dependencies import authenticated
-from registry.auth.principal import Principal, Role
+from registry.auth.principal import Principal
 from registry.db import transaction
 from registry.storage import get_store
 
@@ -29,7 +29,7 @@ def readyz():
 
 @router.get("/metrics", response_class=Response)
 def metrics(principal: Principal = Depends(authenticated)):
-    principal.require({Role.ADMIN})
+    principal.require_global_admin()
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 

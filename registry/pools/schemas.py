@@ -15,7 +15,7 @@ Dtype = Literal["float16", "bfloat16", "float32"]
 class PoolCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=64, json_schema_extra={"pattern": NAME_PATTERN.pattern})
-    base_model: str = Field(min_length=1, max_length=200)
+    base_model: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
     max_loras: int = Field(ge=1, le=256, description="vLLM --max-loras: adapters in one batch.")
     max_cpu_loras: int = Field(ge=1, le=4096, description="vLLM --max-cpu-loras: resident adapters.")
     max_lora_rank: int = Field(description=f"vLLM --max-lora-rank, one of {VLLM_MAX_LORA_RANKS}.")

@@ -14,7 +14,7 @@ router = APIRouter(tags=["artifacts"])
 
 @router.get("/v1/artifacts/{key:path}", response_class=FileResponse)
 def download_artifact(key: str, expires: int = Query(..., ge=0, le=2**40),
-                      signature: str = Query(..., max_length=64)):
+                      signature: str = Query(..., pattern="^[0-9a-f]{64}$")):
     store = get_store()
     if not isinstance(store, LocalStore):
         raise NotFound("artifacts are served by the object store", code="not_found")

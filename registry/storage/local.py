@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlencode
 
-from registry.errors import Forbidden, NotFound
+from registry.errors import Forbidden, NotFound, Unavailable
 from registry.settings import RegistrySettings
 
 DOWNLOAD_ROUTE = "/v1/artifacts/"
@@ -40,10 +40,18 @@ class LocalStore:
         target = self.path_of(key)
         if target.exists():
             return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as staging:
-            fill(staging)
-        os.replace(staging.name, target)  # atomic: readers never see a partial blob
+        staging = None
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as staging:
+                fill(staging)
+            os.replace(staging.name, target)  # atomic: readers never see a partial blob
+        except OSError as error:
+            if staging is not None:
+                Path(staging.name).unlink(missing_ok=True)
+            raise Unavailable(f"artifact storage failed: {error.strerror or type(error).__name__}",
+                              code="storage_unavailable",
+                              hint="Nothing was stored. Check the registry's disk, then retry.") from error
 
     def presigned_url(self, key: str, ttl_s: int) -> str:
         expires = int(time.time()) + ttl_s

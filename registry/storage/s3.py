@@ -96,8 +96,10 @@ class S3MultipartWriter:
         with storage_errors():
             response = self.client.upload_part(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
                                                PartNumber=number, Body=data, ChecksumAlgorithm=CHECKSUM)
-        self.parts[number] = {"PartNumber": number, "ETag": response["ETag"],
-                              "ChecksumCRC32": response["ChecksumCRC32"]}
+        part = {"PartNumber": number, "ETag": response["ETag"]}
+        if "ChecksumCRC32" in response:  # some S3-compatible servers do not echo it
+            part["ChecksumCRC32"] = response["ChecksumCRC32"]
+        self.parts[number] = part
 
     def complete(self) -> None:
         parts = [self.parts[number] for number in sorted(self.parts)]

@@ -72,8 +72,7 @@ ENDPOINTS = [
     ("POST /v1/tokens", lambda w: ("POST", "/v1/tokens", {"json": {
         "subject": unique("person"), "role": "reviewer", "tenant": "acme"}}),
      expect(403, global_admin=201, acme_admin=201)),
-    ("GET /metrics", lambda w: ("GET", "/metrics", {}),
-     expect(403, global_admin=200, acme_admin=200, globex_admin=200)),
+    ("GET /metrics", lambda w: ("GET", "/metrics", {}), expect(403, global_admin=200)),
     ("GET /healthz", lambda w: ("GET", "/healthz", {}), {p: 200 for p in ALL}),
     ("GET /readyz", lambda w: ("GET", "/readyz", {}), {p: 200 for p in ALL}),
 ]

@@ -88,6 +88,29 @@ def tar_member(name: str, data: bytes = b"x", kind: bytes = tarfile.REGTYPE, lin
     return info, data if kind == tarfile.REGTYPE else None
 
 
+def tar_bomb() -> bytes:
+    """One member that declares far more than the limit: refused at its header."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo(WEIGHTS)
+        info.size = 64 * MAX_UPLOAD_BYTES
+        tar.addfile(info, io.BytesIO(b"\0" * info.size))
+    return buffer.getvalue()
+
+
+def zip_of(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def corrupt_gzip(data: bytes) -> bytes:
+    """Flip a byte of the gzip trailer's CRC: every member reads, the stream does not verify."""
+    return data[:-8] + bytes([data[-8] ^ 0xFF]) + data[-7:]
+
+
 def zip_bomb() -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -149,7 +172,24 @@ CASES = [
     ("not_lora", lambda v: v.with_config(peft_type="PREFIX_TUNING"), {}, 422, "unsupported_peft_type",
      "PREFIX_TUNING"),
     ("alpha_as_string", lambda v: v.with_config(lora_alpha="16"), {}, 422, "invalid_config",
-     "lora_alpha must be a positive number"),
+     "lora_alpha must be a positive, finite number"),
+    ("alpha_infinite", lambda v: v.files(config=json.dumps(v.config).replace('"lora_alpha": 16',
+                                                                             '"lora_alpha": Infinity')
+                                         .encode()), {}, 422, "invalid_config", "Infinity"),
+    ("alpha_overflowing", lambda v: v.files(config=json.dumps(v.config).replace('"lora_alpha": 16',
+                                                                                '"lora_alpha": 1e400')
+                                            .encode()), {}, 422, "invalid_config", "finite"),
+    ("config_deeply_nested", lambda v: v.files(config=b'{"peft_type": ' + b"[" * 100_000 + b"]" * 100_000
+                                               + b"}"), {}, 422, "invalid_config", "not valid JSON"),
+    ("rank_pattern_differs", lambda v: v.with_config(rank_pattern={"v_proj": 4}), {}, 422,
+     "per_module_scaling_unsupported", "rank_pattern gives 'v_proj' rank 4"),
+    ("alpha_pattern_differs", lambda v: v.with_config(alpha_pattern={"q_proj": 64}), {}, 422,
+     "per_module_scaling_unsupported", "alpha_pattern gives 'q_proj' alpha 64"),
+    ("slow_target_regex", lambda v: v.with_config(target_modules="(.|.)*[A-Z]"), {}, 422, "invalid_config",
+     "too slow"),
+    ("mixed_dtypes", lambda v: v.with_tensors(lambda t: t.update(
+        {n: a.astype(np.float16) for n, a in t.items() if "v_proj" in n})), {}, 422, "mixed_dtypes",
+     "F16, F32"),
     ("rank_1024", lambda v: v.with_config(r=1024), {}, 422, "rank_too_large", "r is 1024"),
     ("missing_target_modules", lambda v: v.with_config(target_modules=None), {}, 422, "missing_field",
      "target_modules is missing"),
@@ -179,7 +219,17 @@ CASES = [
     ("tar_hardlink", lambda v: [("a.tar.gz", tar_of([tar_member(WEIGHTS, kind=tarfile.LNKTYPE,
                                                                 link="/etc/shadow")]))], {}, 400,
      "archive_link", WEIGHTS),
-    ("zip_bomb", lambda v: [("bomb.zip", zip_bomb())], {}, 413, "archive_too_large", "expands to"),
+    ("zip_bomb", lambda v: [("bomb.zip", zip_bomb())], {}, 413, "archive_too_large", "expands to more"),
+    ("tar_bomb", lambda v: [("bomb.tar.gz", tar_bomb())], {}, 413, "archive_too_large", "expands to more"),
+    ("tar_too_many_entries", lambda v: [("many.tar.gz", tar_of([tar_member(f"f{i}") for i in range(17)]))],
+     {}, 413, "too_many_files", "more than 16 entries"),
+    ("zip_too_many_entries", lambda v: [("many.zip", zip_of({f"f{i}": b"x" for i in range(17)}))],
+     {}, 413, "too_many_files", "more than 16 entries"),
+    ("tar_corrupt_gzip", lambda v: [("a.tar.gz", corrupt_gzip(tar_of([tar_member(CONFIG, v.files()[0][1]),
+                                                                      tar_member(WEIGHTS, v.weights)])))],
+     {}, 400, "invalid_archive", "a.tar.gz is not a readable archive"),
+    ("control_character_in_base_model", lambda v: v.files(), {"base_model": "tiny\x00llama"}, 422,
+     "invalid_name", "base_model contains a control character"),
     ("not_an_archive", lambda v: [("a.zip", b"this is not a zip")], {}, 400, "invalid_archive", "a.zip"),
     ("over_size_limit", lambda v: v.files(weights=b"\0" * (MAX_UPLOAD_BYTES + 2 * 1024 * 1024)), {},
      413, "upload_too_large", f"the limit is {MAX_UPLOAD_BYTES}"),

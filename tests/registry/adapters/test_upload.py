@@ -84,19 +84,11 @@ def test_new_bytes_get_the_next_version_number(uploader, base_model, make_adapte
     assert second.json()["served_name"] == "acme/numbered@2"
 
 
-def test_rank_pattern_is_honoured(uploader, base_model, make_adapter, tmp_path):
-    folder = make_adapter(seed=15, r=8, target_modules=("q_proj", "v_proj"))
+def test_patterns_that_agree_with_r_and_alpha_are_accepted(uploader, base_model, make_adapter):
+    """vLLM scales every module by lora_alpha / r, so patterns may only repeat those values."""
+    folder = make_adapter(seed=15, r=8, lora_alpha=16, target_modules=("q_proj", "v_proj"))
     config = json.loads((folder / "adapter_config.json").read_text())
-    # The weights have rank 8 everywhere; a pattern that says otherwise must be refused...
-    config["rank_pattern"] = {"v_proj": 4}
-    refused = upload(uploader, "acme/patterned", [
-        ("adapter_config.json", json.dumps(config).encode()),
-        ("adapter_model.safetensors", (folder / "adapter_model.safetensors").read_bytes())])
-    assert refused.status_code == 422
-    assert refused.json()["error"]["code"] == "config_rank_mismatch"
-    assert "v_proj" in refused.json()["error"]["message"]
-    # ...and one that agrees with the weights is accepted, with the config's r overridden.
-    config["r"], config["rank_pattern"] = 4, {"q_proj": 8, "v_proj": 8}
+    config["rank_pattern"], config["alpha_pattern"] = {"q_proj": 8}, {"v_proj": 16}
     accepted = upload(uploader, "acme/patterned", [
         ("adapter_config.json", json.dumps(config).encode()),
         ("adapter_model.safetensors", (folder / "adapter_model.safetensors").read_bytes())])

@@ -53,3 +53,19 @@ def test_bad_base_model_is_refused_and_nothing_is_stored(admin, base_model, body
     assert response.json()["error"]["code"] == code
     assert message in response.json()["error"]["message"]
     assert admin.get("/v1/base-models", params={"limit": 200}).json()["items"] == before
+
+
+def test_an_oversized_chunked_body_is_refused_with_413(admin, base_model):
+    before = admin.get("/v1/base-models", params={"limit": 200}).json()["items"]
+
+    def body():
+        yield b'{"name": "huge", "config": {"padding": "'
+        for _ in range(3):
+            yield b"x" * (1024 * 1024)
+        yield b'"}}'
+
+    response = admin.post("/v1/base-models", content=body(), headers={"Content-Type": "application/json"})
+
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "body_too_large"
+    assert admin.get("/v1/base-models", params={"limit": 200}).json()["items"] == before

@@ -1,0 +1,31 @@
+"""The upload use case, from received files to a recorded version.
+
+Checking and storing read and copy up to the upload limit, so they run between two short
+transactions rather than inside one: no database lock or pooled connection waits on that I/O.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from registry.adapters import peft_config, service, upload_files, validation
+from registry.adapters.receive import BASE_MODEL_FIELD, ReceivedUpload
+from registry.adapters.schemas import VersionOut
+from registry.auth.principal import Principal
+from registry.db import transaction
+from registry.settings import RegistrySettings
+from registry.storage.base import ArtifactStore
+
+
+def upload_version(store: ArtifactStore, settings: RegistrySettings, *, principal: Principal,
+                   tenant: str, name: str, received: ReceivedUpload, workdir: Path
+                   ) -> tuple[VersionOut, bool]:
+    files = upload_files.collect(received.files, settings, workdir)
+    spec = peft_config.parse_config(files.config)
+    with transaction() as session:
+        target = service.upload_target(session, tenant=tenant, name=name, spec=spec,
+                                       base_model=received.fields.get(BASE_MODEL_FIELD))
+    layout = validation.check_weights(files, spec, target.base.shape, settings.max_header_bytes)
+    manifest = service.store_blobs(store, files, received)
+    with transaction() as session:
+        return service.record_version(session, principal, target, spec, layout, manifest)
