@@ -157,7 +157,7 @@ def main() -> None:
             started = time.perf_counter()
             s3.upload_file(str(weights), BUCKET, f"raw/{round_number}", Config=TRANSFER)
             boto_s.append(time.perf_counter() - started)
-            return [after - before for after, before in zip(cpu_of(*pids), cpu_before)]
+            return [after - before for after, before in zip(cpu_of(*pids), cpu_before, strict=True)]
 
         def measure_registry(round_number: int) -> list[float]:
             delete_all(s3)
@@ -167,7 +167,7 @@ def main() -> None:
             cpu_before = cpu_of(*pids)
             registry_s.append(upload_via_registry(client, adapter, f"bench/round-{round_number}"))
             growth_mb.append((rss_kb(pid, "VmHWM") - before_kb) * 1024 / MB)
-            return [after - before for after, before in zip(cpu_of(*pids), cpu_before)]
+            return [after - before for after, before in zip(cpu_of(*pids), cpu_before, strict=True)]
 
         for round_number in range(args.rounds):
             # The S3 server slows down after a large object; alternate who goes first.

@@ -8,7 +8,6 @@ is only completed after validation, so a refused upload never becomes visible.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -17,10 +16,10 @@ from pathlib import Path
 from fastapi import Request
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
-from s3transfer.utils import ReadFileChunk
 from starlette.concurrency import run_in_threadpool
 
 from registry.adapters.artifact import blob_key
+from registry.adapters.part_pump import PartPump
 from registry.adapters.safetensors_check import FILE as WEIGHTS_FILE
 from registry.errors import BadRequest, UnsupportedMediaType
 from registry.storage.base import ArtifactStore, BlobWriter
@@ -31,7 +30,6 @@ MAX_PARTS = 8
 MAX_FIELD_BYTES = 4096
 MAX_HEADER_BYTES = 8192
 MAX_PART_HEADERS = 16
-PARTS_IN_FLIGHT = 4
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 OPENAPI_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
@@ -63,52 +61,6 @@ class ReceivedUpload:
     fields: dict[str, str] = field(default_factory=dict)
     # The weights, already sent to the store under the declared address; not yet completed.
     streamed: BlobWriter | None = None
-
-
-class _PartPump:
-    """Sends each finished stretch of the spool file as a part, a bounded number in flight.
-
-    Parts are read back from the spool file (the page cache), so no part is held in memory.
-    """
-
-    def __init__(self, writer: BlobWriter, spool: Path) -> None:
-        self.writer, self.spool = writer, spool
-        self.written = self.sent = self.number = 0
-        self.in_flight: set[asyncio.Task] = set()
-
-    async def wrote(self, size: int, file) -> None:
-        self.written += size
-        if self.written - self.sent >= self.writer.part_size:
-            file.flush()
-            await self._send(self.writer.part_size)
-
-    async def finish(self) -> None:
-        while self.written > self.sent or self.number == 0:
-            await self._send(min(self.writer.part_size, self.written - self.sent))
-        await self._wait(0)
-
-    async def abort(self) -> None:
-        for task in self.in_flight:
-            task.cancel()
-        await asyncio.gather(*self.in_flight, return_exceptions=True)
-        await run_in_threadpool(self.writer.abort)
-
-    async def _send(self, size: int) -> None:
-        await self._wait(PARTS_IN_FLIGHT - 1)
-        self.number += 1
-        part = ReadFileChunk.from_filename(str(self.spool), self.sent, size)
-        self.sent += size
-        self.in_flight.add(asyncio.create_task(run_in_threadpool(self._upload, self.number, part)))
-
-    def _upload(self, number: int, part: ReadFileChunk) -> None:
-        with part:
-            self.writer.upload_part(number, part)
-
-    async def _wait(self, most: int) -> None:
-        while len(self.in_flight) > most:
-            done, self.in_flight = await asyncio.wait(self.in_flight, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()  # re-raise a failed part upload
 
 
 class _Part:
@@ -210,7 +162,7 @@ async def _maybe_stream(part: _Part, upload: ReceivedUpload, store: ArtifactStor
         return  # the same bytes are stored already; they are only checked this time
     writer = await run_in_threadpool(store.begin_write, key)
     if writer is not None:
-        part.pump = _PartPump(writer, part.path)
+        part.pump = PartPump(writer, part.path)
         upload.streamed = writer
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import httpx
 import pytest
 
@@ -47,14 +49,17 @@ def test_not_ready_and_nothing_recorded_when_storage_is_down(registry_without_st
     assert ready.json()["checks"]["storage"].startswith("failed")
 
     folder = make_adapter(seed=61)
+    weights = (folder / "adapter_model.safetensors").read_bytes()
     before = stored_state()
-    response = httpx.post(
-        url + "/v1/adapters/acme/no-storage/versions", timeout=120,
-        headers={"Authorization": f"Bearer {tokens['acme_uploader']}"},
-        files=[("file", (n, (folder / n).read_bytes()))
-               for n in ("adapter_config.json", "adapter_model.safetensors")])
+    # Once stored after validation, once streamed while arriving (the declared digest).
+    for data in ({}, {"weights_sha256": hashlib.sha256(weights).hexdigest()}):
+        response = httpx.post(
+            url + "/v1/adapters/acme/no-storage/versions", timeout=120, data=data,
+            headers={"Authorization": f"Bearer {tokens['acme_uploader']}"},
+            files=[("file", (n, (folder / n).read_bytes()))
+                   for n in ("adapter_config.json", "adapter_model.safetensors")])
 
-    assert response.status_code == 503
-    assert response.json()["error"]["code"] == "storage_unavailable"
-    assert "Nothing was stored" in response.json()["error"]["hint"]
-    assert stored_state() == before
+        assert response.status_code == 503
+        assert response.json()["error"]["code"] == "storage_unavailable"
+        assert "Nothing was stored" in response.json()["error"]["hint"]
+        assert stored_state() == before
