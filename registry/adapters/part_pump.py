@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from registry.storage.base import BlobWriter
 
-PARTS_IN_FLIGHT = 4
+PARTS_IN_FLIGHT = 2
 
 
 class PartPump:
