@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import MAX_UPLOAD_BYTES
 from tests.support import forge
+from tests.support.asserts import assert_refused
 
 CONFIG, WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 Q_A = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
@@ -254,11 +255,8 @@ def test_bad_upload_is_refused_and_nothing_is_stored(uploader, valid, stored_sta
     response = uploader.post("/v1/adapters/acme/refused/versions",
                              files=[("file", part) for part in files(valid)], data=data)
 
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert error["code"] == code
-    assert message in error["message"]
-    assert error["hint"]
+    assert_refused(response, status, code, message)
+    assert response.json()["error"]["hint"]
     assert stored_state() == before
     assert uploader.get("/v1/adapters/acme/refused").status_code == 404
 

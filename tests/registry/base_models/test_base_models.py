@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from tests.support.asserts import assert_refused
+
 LLAMA_8B = {
     "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
     "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256,
@@ -48,10 +50,7 @@ def test_tiny_base_shapes_match_its_real_config(admin, base_model, tiny_base):
 ])
 def test_bad_base_model_is_refused_and_nothing_is_stored(admin, base_model, body, status, code, message):
     before = admin.get("/v1/base-models", params={"limit": 200}).json()["items"]
-    response = admin.post("/v1/base-models", json=body)
-    assert response.status_code == status, response.text
-    assert response.json()["error"]["code"] == code
-    assert message in response.json()["error"]["message"]
+    assert_refused(admin.post("/v1/base-models", json=body), status, code, message)
     assert admin.get("/v1/base-models", params={"limit": 200}).json()["items"] == before
 
 

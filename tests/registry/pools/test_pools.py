@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.asserts import assert_refused
+
 
 def pool(**changes):
     return {"name": "chat", "base_model": "tiny-llama", "max_loras": 2, "max_cpu_loras": 4,
@@ -31,8 +33,5 @@ def test_bad_pool_is_refused_and_nothing_is_stored(admin, base_model, body, stat
     if body["name"] == "pool-dup":
         assert admin.post("/v1/pools", json=pool(name="pool-dup")).status_code == 201
     before = admin.get("/v1/pools", params={"limit": 200}).json()["items"]
-    response = admin.post("/v1/pools", json=body)
-    assert response.status_code == status, response.text
-    assert response.json()["error"]["code"] == code
-    assert message in response.json()["error"]["message"]
+    assert_refused(admin.post("/v1/pools", json=body), status, code, message)
     assert admin.get("/v1/pools", params={"limit": 200}).json()["items"] == before
