@@ -14,16 +14,20 @@ from loraplane.client import checked
 from loraplane.digests import file_sha256
 
 PEFT_FILES = ("adapter_config.json", "adapter_model.safetensors")
+READ_BYTES = 1024 * 1024
 
 
 class ProgressReader:
-    """A file wrapper that advances a progress bar as httpx streams it."""
+    """A file wrapper that advances a progress bar as httpx streams it.
+
+    httpx asks for 64 KiB at a time; handing it a MiB makes far fewer, larger socket writes.
+    """
 
     def __init__(self, file: BinaryIO, advance) -> None:
         self._file, self._advance = file, advance
 
     def read(self, size: int = -1) -> bytes:
-        data = self._file.read(size)
+        data = self._file.read(size if size < 0 else max(size, READ_BYTES))
         self._advance(len(data))
         return data
 

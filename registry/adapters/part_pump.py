@@ -11,6 +11,18 @@ from starlette.concurrency import run_in_threadpool
 from registry.storage.base import BlobWriter
 
 PARTS_IN_FLIGHT = 2
+READ_BYTES = 1024 * 1024
+
+
+class _PartBody(ReadFileChunk):
+    """A stretch of the spool file that hands out at least a MiB per read.
+
+    http.client sends a body 16 KiB per read; a MiB per read means far fewer Python round trips
+    in this process, and larger writes for the S3 server to receive.
+    """
+
+    def read(self, amount: int | None = None) -> bytes:
+        return super().read(None if amount is None else max(amount, READ_BYTES))
 
 
 class PartPump:
@@ -44,11 +56,11 @@ class PartPump:
     async def _send(self, size: int) -> None:
         await self._wait(PARTS_IN_FLIGHT - 1)
         self.number += 1
-        part = ReadFileChunk.from_filename(str(self.spool), self.sent, size)
+        part = _PartBody.from_filename(str(self.spool), self.sent, size)
         self.sent += size
         self.in_flight.add(asyncio.create_task(run_in_threadpool(self._upload, self.number, part)))
 
-    def _upload(self, number: int, part: ReadFileChunk) -> None:
+    def _upload(self, number: int, part: _PartBody) -> None:
         with part:
             self.writer.upload_part(number, part)
 
