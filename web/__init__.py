@@ -1,0 +1,4 @@
+"""The review dashboard, rendered from the registry's services.
+
+Empty for now.
+"""
