@@ -74,7 +74,7 @@ class _Part:
         self.path = workdir / f"part-{index}"
         self.file = self.path.open("wb") if self.filename is not None else None
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: memoryview) -> None:
         if self.file is None:
             self.text += data
             if len(self.text) > MAX_FIELD_BYTES:
@@ -118,17 +118,15 @@ async def receive_upload(request: Request, workdir: Path, store: ArtifactStore) 
             for kind, value in events:
                 if kind == "begin":
                     header, headers = [b"", b""], {}
-                elif kind == "field":
-                    header[0] += value
-                elif kind == "value":
-                    header[1] += value
+                elif kind in ("field", "value"):
+                    header[kind == "value"] += value
+                    if len(header[0]) + len(header[1]) > MAX_HEADER_BYTES:
+                        raise _malformed(f"a part header is longer than {MAX_HEADER_BYTES} bytes")
                 elif kind == "header":
                     headers[header[0].lower()] = header[1]
                     header = [b"", b""]
                     if len(headers) > MAX_PART_HEADERS:
                         raise _malformed(f"a part has more than {MAX_PART_HEADERS} headers")
-                if len(header[0]) + len(header[1]) > MAX_HEADER_BYTES:
-                    raise _malformed(f"a part header is longer than {MAX_HEADER_BYTES} bytes")
                 elif kind == "headers":
                     if len(parts) >= MAX_PARTS:
                         raise _malformed(f"more than {MAX_PARTS} parts")
