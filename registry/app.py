@@ -12,6 +12,8 @@ from registry.audit.endpoints import router as audit
 from registry.auth.endpoints import router as auth
 from registry.base_models.endpoints import router as base_models
 from registry.errors import LoraplaneError
+from registry.eval_suites.endpoints import router as eval_suites
+from registry.evaluations.endpoints import router as evaluations
 from registry.input_guard import ControlCharacterGuard
 from registry.limits import BodySizeLimitMiddleware
 from registry.metrics import MetricsMiddleware
@@ -27,7 +29,8 @@ def create_app() -> FastAPI:
         version="0.1.0",
         description="Validated LoRA adapters, base models and serving pools for multi-LoRA vLLM.",
     )
-    for router in (auth, base_models, pools, adapters, audit, artifacts, ops):
+    for router in (auth, base_models, pools, eval_suites, adapters, evaluations, audit, artifacts,
+                   ops):
         app.include_router(router)
     app.add_middleware(BodySizeLimitMiddleware, max_upload_bytes=get_settings().max_upload_bytes)
     app.add_middleware(ControlCharacterGuard)

@@ -38,10 +38,24 @@ class RegistrySettings(BaseSettings):
     max_header_bytes: int = Field(default=16 * MiB, ge=1024)
     max_config_bytes: int = Field(default=1 * MiB, ge=1024)
 
+    broker_url: str = Field(default="", description=(
+        "Celery broker, e.g. redis://host:6379/0. Empty means a folder queue inside data_dir "
+        "that needs no server (one machine only)."))
+    result_backend: str = Field(default="", description=(
+        "Celery results. Empty means the broker's Redis, or SQLite inside data_dir."))
+    broker_visibility_timeout_s: int = Field(default=3600, ge=5, le=7 * 24 * 3600, description=(
+        "Redis broker: an unacknowledged task is delivered again after this long, e.g. when "
+        "its worker was killed."))
+
     @model_validator(mode="after")
     def _fill_defaults(self) -> "RegistrySettings":
         if not self.database_url:
             self.database_url = f"sqlite:///{self.data_dir / 'loraplane.db'}"
+        if not self.broker_url:
+            self.broker_url = "filesystem://"
+        if not self.result_backend:
+            self.result_backend = (self.broker_url if self.broker_url.startswith("redis")
+                                   else f"db+sqlite:///{self.data_dir / 'task-results.db'}")
         if self.storage == "s3" and not self.s3_bucket:
             raise ValueError("LORAPLANE_S3_BUCKET must be set when LORAPLANE_STORAGE=s3")
         return self
@@ -49,6 +63,10 @@ class RegistrySettings(BaseSettings):
     @property
     def artifacts_dir(self) -> Path:
         return self.data_dir / "store"
+
+    def broker_dir(self) -> Path:
+        """The folder queue of the embedded broker."""
+        return self.data_dir / "broker"
 
     def spool_dir(self) -> Path:
         """Where uploads are spooled: beside the state, not in a possibly RAM-backed /tmp."""

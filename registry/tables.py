@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Integer, String, UniqueConstraint, func
+from sqlalchemy import (
+    JSON, BigInteger, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint, func,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -102,6 +104,65 @@ class AdapterVersion(Base):
     uploaded_by: Mapped[str] = mapped_column(String(128))
     uploaded_by_token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id"))
     created_at: Mapped[datetime] = created_at_column()
+
+
+class EvalSuite(Base):
+    """A named evaluation for one base: a JSONL dataset in the store, metrics with thresholds,
+    and the generation settings every engine request uses."""
+
+    __tablename__ = "eval_suites"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    base_model_id: Mapped[int] = mapped_column(ForeignKey("base_models.id"), index=True)
+    dataset_sha256: Mapped[str] = mapped_column(String(64))
+    example_count: Mapped[int] = mapped_column(Integer)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
+    generation: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_by: Mapped[str] = mapped_column(String(300))
+    created_at: Mapped[datetime] = created_at_column()
+
+
+class Evaluation(Base):
+    """One version against one suite. A worker claims it with a token and a lease; only the
+    holder of an unexpired claim may record its result, so a redelivered task records once."""
+
+    __tablename__ = "evaluations"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("adapter_versions.id"), index=True)
+    suite_id: Mapped[int] = mapped_column(ForeignKey("eval_suites.id"), index=True)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str | None] = mapped_column(Text)
+    failing_metrics: Mapped[list[str]] = mapped_column(JSON)
+    metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    engine: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    timings: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    attempts: Mapped[int] = mapped_column(Integer)
+    claim_token: Mapped[str | None] = mapped_column(String(36))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    requested_by: Mapped[str] = mapped_column(String(300))
+    created_at: Mapped[datetime] = created_at_column()
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class EvaluationExample(Base):
+    """Per-example results, written in the same transaction as the evaluation's outcome."""
+
+    __tablename__ = "evaluation_examples"
+    __table_args__ = (UniqueConstraint("evaluation_id", "position"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    evaluation_id: Mapped[int] = mapped_column(ForeignKey("evaluations.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    prompt: Mapped[str] = mapped_column(Text)
+    reference: Mapped[str] = mapped_column(Text)
+    output: Mapped[str] = mapped_column(Text)
+    base_output: Mapped[str] = mapped_column(Text)
+    exact_match: Mapped[bool]
+    contains: Mapped[bool]
+    reference_loglik: Mapped[float | None] = mapped_column(Float)
+    base_reference_loglik: Mapped[float | None] = mapped_column(Float)
+    parity_max_logprob_diff: Mapped[float | None] = mapped_column(Float)
+    parity_tokens_match: Mapped[bool | None]
 
 
 class AuditEvent(Base):

@@ -78,9 +78,18 @@ def s3_client(s3: services.Service):
 
 
 @pytest.fixture(scope="session")
-def registry(service_dir: Path, database_url: str, s3: services.Service) -> Iterator[services.Service]:
+def redis(service_dir: Path) -> Iterator[services.Service]:
+    server = services.start_redis(service_dir / "redis")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def registry(service_dir: Path, database_url: str, s3: services.Service,
+             redis: services.Service) -> Iterator[services.Service]:
     server = services.start_registry(service_dir / "registry", {
         "LORAPLANE_DATABASE_URL": database_url,
+        "LORAPLANE_BROKER_URL": redis.url,
         "LORAPLANE_STORAGE": "s3",
         "LORAPLANE_S3_ENDPOINT_URL": s3.url,
         "LORAPLANE_S3_BUCKET": BUCKET,

@@ -56,7 +56,7 @@ def record_version(session: Session, principal: Principal, target: UploadTarget,
     digest = artifact.digest_of(manifest)
     same = repository.version_by_digest(session, adapter.id, digest)
     if same is not None:
-        return _version_out(session, same), False
+        return version_out(session, same), False
     version = AdapterVersion(
         adapter_id=adapter.id,
         number=(repository.latest_version_number(session, adapter.id) or 0) + 1,
@@ -75,7 +75,7 @@ def record_version(session: Session, principal: Principal, target: UploadTarget,
     )
     session.add(version)
     session.flush()
-    out = _version_out(session, version)
+    out = version_out(session, version)
     audit.record(session, actor=principal.label, action="adapter_version.upload",
                  subject=out.served_name, tenant_id=target.tenant_id,
                  after=out.model_dump(mode="json", exclude={"created_at"}))
@@ -136,18 +136,18 @@ def list_versions(session: Session, principal: Principal, tenant: str, name: str
     if state is not None:
         query = query.where(AdapterVersion.state == state)
     rows, next_cursor = fetch_page(session, query, AdapterVersion.id, limit=limit, cursor=cursor)
-    return [_version_out(session, row) for row in rows], next_cursor
+    return [version_out(session, row) for row in rows], next_cursor
 
 
 def get_version(session: Session, principal: Principal, tenant: str, name: str, number: int) -> VersionOut:
     principal.require(READERS, tenant)
-    return _version_out(session, _version(session, tenant, name, number))
+    return version_out(session, find_version(session, tenant, name, number))
 
 
 def download(session: Session, store: ArtifactStore, settings: RegistrySettings,
              principal: Principal, tenant: str, name: str, number: int) -> DownloadOut:
     principal.require(READERS, tenant)
-    version = _version(session, tenant, name, number)
+    version = find_version(session, tenant, name, number)
     return DownloadOut(
         digest=version.digest,
         expires_in=settings.presign_ttl_s,
@@ -173,7 +173,7 @@ def _adapter(session: Session, tenant: str, name: str) -> Adapter:
     return row
 
 
-def _version(session: Session, tenant: str, name: str, number: int) -> AdapterVersion:
+def find_version(session: Session, tenant: str, name: str, number: int) -> AdapterVersion:
     row = repository.version_by_number(session, _adapter(session, tenant, name).id, number)
     if row is None:
         raise NotFound(f"adapter {tenant}/{name} has no version {number}", code="version_not_found",
@@ -191,7 +191,7 @@ def _adapter_out(session: Session, row: Adapter) -> AdapterOut:
     )
 
 
-def _version_out(session: Session, row: AdapterVersion) -> VersionOut:
+def version_out(session: Session, row: AdapterVersion) -> VersionOut:
     adapter = session.get(Adapter, row.adapter_id)
     tenant = session.get(Tenant, adapter.tenant_id).name
     return VersionOut(

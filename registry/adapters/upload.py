@@ -13,8 +13,10 @@ from registry.adapters.receive import BASE_MODEL_FIELD, ReceivedUpload
 from registry.adapters.schemas import VersionOut
 from registry.auth.principal import Principal
 from registry.db import transaction
+from registry.evaluations import service as evaluations
 from registry.settings import RegistrySettings
 from registry.storage.base import ArtifactStore
+from registry.task_queue import enqueue_evaluations
 
 
 def upload_version(store: ArtifactStore, settings: RegistrySettings, *, principal: Principal,
@@ -28,4 +30,10 @@ def upload_version(store: ArtifactStore, settings: RegistrySettings, *, principa
     layout = validation.check_weights(files, spec, target.base.shape, settings.max_header_bytes)
     manifest = service.store_blobs(store, files, received)
     with transaction() as session:
-        return service.record_version(session, principal, target, spec, layout, manifest)
+        version, created = service.record_version(session, principal, target, spec, layout, manifest)
+        queued = (evaluations.request_required(session, tenant, name, version.number,
+                                               actor=principal.label) if created else [])
+    if queued:
+        enqueue_evaluations(queued)  # after commit: a worker must find the rows
+        version = version.model_copy(update={"state": evaluations.VERSION_EVALUATING})
+    return version, created

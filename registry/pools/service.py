@@ -7,7 +7,8 @@ from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.base_models import service as base_models
-from registry.errors import Conflict, NotFound, Unprocessable
+from registry.errors import Conflict, NotFound
+from registry.eval_suites import service as eval_suites
 from registry.names import check_name
 from registry.pagination import fetch_page
 from registry.pools.schemas import PoolCreate, PoolOut
@@ -17,13 +18,7 @@ from registry.tables import BaseModel, Pool
 def create(session: Session, spec: PoolCreate, *, actor: str) -> PoolOut:
     check_name(spec.name, "pool")
     base = base_models.get(session, spec.base_model)
-    if spec.required_suites:
-        # Eval suites are not a registry resource yet, so no suite name can be known.
-        raise Unprocessable(
-            f"unknown eval suite {spec.required_suites[0]!r}",
-            code="unknown_suite",
-            hint="Leave required_suites empty until the suite is registered.",
-        )
+    eval_suites.require_for_base(session, spec.required_suites, base.id, base.name)
     if session.scalar(select(Pool.id).where(Pool.name == spec.name)) is not None:
         raise Conflict(f"pool {spec.name!r} already exists", code="already_exists",
                        hint="Pick another name.")

@@ -23,6 +23,11 @@ class ArtifactStore(Protocol):
 
     def put_bytes(self, key: str, data: bytes) -> None: ...
 
+    def get_bytes(self, key: str) -> bytes: ...
+
+    def get_file(self, key: str, path: Path) -> None:
+        """Copy the object to path (replaced whole, never left partial)."""
+
     def begin_write(self, key: str) -> BlobWriter | None:
         """A writer that streams into `key` while a request is still arriving, or None where
         streaming gains nothing (a local folder renames the finished file instead)."""

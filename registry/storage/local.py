@@ -33,6 +33,23 @@ class LocalStore:
     def put_bytes(self, key: str, data: bytes) -> None:
         self._write(key, lambda staging: staging.write(data))
 
+    def get_bytes(self, key: str) -> bytes:
+        return self._existing(key).read_bytes()
+
+    def get_file(self, key: str, path: Path) -> None:
+        staging = path.with_name(f".{path.name}.partial")
+        try:
+            shutil.copyfile(self._existing(key), staging)
+            os.replace(staging, path)
+        finally:
+            staging.unlink(missing_ok=True)
+
+    def _existing(self, key: str) -> Path:
+        path = self.path_of(key)
+        if not path.is_file():
+            raise NotFound("artifact not found", code="artifact_not_found")
+        return path
+
     def begin_write(self, key: str) -> None:
         return None
 
@@ -62,10 +79,7 @@ class LocalStore:
         if expires < time.time() or not hmac.compare_digest(signature, self._sign(key, expires)):
             raise Forbidden("the download link is invalid or has expired", code="bad_signature",
                             hint="Ask the registry for a new download URL.")
-        path = self.path_of(key)
-        if not path.is_file():
-            raise NotFound("artifact not found", code="artifact_not_found")
-        return path
+        return self._existing(key)
 
     def check(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

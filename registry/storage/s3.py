@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import BinaryIO
 
@@ -67,6 +68,19 @@ class S3Store:
         if not self.has(key):
             with storage_errors():
                 self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
+
+    def get_bytes(self, key: str) -> bytes:
+        with storage_errors():
+            return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+
+    def get_file(self, key: str, path: Path) -> None:
+        staging = path.with_name(f".{path.name}.partial")
+        try:
+            with storage_errors():
+                self.client.download_file(self.bucket, key, str(staging), Config=TRANSFER)
+            os.replace(staging, path)
+        finally:
+            staging.unlink(missing_ok=True)
 
     def begin_write(self, key: str) -> S3MultipartWriter:
         with storage_errors():

@@ -11,7 +11,7 @@ from registry.tables import Base
 from tests.support import services
 
 TABLES = {"tenants", "api_tokens", "base_models", "base_model_aliases", "pools", "adapters",
-          "adapter_versions", "audit_events"}
+          "adapter_versions", "audit_events", "eval_suites", "evaluations", "evaluation_examples"}
 
 
 def tables_in(url: str) -> set[str]:

@@ -155,3 +155,73 @@ def start_registry(folder: Path, env: dict[str, str]) -> Service:
     wait_until(lambda: httpx.get(url + "/healthz").status_code == 200, timeout_s=60,
                what="registry", log=log)
     return service
+
+
+# --- redis, vLLM and workers --------------------------------------------------------------------
+
+
+def start_redis(folder: Path) -> Service:
+    folder.mkdir(parents=True, exist_ok=True)
+    port, log = free_port(), folder / "redis.log"
+    process = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
+         "--save", "", "--appendonly", "no"],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    service = Service(process, f"redis://127.0.0.1:{port}/0", log)
+
+    def ready() -> bool:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+
+    wait_until(ready, timeout_s=20, what="redis-server", log=log)
+    return service
+
+
+def start_vllm(folder: Path, spec) -> Service:
+    """A real vLLM OpenAI server on CPU (loraplane.engine builds the command)."""
+    from loraplane import engine
+
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "vllm.log"
+    process = subprocess.Popen(engine.command(spec), stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                               env=engine.environment(spec, folder / "cache"), cwd=folder,
+                               start_new_session=True)
+    url = f"http://{spec.host}:{spec.port}"
+    service = Service(process, url, log)
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"vLLM exited with {process.returncode}\n{log.read_text()[-3000:]}")
+        return httpx.get(url + "/health", timeout=2).status_code == 200
+
+    wait_until(ready, timeout_s=240, what="vLLM", log=log)
+    return service
+
+
+def stop_group(service: Service, sig: int = 15) -> None:
+    """Stop a process and everything it started (vLLM's engine core, a worker's children)."""
+    if service.process.poll() is None:
+        try:
+            os.killpg(service.process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            service.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(service.process.pid, 9)
+            service.process.wait()
+
+
+def start_worker(folder: Path, env: dict[str, str], name: str = "eval") -> Service:
+    """An evaluation worker, exactly as `loraplane worker` runs it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / f"{name}.log"
+    start = log.stat().st_size if log.exists() else 0  # a restart appends to the same log
+    full_env = {**os.environ, **S3_CREDENTIALS, "LORAPLANE_DATA_DIR": str(folder), **env}
+    process = subprocess.Popen(
+        [str(VENV_BIN / "loraplane"), "worker", "--hostname", f"{name}@%h"],
+        stdout=log.open("ab"), stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
+    service = Service(process, "", log, env=full_env)
+    wait_until(lambda: b"ready." in log.read_bytes()[start:], timeout_s=60, what="worker", log=log)
+    return service

@@ -1,0 +1,2 @@
+"""Evaluation suites: a dataset of prompts and references, metrics with thresholds, and generation
+settings, for one base model."""

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from registry.names import NAME_PATTERN
+
+MAX_EXAMPLES = 5000
+MAX_TEXT = 4096
+
+
+class Example(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    prompt: str = Field(min_length=1, max_length=MAX_TEXT)
+    reference: str = Field(min_length=1, max_length=MAX_TEXT)
+
+
+class MinScore(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    min: float = Field(ge=0, le=1, description="Fraction of examples that must score.")
+
+
+class LoglikMargin(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    min_margin: float = Field(
+        ge=-100, le=100,
+        description="Adapter minus base mean per-token log-probability of the reference.")
+
+
+class ParityTolerance(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_logprob_diff: float = Field(1e-3, gt=0, le=10, description=(
+        "Largest allowed |logprob| difference per generated token between the engine with the "
+        "adapter and the merged-weights reference."))
+    max_token_mismatch_rate: float = Field(0.0, ge=0, le=1, description=(
+        "Fraction of examples whose greedy tokens may differ from the reference."))
+
+
+class ServingLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    min_throughput_ratio: float = Field(0.2, gt=0, le=10, description=(
+        "Output tokens/s with the adapter(s) over tokens/s of the base, same engine, same run."))
+    max_ttft_ratio: float | None = Field(None, gt=0, le=1000, description=(
+        "Median time to first token with the adapter(s) over the base's."))
+
+
+class SuiteMetrics(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    exact_match: MinScore | None = None
+    contains: MinScore | None = None
+    reference_loglik: LoglikMargin | None = None
+    parity: ParityTolerance | None = None
+    serving: ServingLimits | None = None
+
+    @model_validator(mode="after")
+    def _at_least_one(self) -> "SuiteMetrics":
+        if not any(getattr(self, name) is not None for name in type(self).model_fields):
+            raise ValueError("a suite needs at least one metric")
+        return self
+
+
+class Generation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_tokens: int = Field(32, ge=1, le=512)
+    stop: list[str] = Field(default_factory=list, max_length=4)
+    ignore_eos: bool = Field(False, description="Always generate max_tokens (for load tests).")
+
+    @model_validator(mode="after")
+    def _check_stop(self) -> "Generation":
+        if any(not 1 <= len(s) <= 32 for s in self.stop):
+            raise ValueError("each stop string must be 1 to 32 characters")
+        return self
+
+
+class SuiteCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=64, json_schema_extra={"pattern": NAME_PATTERN.pattern})
+    base_model: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
+    examples: list[Example] = Field(min_length=1, max_length=MAX_EXAMPLES)
+    metrics: SuiteMetrics
+    generation: Generation = Field(default_factory=Generation)
+
+
+class SuiteOut(BaseModel):
+    name: str
+    base_model: str
+    dataset_sha256: str
+    example_count: int
+    metrics: SuiteMetrics
+    generation: Generation
+    created_by: str
+    created_at: datetime

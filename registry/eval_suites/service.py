@@ -1,0 +1,98 @@
+"""Create and read eval suites. The dataset lives in the store as canonical JSONL, addressed by
+its sha256, so two suites with the same rows share one blob and a worker can verify what it reads."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry import audit
+from registry.adapters.artifact import blob_key
+from registry.base_models import service as base_models
+from registry.errors import Conflict, NotFound, Unprocessable
+from registry.eval_suites.schemas import Example, Generation, SuiteCreate, SuiteMetrics, SuiteOut
+from registry.names import check_name
+from registry.pagination import fetch_page
+from registry.storage.base import ArtifactStore
+from registry.tables import BaseModel, EvalSuite
+
+
+def dataset_bytes(examples: list[Example]) -> bytes:
+    lines = (json.dumps(e.model_dump(), ensure_ascii=False, sort_keys=True) for e in examples)
+    return ("\n".join(lines) + "\n").encode()
+
+
+def create(session: Session, store: ArtifactStore, spec: SuiteCreate, *, actor: str) -> SuiteOut:
+    check_name(spec.name, "eval suite")
+    base = base_models.get(session, spec.base_model)
+    if session.scalar(select(EvalSuite.id).where(EvalSuite.name == spec.name)) is not None:
+        raise Conflict(f"eval suite {spec.name!r} already exists", code="already_exists",
+                       hint="Suites are immutable; create one under a new name.")
+    data = dataset_bytes(spec.examples)
+    sha256 = hashlib.sha256(data).hexdigest()
+    store.put_bytes(blob_key(sha256), data)  # content-addressed: a rollback leaves a reusable blob
+    row = EvalSuite(
+        name=spec.name, base_model_id=base.id, dataset_sha256=sha256,
+        example_count=len(spec.examples),
+        metrics=spec.metrics.model_dump(exclude_none=True),
+        generation=spec.generation.model_dump(),
+        created_by=actor,
+    )
+    session.add(row)
+    session.flush()
+    out = to_out(row, base)
+    audit.record(session, actor=actor, action="eval_suite.create", subject=f"eval-suite/{row.name}",
+                 after=out.model_dump(mode="json", exclude={"created_at"}))
+    return out
+
+
+def get(session: Session, name: str) -> SuiteOut:
+    row = get_row(session, name)
+    return to_out(row, session.get(BaseModel, row.base_model_id))
+
+
+def get_row(session: Session, name: str) -> EvalSuite:
+    row = session.scalar(select(EvalSuite).where(EvalSuite.name == name))
+    if row is None:
+        raise NotFound(f"eval suite {name!r} does not exist", code="suite_not_found",
+                       hint="List them with GET /v1/eval-suites.")
+    return row
+
+
+def require_for_base(session: Session, names: list[str], base_id: int, base_name: str) -> None:
+    """Every name is a suite for this base; pools and evaluations depend on it."""
+    for name in names:
+        row = session.scalar(select(EvalSuite).where(EvalSuite.name == name))
+        if row is None:
+            raise Unprocessable(f"unknown eval suite {name!r}", code="unknown_suite",
+                                hint="Create it first with POST /v1/eval-suites.")
+        if row.base_model_id != base_id:
+            raise Unprocessable(
+                f"eval suite {name!r} is for another base model than {base_name!r}",
+                code="suite_base_mismatch", hint="Use a suite built for this base model.")
+
+
+def list_page(session: Session, *, limit: int, cursor: str | None) -> tuple[list[SuiteOut], str | None]:
+    rows, next_cursor = fetch_page(session, select(EvalSuite), EvalSuite.id, limit=limit, cursor=cursor)
+    return [to_out(row, session.get(BaseModel, row.base_model_id)) for row in rows], next_cursor
+
+
+def load_examples(store: ArtifactStore, suite: EvalSuite) -> list[Example]:
+    """The suite's rows, verified against the digest recorded at creation."""
+    data = store.get_bytes(blob_key(suite.dataset_sha256))
+    if hashlib.sha256(data).hexdigest() != suite.dataset_sha256:
+        raise Unprocessable(f"the dataset of eval suite {suite.name!r} is damaged in the store",
+                            code="dataset_corrupt", hint="Recreate the suite under a new name.")
+    return [Example.model_validate_json(line) for line in data.decode().splitlines()]
+
+
+def to_out(row: EvalSuite, base: BaseModel) -> SuiteOut:
+    return SuiteOut(
+        name=row.name, base_model=base.name, dataset_sha256=row.dataset_sha256,
+        example_count=row.example_count, metrics=SuiteMetrics.model_validate(row.metrics),
+        generation=Generation.model_validate(row.generation), created_by=row.created_by,
+        created_at=row.created_at,
+    )

@@ -1,0 +1,193 @@
+"""How workers take evaluations and record their outcome, safely under redelivery.
+
+A claim is a random token plus a lease. Only the holder of an unexpired claim may record an
+outcome, and recording checks the token in the same transaction, so a task delivered twice (its
+worker was killed, or a retry overlapped) records exactly one result. A claim whose worker died
+expires, and the next task for any evaluation on the same base takes it over.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from registry import audit
+from registry.adapters import service as adapters
+from registry.evaluations import rules
+from registry.evaluations.service import sync_version_state
+from registry.tables import (
+    Adapter, AdapterVersion, BaseModel, EvalSuite, Evaluation, EvaluationExample,
+)
+
+
+@dataclass(frozen=True)
+class ClaimedEvaluation:
+    id: int
+    served_name: str
+    digest: str
+    files: list[dict[str, Any]]
+    rank: int
+    suite_id: int
+
+
+@dataclass
+class ClaimOutcome:
+    """finished: nothing to do. held: another live worker has it; look again after retry_after_s.
+    claimed: this worker now holds `evaluations` under `token`."""
+
+    kind: str
+    token: str | None = None
+    evaluations: list[ClaimedEvaluation] = field(default_factory=list)
+    retry_after_s: float = 0.0
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    # SQLite hands back naive datetimes; everything stored here is UTC.
+    return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
+
+
+def claim_batch(session: Session, evaluation_id: int, *, max_versions: int, lease_s: float) -> ClaimOutcome:
+    """Claim this evaluation and others waiting on the same base, up to max_versions versions."""
+    now = utcnow()
+    row = session.scalar(select(Evaluation).where(Evaluation.id == evaluation_id).with_for_update())
+    if row is None or row.state in rules.FINISHED:
+        return ClaimOutcome("finished")
+    lease = _aware(row.lease_expires_at)
+    if row.state == rules.RUNNING and lease is not None and lease > now:
+        return ClaimOutcome("held", retry_after_s=(lease - now).total_seconds() + 1)
+    base_id = session.get(EvalSuite, row.suite_id).base_model_id
+    waiting = session.scalars(
+        select(Evaluation).join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
+        .where(EvalSuite.base_model_id == base_id, Evaluation.id != row.id,
+               or_(Evaluation.state == rules.QUEUED,
+                   (Evaluation.state == rules.RUNNING) & (Evaluation.lease_expires_at < now)))
+        .order_by(Evaluation.id).limit(max_versions * 8)
+        .with_for_update(skip_locked=True, of=Evaluation))
+    batch, versions = [row], {row.version_id}
+    for candidate in waiting:
+        if candidate.version_id in versions or len(versions) < max_versions:
+            versions.add(candidate.version_id)
+            batch.append(candidate)
+    token = str(uuid.uuid4())
+    for evaluation in batch:
+        rules.transition(evaluation, rules.RUNNING)
+        evaluation.claim_token = token
+        evaluation.lease_expires_at = now + timedelta(seconds=lease_s)
+        evaluation.attempts += 1
+        evaluation.started_at = evaluation.started_at or now
+    session.flush()
+    return ClaimOutcome("claimed", token=token, evaluations=[_claimed(session, e) for e in batch])
+
+
+def _claimed(session: Session, row: Evaluation) -> ClaimedEvaluation:
+    version = session.get(AdapterVersion, row.version_id)
+    out = adapters.version_out(session, version)
+    return ClaimedEvaluation(id=row.id, served_name=out.served_name, digest=version.digest,
+                             files=version.files, rank=version.rank, suite_id=row.suite_id)
+
+
+def _held(session: Session, token: str, ids: list[int]) -> list[Evaluation]:
+    return list(session.scalars(
+        select(Evaluation).where(Evaluation.id.in_(ids), Evaluation.claim_token == token,
+                                 Evaluation.state == rules.RUNNING)
+        .order_by(Evaluation.id).with_for_update()))
+
+
+def renew(session: Session, token: str, ids: list[int], *, lease_s: float) -> int:
+    """Extend the lease; returns how many evaluations this claim still holds."""
+    held = _held(session, token, ids)
+    for evaluation in held:
+        evaluation.lease_expires_at = utcnow() + timedelta(seconds=lease_s)
+    return len(held)
+
+
+def release(session: Session, token: str, ids: list[int], *, reason: str) -> int:
+    """Give the evaluations back to the queue, e.g. while the engine is unavailable."""
+    held = _held(session, token, ids)
+    for evaluation in held:
+        rules.transition(evaluation, rules.QUEUED)
+        evaluation.claim_token = None
+        evaluation.lease_expires_at = None
+        evaluation.reason = reason
+    return len(held)
+
+
+def attempts_of(session: Session, evaluation_id: int) -> int:
+    return session.scalar(select(Evaluation.attempts).where(Evaluation.id == evaluation_id)) or 0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    passed: bool
+    reason: str | None
+    failing_metrics: list[str]
+    metrics: dict[str, Any]
+    engine: dict[str, Any] | None
+    timings: dict[str, Any] | None
+    examples: list[dict[str, Any]]
+
+
+def record(session: Session, token: str, evaluation_id: int, outcome: Outcome) -> bool:
+    """Write the outcome if this claim still holds the evaluation; False means another worker
+    took it over (this one was too slow), and nothing was written."""
+    held = _held(session, token, [evaluation_id])
+    if not held:
+        return False
+    evaluation = held[0]
+    rules.transition(evaluation, rules.PASSED if outcome.passed else rules.FAILED)
+    evaluation.reason = outcome.reason
+    evaluation.failing_metrics = outcome.failing_metrics
+    evaluation.metrics = outcome.metrics
+    evaluation.engine = outcome.engine
+    evaluation.timings = outcome.timings
+    evaluation.claim_token = None
+    evaluation.lease_expires_at = None
+    evaluation.finished_at = utcnow()
+    session.add_all(EvaluationExample(evaluation_id=evaluation.id, position=position, **example)
+                    for position, example in enumerate(outcome.examples))
+    version = session.get(AdapterVersion, evaluation.version_id)
+    sync_version_state(session, version)
+    audit.record(session, actor="worker", action=f"evaluation.{evaluation.state}",
+                 subject=adapters.version_out(session, version).served_name,
+                 tenant_id=session.get(Adapter, version.adapter_id).tenant_id,
+                 after={"evaluation": evaluation.id, "failing_metrics": outcome.failing_metrics,
+                        "reason": outcome.reason})
+    session.flush()
+    return True
+
+
+def fail_unclaimed(session: Session, evaluation_id: int, *, reason: str) -> bool:
+    """Fail a queued evaluation that cannot run (its retries are spent)."""
+    row = session.scalar(select(Evaluation).where(Evaluation.id == evaluation_id).with_for_update())
+    if row is None or row.state != rules.QUEUED:
+        return False
+    rules.transition(row, rules.FAILED)
+    row.reason = reason
+    row.finished_at = utcnow()
+    version = session.get(AdapterVersion, row.version_id)
+    sync_version_state(session, version)
+    audit.record(session, actor="worker", action="evaluation.failed",
+                 subject=adapters.version_out(session, version).served_name,
+                 tenant_id=session.get(Adapter, version.adapter_id).tenant_id,
+                 after={"evaluation": row.id, "reason": reason})
+    return True
+
+
+def stale_ids(session: Session, *, base_model: str) -> list[int]:
+    """Evaluations on this base nobody is working on: queued, or running under an expired lease."""
+    return list(session.scalars(
+        select(Evaluation.id).join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
+        .join(BaseModel, BaseModel.id == EvalSuite.base_model_id)
+        .where(BaseModel.name == base_model, or_(
+            Evaluation.state == rules.QUEUED,
+            (Evaluation.state == rules.RUNNING) & (Evaluation.lease_expires_at < utcnow())))
+        .order_by(Evaluation.id)))

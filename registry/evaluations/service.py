@@ -1,0 +1,126 @@
+"""Request and read evaluations. Creating one also moves its version to `evaluating`; the caller
+enqueues the returned ids after its transaction commits."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry import audit
+from registry.adapters import service as adapters
+from registry.auth.principal import Principal, Role
+from registry.errors import NotFound, Unprocessable
+from registry.eval_suites import service as suites
+from registry.evaluations import rules
+from registry.evaluations.schemas import EvaluationOut, ExampleOut, MetricResult
+from registry.pagination import Page, fetch_page
+from registry.tables import Adapter, AdapterVersion, BaseModel, EvalSuite, Evaluation, EvaluationExample, Pool, Tenant
+
+REQUESTERS = {Role.ADMIN, Role.UPLOADER, Role.REVIEWER}
+READERS = REQUESTERS
+VERSION_EVALUATING, VERSION_EVALUATED = "evaluating", "evaluated"
+
+
+def request(session: Session, principal: Principal, tenant: str, name: str, number: int,
+            suite_name: str) -> tuple[EvaluationOut, bool]:
+    """Returns (evaluation, created). An unfinished or passed evaluation of the same version and
+    suite is returned instead of a new one, so a retried request costs no engine time."""
+    principal.require(REQUESTERS, tenant)
+    version = adapters.find_version(session, tenant, name, number)
+    adapter = session.get(Adapter, version.adapter_id)
+    suite = suites.get_row(session, suite_name)
+    if suite.base_model_id != adapter.base_model_id:
+        raise Unprocessable(
+            f"eval suite {suite_name!r} is for another base model than {tenant}/{name}",
+            code="suite_base_mismatch", hint="Pick a suite for the adapter's base model.")
+    existing = session.scalar(
+        select(Evaluation).where(Evaluation.version_id == version.id,
+                                 Evaluation.suite_id == suite.id,
+                                 Evaluation.state != rules.FAILED)
+        .order_by(Evaluation.id.desc()).limit(1))
+    if existing is not None:
+        return to_out(session, existing), False
+    row = _create(session, version, suite, actor=principal.label)
+    return to_out(session, row), True
+
+
+def request_required(session: Session, tenant: str, name: str, number: int, *,
+                     actor: str) -> list[tuple[int, str]]:
+    """Evaluations of a new version against every suite its base's pools require, as
+    (evaluation id, base model) pairs to enqueue."""
+    version = adapters.find_version(session, tenant, name, number)
+    adapter = session.get(Adapter, version.adapter_id)
+    pools = session.scalars(select(Pool).where(Pool.base_model_id == adapter.base_model_id))
+    names = sorted({suite for pool in pools for suite in pool.required_suites})
+    base = session.get(BaseModel, adapter.base_model_id).name
+    return [(_create(session, version, suites.get_row(session, suite), actor=actor).id, base)
+            for suite in names]
+
+
+def _create(session: Session, version: AdapterVersion, suite: EvalSuite, *, actor: str) -> Evaluation:
+    row = Evaluation(version_id=version.id, suite_id=suite.id, state=rules.QUEUED,
+                     failing_metrics=[], attempts=0, requested_by=actor)
+    session.add(row)
+    session.flush()
+    sync_version_state(session, version)
+    served = adapters.version_out(session, version).served_name
+    audit.record(session, actor=actor, action="evaluation.request", subject=served,
+                 tenant_id=session.get(Adapter, version.adapter_id).tenant_id,
+                 after={"evaluation": row.id, "suite": suite.name})
+    return row
+
+
+def sync_version_state(session: Session, version: AdapterVersion) -> None:
+    """A version is evaluating while any of its evaluations is unfinished, then evaluated."""
+    states = set(session.scalars(select(Evaluation.state).where(Evaluation.version_id == version.id)))
+    if states:
+        version.state = VERSION_EVALUATED if states <= rules.FINISHED else VERSION_EVALUATING
+
+
+def get(session: Session, principal: Principal, evaluation_id: int, *, examples_limit: int,
+        examples_cursor: str | None) -> EvaluationOut:
+    row = session.get(Evaluation, evaluation_id)
+    if row is None or not _may_read(session, principal, row):
+        # The same answer for another tenant's evaluation: ids reveal nothing.
+        raise NotFound(f"evaluation {evaluation_id} does not exist", code="evaluation_not_found",
+                       hint="List a version's evaluations under its adapter.")
+    examples, next_cursor = fetch_page(
+        session, select(EvaluationExample).where(EvaluationExample.evaluation_id == row.id),
+        EvaluationExample.id, limit=examples_limit, cursor=examples_cursor)
+    out = to_out(session, row)
+    out.examples = Page(items=[ExampleOut.model_validate(e, from_attributes=True) for e in examples],
+                        next_cursor=next_cursor)
+    return out
+
+
+def list_for_version(session: Session, principal: Principal, tenant: str, name: str, number: int,
+                     *, limit: int, cursor: str | None) -> tuple[list[EvaluationOut], str | None]:
+    principal.require(READERS, tenant)
+    version = adapters.find_version(session, tenant, name, number)
+    rows, next_cursor = fetch_page(session, select(Evaluation).where(Evaluation.version_id == version.id),
+                                   Evaluation.id, limit=limit, cursor=cursor)
+    return [to_out(session, row) for row in rows], next_cursor
+
+
+def _may_read(session: Session, principal: Principal, row: Evaluation) -> bool:
+    if principal.is_global_admin:
+        return True
+    if principal.role not in READERS:
+        return False
+    version = session.get(AdapterVersion, row.version_id)
+    adapter = session.get(Adapter, version.adapter_id)
+    return session.get(Tenant, adapter.tenant_id).name == principal.tenant
+
+
+def to_out(session: Session, row: Evaluation) -> EvaluationOut:
+    version = adapters.version_out(session, session.get(AdapterVersion, row.version_id))
+    return EvaluationOut(
+        id=row.id, served_name=version.served_name, digest=version.digest,
+        base_model=version.base_model,
+        suite=session.get(EvalSuite, row.suite_id).name, state=row.state, reason=row.reason,
+        failing_metrics=row.failing_metrics,
+        metrics={name: MetricResult.model_validate(m) for name, m in (row.metrics or {}).items()},
+        engine=row.engine, timings=row.timings, attempts=row.attempts,
+        requested_by=row.requested_by, created_at=row.created_at, started_at=row.started_at,
+        finished_at=row.finished_at,
+    )

@@ -1,0 +1,86 @@
+"""Eval suites: a JSONL dataset in the store plus metrics, thresholds and generation settings."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from registry.tables import EvalSuite
+from tests.conftest import BUCKET
+from tests.support.asserts import assert_refused
+
+EXAMPLES = [{"prompt": "digits: 1 2 =>", "reference": " one two"},
+            {"prompt": "digits: 3 =>", "reference": " three"}]
+
+
+def suite(**changes):
+    return {"name": "qa", "base_model": "tiny-llama", "examples": EXAMPLES,
+            "metrics": {"exact_match": {"min": 0.9}}, **changes}
+
+
+def stored(engine, s3_client) -> tuple[int, list[str]]:
+    with Session(engine) as session:
+        count = session.scalar(select(func.count()).select_from(EvalSuite))
+    listing = s3_client.list_objects_v2(Bucket=BUCKET)
+    return count, sorted(o["Key"] for o in listing.get("Contents", []))
+
+
+def test_create_stores_the_dataset_as_canonical_jsonl(admin, base_model, s3_client):
+    created = admin.post("/v1/eval-suites", json=suite(name="suite-a", generation={"max_tokens": 8}))
+    assert created.status_code == 201, created.text
+    body = created.json()
+    assert body["example_count"] == 2 and body["generation"]["max_tokens"] == 8
+    assert {k: v for k, v in body["metrics"].items() if v is not None} == {"exact_match": {"min": 0.9}}
+    key = f"blobs/sha256/{body['dataset_sha256'][:2]}/{body['dataset_sha256']}"
+    data = s3_client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    assert hashlib.sha256(data).hexdigest() == body["dataset_sha256"]
+    assert [json.loads(line) for line in data.decode().splitlines()] == EXAMPLES
+    assert admin.get("/v1/eval-suites/suite-a").json() == body
+    assert "suite-a" in {s["name"] for s in admin.get("/v1/eval-suites").json()["items"]}
+
+
+@pytest.mark.parametrize(("body", "status", "code", "message"), [
+    (suite(metrics={}), 422, "invalid_request", "a suite needs at least one metric"),
+    (suite(examples=[]), 422, "invalid_request", "examples"),
+    (suite(metrics={"exact_match": {"min": 1.5}}), 422, "invalid_request", "min"),
+    (suite(metrics={"bleu": {"min": 0.5}}), 422, "invalid_request", "bleu"),
+    (suite(examples=[{"prompt": "x", "reference": "y", "id": 3}]), 422, "invalid_request", "id"),
+    (suite(examples=[{"prompt": "", "reference": "y"}]), 422, "invalid_request", "prompt"),
+    (suite(generation={"max_tokens": 0}), 422, "invalid_request", "max_tokens"),
+    (suite(generation={"stop": ["x" * 40]}), 422, "invalid_request", "stop string"),
+    (suite(base_model="missing"), 404, "base_model_not_found", "'missing'"),
+    (suite(name="Bad Name"), 422, "invalid_name", "invalid eval suite name"),
+    (suite(name="suite-dup"), 409, "already_exists", "'suite-dup'"),
+])
+def test_bad_suite_is_refused_and_nothing_is_stored(admin, base_model, engine, s3_client, body,
+                                                    status, code, message):
+    if body["name"] == "suite-dup":
+        assert admin.post("/v1/eval-suites", json=suite(name="suite-dup")).status_code == 201
+    before = stored(engine, s3_client)
+    assert_refused(admin.post("/v1/eval-suites", json=body), status, code, message)
+    assert stored(engine, s3_client) == before
+
+
+@pytest.mark.parametrize("principal", ["acme_admin", "acme_uploader", "acme_reviewer", "acme_node"])
+def test_only_a_global_admin_creates_suites(client_for, base_model, engine, s3_client, principal):
+    before = stored(engine, s3_client)
+    response = client_for(principal).post("/v1/eval-suites", json=suite(name=f"by-{principal}"))
+    assert_refused(response, 403, "forbidden", "may not do this")
+    assert stored(engine, s3_client) == before
+
+
+def test_reading_needs_a_token(client_for, base_model):
+    assert_refused(client_for("none").get("/v1/eval-suites"), 401, "unauthorized", "token")
+
+
+def test_a_pool_requires_suites_that_exist_for_its_base(admin, base_model):
+    assert admin.post("/v1/eval-suites", json=suite(name="pool-suite")).status_code == 201
+    pool = {"name": "with-suite", "base_model": "tiny-llama", "max_loras": 2, "max_cpu_loras": 4,
+            "max_lora_rank": 16, "dtype": "float32", "required_suites": ["pool-suite"]}
+    created = admin.post("/v1/pools", json=pool)
+    assert created.status_code == 201, created.text
+    assert created.json()["required_suites"] == ["pool-suite"]
