@@ -127,12 +127,7 @@ def build_adapter(
     old = tmp.with_name(tmp.name + "-old")
     try:
         peft_model.save_pretrained(tmp, safe_serialization=True)
-        config_path = tmp / "adapter_config.json"
-        saved = json.loads(config_path.read_text())
-        saved["base_model_name_or_path"] = base_model_name or str(base_dir)
-        if isinstance(saved.get("target_modules"), list):  # PEFT writes a set's order
-            saved["target_modules"] = sorted(saved["target_modules"])
-        config_path.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n")
+        _finish_adapter_config(tmp, base_model_name or str(base_dir))
         _make_files_readable(tmp)
         if out_dir.exists():
             os.replace(out_dir, old)
@@ -154,9 +149,21 @@ def _make_temp_dir(out_dir: Path) -> Path:
 
 
 def _make_files_readable(build_dir: Path) -> None:
-    """safetensors writes 0600 files; a server running as another user must read them."""
-    for path in build_dir.iterdir():
-        path.chmod(0o644)
+    """safetensors writes 0600 files and mkdtemp 0700 dirs; a server running as
+    another user must read them."""
+    for path in build_dir.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def _finish_adapter_config(adapter_dir: Path, base_model_name: str) -> None:
+    """Name the base as a server knows it, and write target_modules in a stable
+    order (PEFT writes a set's order, which varies between runs)."""
+    config_path = adapter_dir / "adapter_config.json"
+    saved = json.loads(config_path.read_text())
+    saved["base_model_name_or_path"] = base_model_name
+    if isinstance(saved.get("target_modules"), list):
+        saved["target_modules"] = sorted(saved["target_modules"])
+    config_path.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n")
 
 
 def _is_complete_base(path: Path) -> bool:
@@ -169,9 +176,10 @@ def _check_marker(path: Path, wanted: dict) -> None:
         raise FileExistsError(f"{path} holds a tiny model built with {found}, not {wanted}")
 
 
-def _train_tokenizer(spec: TinyLlamaSpec, seed: int):
+def _train_tokenizer(spec: TinyLlamaSpec, seed: int, corpus: Sequence[str] | None = None):
     """Byte-level BPE, so any text encodes (no unknown tokens) like a real Llama
-    tokenizer; trained on a synthetic corpus because nothing may be downloaded."""
+    tokenizer; trained on a synthetic corpus because nothing may be downloaded.
+    A caller may pass its own corpus to make its frequent words single tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -184,7 +192,7 @@ def _train_tokenizer(spec: TinyLlamaSpec, seed: int):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_synthetic_corpus(seed), trainer=trainer)
+    tok.train_from_iterator(_synthetic_corpus(seed) if corpus is None else corpus, trainer=trainer)
     # Prepend <s> as Llama tokenizers do, so prompts look the same to vLLM.
     bos_id = tok.token_to_id("<s>")
     tok.post_processor = processors.TemplateProcessing(
@@ -250,9 +258,18 @@ def _synthetic_corpus(seed: int, sentences: int = 4000) -> list[str]:
 
 def _save_random_model(out_dir: Path, spec: TinyLlamaSpec, seed: int, tokenizer) -> None:
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    config = LlamaConfig(
+    config = _llama_config(spec, tokenizer)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).to(torch.float32)
+    model.save_pretrained(out_dir, safe_serialization=True)
+
+
+def _llama_config(spec: TinyLlamaSpec, tokenizer):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
         vocab_size=spec.vocab_size,
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,
@@ -267,6 +284,3 @@ def _save_random_model(out_dir: Path, spec: TinyLlamaSpec, seed: int, tokenizer)
         pad_token_id=tokenizer.pad_token_id,
         dtype="float32",
     )
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).to(torch.float32)
-    model.save_pretrained(out_dir, safe_serialization=True)
