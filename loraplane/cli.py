@@ -20,7 +20,11 @@ token_app = typer.Typer(help="API tokens (run where the registry's database is r
                         no_args_is_help=True)
 base_app = typer.Typer(help="Base models.", no_args_is_help=True)
 pool_app = typer.Typer(help="Serving pools.", no_args_is_help=True)
+suite_app = typer.Typer(help="Eval suites: datasets, metrics and thresholds.", no_args_is_help=True)
+eval_app = typer.Typer(help="Evaluate adapter versions on a real vLLM.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+app.add_typer(suite_app, name="suite")
+app.add_typer(eval_app, name="eval")
 app.add_typer(token_app, name="token")
 app.add_typer(base_app, name="base-model")
 app.add_typer(pool_app, name="pool")
@@ -75,6 +79,26 @@ def serve(
 
     uvicorn.run("registry.app:create_app", factory=True, host=host, port=port, workers=workers,
                 proxy_headers=True)
+
+
+@app.command()
+def worker(
+    loglevel: str = typer.Option("info", help="Celery log level."),
+    hostname: str = typer.Option("", help="Worker name (default: eval@<host>)."),
+):
+    """Run an evaluation worker for the eval engine in LORAPLANE_ENGINE_* variables.
+
+    It consumes the queue of the engine's base model, one batch at a time.
+    """
+    from registry.task_queue import evaluation_queue
+    from workers.app import app as celery_app
+    from workers.settings import get_worker_settings
+
+    queue = evaluation_queue(get_worker_settings().engine_base_model)
+    argv = ["worker", "-Q", queue, "--pool=solo", "--concurrency=1", f"--loglevel={loglevel}"]
+    if hostname:
+        argv.append(f"--hostname={hostname}")
+    celery_app.worker_main(argv)
 
 
 @db_app.command("upgrade")
@@ -196,3 +220,71 @@ if __name__ == "__main__":  # pragma: no cover
     app()
 
 
+
+
+@suite_app.command("create")
+def suite_create(
+    name: str = typer.Argument(..., help="Suite name."),
+    base_model: str = typer.Option(..., help="The base model the suite is for."),
+    dataset: Path = typer.Option(..., exists=True, dir_okay=False,
+                                 help='JSONL file, one {"prompt": ..., "reference": ...} per line.'),
+    metrics: str = typer.Option(
+        '{"exact_match": {"min": 0.8}, "reference_loglik": {"min_margin": 0.5}, "parity": {}}',
+        help="Metrics and thresholds, as JSON (see GET /docs, SuiteMetrics)."),
+    max_tokens: int = typer.Option(32, min=1, max=512, help="Tokens generated per prompt."),
+    stop: list[str] = typer.Option([], help="Stop string (repeatable)."),
+):
+    """Create an eval suite (global admin)."""
+    from loraplane.evaluate import read_dataset
+
+    rows = _call(lambda: read_dataset(dataset))
+    try:
+        metric_spec = json.loads(metrics)
+    except json.JSONDecodeError as error:
+        _fail(f"--metrics is not JSON: {error.msg}", 'For example: \'{"exact_match": {"min": 0.8}}\'')
+    body = {"name": name, "base_model": base_model, "examples": rows, "metrics": metric_spec,
+            "generation": {"max_tokens": max_tokens, "stop": stop}}
+    with connect() as client:
+        _print_json(_call(lambda: checked(client.post("/v1/eval-suites", json=body))))
+
+
+@eval_app.command("run")
+def eval_run(
+    version: str = typer.Argument(..., help="The version, as tenant/name@N."),
+    suite: str = typer.Option(..., help="The eval suite."),
+    wait: bool = typer.Option(True, help="Wait for the verdict, showing progress."),
+    timeout_s: float = typer.Option(3600, help="How long to wait."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
+):
+    """Request an evaluation. Exits 0 when it passed, 1 when it failed."""
+    from loraplane import evaluate
+
+    with connect() as client:
+        evaluation = _call(lambda: evaluate.request(client, version, suite))
+        console.print(f"evaluation {evaluation['id']}: {evaluation['state']}")
+        if not wait:
+            _print_json(evaluation)
+            return
+        evaluation = _call(lambda: evaluate.watch(client, evaluation, console=console,
+                                                  timeout_s=timeout_s, show_progress=not quiet))
+    evaluate.render(evaluation, console)
+    _print_json({k: v for k, v in evaluation.items() if k != "examples"})
+    if evaluation["state"] != "passed":
+        raise typer.Exit(1)
+
+
+@eval_app.command("show")
+def eval_show(
+    evaluation_id: int = typer.Argument(..., min=1, help="The evaluation's id."),
+    examples: int = typer.Option(0, min=0, max=200, help="Also print this many per-example results."),
+):
+    """Show an evaluation's verdict, metrics and engine."""
+    from loraplane import evaluate
+
+    params = {"examples_limit": max(examples, 1)}
+    with connect() as client:
+        evaluation = _call(lambda: checked(client.get(f"/v1/evaluations/{evaluation_id}", params=params)))
+    evaluate.render(evaluation, console)
+    if not examples:
+        evaluation.pop("examples", None)
+    _print_json(evaluation)

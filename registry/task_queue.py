@@ -37,12 +37,13 @@ def celery_config(settings: RegistrySettings) -> dict:
     }
     if settings.broker_url.startswith("filesystem://"):
         folder = settings.broker_dir()
-        for sub in ("queue", "processed"):
+        for sub in ("queue", "processed", "control"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
         config["broker_transport_options"] = {
             "data_folder_in": str(folder / "queue"),
             "data_folder_out": str(folder / "queue"),
             "processed_folder": str(folder / "processed"),
+            "control_folder": str(folder / "control"),
             "store_processed": False,
         }
     else:
@@ -77,7 +78,7 @@ def enqueue_evaluations(evaluations: list[tuple[int, str]]) -> None:
             _producer().send_task(EVALUATE, args=[evaluation_id], queue=evaluation_queue(base_model),
                                   retry=True,
                                   retry_policy={"max_retries": 2, "interval_start": 0.2,
-                                                "interval_step": 0.5, "timeout": 5})
+                                                "interval_step": 0.5, "interval_max": 1})
         except Exception as error:  # the broker's own errors vary by transport
             log.warning("could not enqueue evaluation %s (%s); a worker sweep will pick it up",
                         evaluation_id, type(error).__name__)

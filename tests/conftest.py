@@ -22,6 +22,8 @@ from tests.support import services
 BUCKET = "loraplane-test"
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024
 BASE_NAME = "tiny-llama"
+KIT_BASE = "tiny-task-llama"
+REPO = Path(__file__).resolve().parents[1]
 # name -> (role, tenant) of every test principal; "none" means no token at all.
 PRINCIPALS = {
     "global_admin": (Role.ADMIN, None),
@@ -134,6 +136,19 @@ def admin(client_for) -> httpx.Client:
 @pytest.fixture(scope="session")
 def uploader(client_for) -> httpx.Client:
     return client_for("acme_uploader")
+
+
+@pytest.fixture(scope="session")
+def task_kit():
+    """A trained base and adapters (about 90 s to build), cached in the checkout's .cache."""
+    from loraplane.task_kit import build_task_kit
+
+    root = REPO / ".cache" / "task-kit"
+    try:
+        return build_task_kit(root, base_model_name=KIT_BASE)
+    except FileExistsError:  # a kit from an older recipe: the cache is ours to replace
+        shutil.rmtree(root)
+        return build_task_kit(root, base_model_name=KIT_BASE)
 
 
 @pytest.fixture(scope="session")

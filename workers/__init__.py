@@ -1,4 +1,2 @@
-"""Evaluation workers: Celery tasks that check every adapter version on a real vLLM.
-
-Empty for now; the registry's upload path does not depend on it.
-"""
+"""Evaluation workers: Celery tasks that check every adapter version on a real vLLM before it
+may be promoted. Each worker drives one eval engine and consumes that engine's base model queue."""

@@ -77,10 +77,17 @@ def test_reading_needs_a_token(client_for, base_model):
     assert_refused(client_for("none").get("/v1/eval-suites"), 401, "unauthorized", "token")
 
 
-def test_a_pool_requires_suites_that_exist_for_its_base(admin, base_model):
-    assert admin.post("/v1/eval-suites", json=suite(name="pool-suite")).status_code == 201
-    pool = {"name": "with-suite", "base_model": "tiny-llama", "max_loras": 2, "max_cpu_loras": 4,
-            "max_lora_rank": 16, "dtype": "float32", "required_suites": ["pool-suite"]}
-    created = admin.post("/v1/pools", json=pool)
+def test_a_pool_requires_suites_that_exist_for_its_base(admin, base_model, tiny_base):
+    # A base of its own: a pool that requires a suite queues an evaluation for every upload on
+    # its base, which other tests' uploads must not get.
+    config = json.loads((tiny_base / "config.json").read_text())
+    assert admin.post("/v1/base-models", json={"name": "suite-pool-base", "config": config}).status_code == 201
+    assert admin.post("/v1/eval-suites", json=suite(name="pool-suite", base_model="suite-pool-base")).status_code == 201
+    assert admin.post("/v1/eval-suites", json=suite(name="other-base-suite")).status_code == 201
+    pool = {"name": "with-suite", "base_model": "suite-pool-base", "max_loras": 2, "max_cpu_loras": 4,
+            "max_lora_rank": 16, "dtype": "float32"}
+    assert_refused(admin.post("/v1/pools", json={**pool, "required_suites": ["other-base-suite"]}),
+                   422, "suite_base_mismatch", "'other-base-suite'")
+    created = admin.post("/v1/pools", json={**pool, "required_suites": ["pool-suite"]})
     assert created.status_code == 201, created.text
     assert created.json()["required_suites"] == ["pool-suite"]

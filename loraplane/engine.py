@@ -1,0 +1,60 @@
+"""Start a vLLM OpenAI server configured like a pool: the eval engine, or a serving node's.
+
+vLLM lives in its own virtual environment (its pins must not constrain loraplane's) and is only
+ever spoken to over HTTP. The command below is the one checked on CPU machines: the `vllm`
+console script of the CPU wheel fails, so the module is started directly.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_VLLM_PYTHON = Path(__file__).resolve().parent.parent / ".venv-vllm" / "bin" / "python"
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    model_dir: Path
+    served_name: str
+    port: int
+    max_loras: int = 4
+    max_cpu_loras: int = 8
+    max_lora_rank: int = 16
+    dtype: str = "float32"
+    max_model_len: int = 512
+    enable_lora: bool = True
+    kv_cache_gib: int = 1
+    host: str = "127.0.0.1"
+
+
+def vllm_python() -> Path:
+    return Path(os.environ.get("LORAPLANE_VLLM_PYTHON", DEFAULT_VLLM_PYTHON))
+
+
+def command(spec: EngineSpec) -> list[str]:
+    args = [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(spec.model_dir), "--served-model-name", spec.served_name,
+            "--host", spec.host, "--port", str(spec.port), "--dtype", spec.dtype,
+            "--max-model-len", str(spec.max_model_len), "--disable-uvicorn-access-log"]
+    if spec.enable_lora:
+        args += ["--enable-lora", "--max-loras", str(spec.max_loras),
+                 "--max-cpu-loras", str(spec.max_cpu_loras), "--max-lora-rank", str(spec.max_lora_rank)]
+    return args
+
+
+def environment(spec: EngineSpec, cache_dir: Path | None = None) -> dict[str, str]:
+    """vLLM's settings: runtime LoRA updates on, no hub, caches and sockets in a private folder."""
+    cache_dir = cache_dir or Path(tempfile.mkdtemp(prefix="vllm-cache-"))
+    return {
+        **os.environ,
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+        "VLLM_CPU_KVCACHE_SPACE": str(spec.kv_cache_gib),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_CACHE_ROOT": str(cache_dir),
+        "VLLM_NO_USAGE_STATS": "1",
+        "TMPDIR": str(cache_dir),  # ZMQ sockets and vllm_dist_* files go here, and go with it
+    }

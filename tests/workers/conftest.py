@@ -1,0 +1,85 @@
+"""The evaluation stack: the trained task kit, a real vLLM eval engine on CPU, and a worker."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from loraplane.engine import EngineSpec
+from tests.conftest import BUCKET, KIT_BASE
+from tests.support import services
+
+ENGINE_MAX_LORA_RANK = 16
+# Short enough that the fault tests see redelivery and lease expiry within seconds.
+LEASE_S, VISIBILITY_TIMEOUT_S = 6, 8
+
+
+class Worker:
+    """An evaluation worker process that a test may kill and start again."""
+
+    def __init__(self, folder: Path, env: dict[str, str], name: str) -> None:
+        self.folder, self.env, self.name = folder, env, name
+        self.service = services.start_worker(folder, env, name)
+
+    def kill(self) -> None:
+        services.stop_group(self.service, sig=9)
+
+    def restart(self) -> None:
+        self.kill()
+        self.service = services.start_worker(self.folder, self.env, self.name)
+
+    def stop(self) -> None:
+        services.stop_group(self.service)
+
+
+def register_base(admin: httpx.Client, name: str, base_dir: Path) -> str:
+    config = json.loads((base_dir / "config.json").read_text())
+    response = admin.post("/v1/base-models", json={"name": name, "config": config})
+    assert response.status_code == 201, response.text
+    return name
+
+
+@pytest.fixture(scope="session")
+def kit_base(admin, task_kit) -> str:
+    return register_base(admin, KIT_BASE, task_kit.base_dir)
+
+
+@pytest.fixture(scope="session")
+def eval_engine(service_dir: Path, task_kit) -> Iterator[services.Service]:
+    spec = EngineSpec(model_dir=task_kit.base_dir, served_name=KIT_BASE, port=services.free_port(),
+                      max_loras=4, max_cpu_loras=8, max_lora_rank=ENGINE_MAX_LORA_RANK)
+    engine = services.start_vllm(service_dir / "vllm", spec)
+    yield engine
+    services.stop_group(engine)
+    shutil.rmtree(service_dir / "vllm" / "cache", ignore_errors=True)
+
+
+def worker_env(database_url: str, s3: services.Service, redis: services.Service, *, engine_url: str,
+               base: str, **extra: str) -> dict[str, str]:
+    return {
+        "LORAPLANE_DATABASE_URL": database_url,
+        "LORAPLANE_STORAGE": "s3",
+        "LORAPLANE_S3_ENDPOINT_URL": s3.url,
+        "LORAPLANE_S3_BUCKET": BUCKET,
+        "LORAPLANE_BROKER_URL": redis.url,
+        "LORAPLANE_BROKER_VISIBILITY_TIMEOUT_S": str(VISIBILITY_TIMEOUT_S),
+        "LORAPLANE_ENGINE_URL": engine_url,
+        "LORAPLANE_ENGINE_BASE_MODEL": base,
+        "LORAPLANE_ENGINE_MAX_LORAS": "4",
+        "LORAPLANE_ENGINE_MAX_LORA_RANK": str(ENGINE_MAX_LORA_RANK),
+        "LORAPLANE_LEASE_S": str(LEASE_S),
+        **extra,
+    }
+
+
+@pytest.fixture(scope="session")
+def eval_worker(service_dir, database_url, s3, redis, eval_engine, kit_base) -> Iterator[Worker]:
+    env = worker_env(database_url, s3, redis, engine_url=eval_engine.url, base=kit_base)
+    worker = Worker(service_dir / "worker", env, "eval")
+    yield worker
+    worker.stop()

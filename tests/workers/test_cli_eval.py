@@ -1,0 +1,66 @@
+"""`loraplane suite create` and `loraplane eval run` against the registry and a real engine."""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from registry.tables import EvalSuite
+from tests.loraplane.test_cli import cli
+from tests.support.evals import upload_dir
+
+
+def unwrapped(text: str) -> str:
+    """The console wraps long lines; compare messages with the wrapping undone."""
+    return " ".join(text.split())
+
+
+def test_create_a_suite_then_evaluate_and_wait_for_the_verdict(
+        registry, tokens, kit_base, task_kit, uploader, eval_worker, tmp_path):
+    dataset = tmp_path / "digits.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in task_kit.suites["digits_to_words"][:8]))
+    created = cli("suite", "create", "cli-digits", "--base-model", kit_base, "--dataset", str(dataset),
+                  "--metrics", '{"exact_match": {"min": 0.8}, "parity": {}}', "--max-tokens", "16",
+                  token=tokens["global_admin"], url=registry.url)
+    assert created.returncode == 0, created.stderr
+    assert json.loads(created.stdout)["example_count"] == 8
+    upload_dir(uploader, "acme/cli-digits", task_kit.adapters["digits_to_words"])
+
+    passed = cli("eval", "run", "acme/cli-digits@1", "--suite", "cli-digits",
+                 token=tokens["acme_uploader"], url=registry.url)
+    assert passed.returncode == 0, passed.stderr
+    assert "PASSED" in passed.stderr and "exact_match" in passed.stderr
+    assert json.loads(passed.stdout)["state"] == "passed"
+
+    upload_dir(uploader, "acme/cli-reverse", task_kit.adapters["reverse_words"])
+    failed = cli("eval", "run", "acme/cli-reverse@1", "--suite", "cli-digits",
+                 token=tokens["acme_uploader"], url=registry.url)
+    assert failed.returncode == 1
+    assert "FAILED" in failed.stderr and "FAIL" in failed.stderr
+
+    shown = cli("eval", "show", str(json.loads(passed.stdout)["id"]), "--examples", "2",
+                token=tokens["acme_reviewer"], url=registry.url)
+    assert shown.returncode == 0, shown.stderr
+    assert len(json.loads(shown.stdout)["examples"]["items"]) == 2
+
+
+def test_a_bad_dataset_line_is_named_and_nothing_is_created(registry, tokens, kit_base, engine, tmp_path):
+    dataset = tmp_path / "bad.jsonl"
+    dataset.write_text('{"prompt": "a", "reference": "b"}\n{"prompt": "c"}\n')
+    with Session(engine) as session:
+        before = session.scalar(select(func.count()).select_from(EvalSuite))
+    result = cli("suite", "create", "cli-bad", "--base-model", kit_base, "--dataset", str(dataset),
+                 token=tokens["global_admin"], url=registry.url)
+    assert result.returncode == 1
+    assert f"{dataset}:2: each row needs \"prompt\" and \"reference\"" in unwrapped(result.stderr)
+    with Session(engine) as session:
+        assert session.scalar(select(func.count()).select_from(EvalSuite)) == before
+
+
+def test_a_malformed_version_reference_is_explained(registry, tokens):
+    result = cli("eval", "run", "acme/cli-digits", "--suite", "cli-digits",
+                 token=tokens["acme_uploader"], url=registry.url)
+    assert result.returncode == 1
+    assert "expected a version like tenant/name@3, got 'acme/cli-digits'" in unwrapped(result.stderr)

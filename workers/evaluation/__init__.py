@@ -1,0 +1,1 @@
+"""Evaluating claimed versions on an eval engine: fetch, load, generate, score, record."""

@@ -1,0 +1,220 @@
+"""One task's work: claim a batch, evaluate it on the engine, record one outcome per evaluation.
+
+Outcomes, never crashes: an adapter the engine refuses fails with the engine's reason in plain
+words; an engine that is away gives the claim back and asks for a retry with backoff, and fails
+the evaluation only when its attempts are spent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from registry.db import transaction
+from registry.errors import Unavailable
+from registry.eval_suites import service as suites
+from registry.evaluations import claims
+from registry.storage import get_store
+from registry.tables import EvalSuite
+from workers.evaluation import artifacts, parity, scoring
+from workers.evaluation.engine import AdapterRejected, EngineClient, EngineInfo, EngineUnavailable
+from workers.evaluation import runner
+from workers.evaluation.runner import BatchRun, SuiteWork
+from workers.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    retry_after_s: float | None = None
+    recorded: tuple[int, ...] = ()
+    note: str = ""
+
+
+def evaluate(evaluation_id: int, settings: WorkerSettings) -> TaskResult:
+    with transaction() as session:
+        claim = claims.claim_batch(session, evaluation_id, max_versions=settings.engine_max_loras,
+                                   lease_s=settings.lease_s)
+    if claim.kind == "finished":
+        return TaskResult(note="already finished")
+    if claim.kind == "held":
+        # Look again within half a lease: the holder renews it, so its remaining time says little.
+        return TaskResult(retry_after_s=min(claim.retry_after_s, settings.lease_s / 2),
+                          note="held by a live worker")
+    ids = [e.id for e in claim.evaluations]
+    log.info("claimed evaluations %s", ids)
+    with _LeaseKeeper(claim.token, ids, settings):
+        try:
+            outcomes = asyncio.run(_evaluate_claimed(claim.evaluations, settings))
+        except (EngineUnavailable, Unavailable) as error:  # the engine, or the store, is away
+            return _engine_unavailable(evaluation_id, claim.token, ids, str(error), settings)
+    recorded = []
+    for evaluation_id_, outcome in outcomes.items():
+        with transaction() as session:
+            if claims.record(session, claim.token, evaluation_id_, outcome):
+                recorded.append(evaluation_id_)
+    return TaskResult(recorded=tuple(recorded))
+
+
+def _engine_unavailable(evaluation_id: int, token: str, ids: list[int], reason: str,
+                        settings: WorkerSettings) -> TaskResult:
+    with transaction() as session:
+        attempts = claims.attempts_of(session, evaluation_id)
+    if attempts >= settings.max_attempts:
+        message = f"{reason}; gave up after {attempts} attempts. Check the engine, then request " \
+                  f"the evaluation again."
+        outcome = claims.Outcome(passed=False, reason=message, failing_metrics=[], metrics={},
+                                 engine={"url": settings.engine_url}, timings=None, examples=[])
+        with transaction() as session:
+            claims.record(session, token, evaluation_id, outcome)
+            claims.release(session, token, ids, reason=reason)  # batch-mates keep their own budget
+        return TaskResult(recorded=(evaluation_id,), note=message)
+    with transaction() as session:
+        claims.release(session, token, ids, reason=f"retrying: {reason}")
+    delay = settings.backoff_s(attempts)
+    log.warning("engine unavailable (%s); retrying evaluation %s in %.0f s", reason, evaluation_id, delay)
+    return TaskResult(retry_after_s=delay, note=reason)
+
+
+async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
+                            settings: WorkerSettings) -> dict[int, claims.Outcome]:
+    client = EngineClient(settings.engine_url, timeout_s=settings.engine_request_timeout_s,
+                          max_in_flight=settings.engine_max_in_flight)
+    try:
+        info = await client.describe()
+        works, specs = _load_suites({e.suite_id for e in claimed})
+        store, outcomes, loaded, folders = get_store(), {}, {}, {}
+        for evaluation in claimed:
+            try:
+                folder = artifacts.fetch(store, settings.artifact_cache_dir, evaluation.digest,
+                                         evaluation.files)
+                await client.load_adapter(evaluation.served_name, str(folder))
+            except (AdapterRejected, artifacts.ArtifactCorrupt) as rejected:
+                outcomes[evaluation.id] = _failed(str(rejected), info, settings)
+                continue
+            loaded[evaluation.id] = (evaluation.served_name, evaluation.suite_id)
+            folders[evaluation.id] = folder
+        try:
+            batch = await runner.generate(client, info.served_base, works, loaded,
+                                          settings.engine_max_in_flight)
+            # The parity reference runs on the worker's CPU while the engine scores.
+            checking = asyncio.create_task(asyncio.to_thread(
+                _parity_all, batch, works, specs, loaded, folders, info, settings))
+            try:
+                await runner.score(client, info.served_base, works, loaded, batch)
+            finally:
+                checks = await checking
+        finally:
+            for served_name, _ in loaded.values():
+                await client.unload_adapter(served_name)
+    finally:
+        await client.aclose()
+    for evaluation_id, (_, suite_id) in loaded.items():
+        outcomes[evaluation_id] = _judge(batch, evaluation_id, works[suite_id], specs[suite_id],
+                                         checks.get(evaluation_id), info, settings)
+    return outcomes
+
+
+def _load_suites(suite_ids: set[int]) -> tuple[dict[int, SuiteWork], dict[int, dict]]:
+    works, specs = {}, {}
+    with transaction() as session:
+        for suite_id in suite_ids:
+            suite = session.get(EvalSuite, suite_id)
+            examples = suites.load_examples(get_store(), suite)
+            works[suite_id] = SuiteWork(
+                suite_id=suite_id, prompts=[e.prompt for e in examples],
+                references=[e.reference for e in examples], max_tokens=suite.generation["max_tokens"],
+                stop=suite.generation["stop"], ignore_eos=suite.generation["ignore_eos"])
+            specs[suite_id] = suite.metrics
+    return works, specs
+
+
+def _parity_all(batch: BatchRun, works: dict[int, SuiteWork], specs: dict[int, dict],
+                loaded: dict[int, tuple[str, int]], folders: dict[int, Path], info: EngineInfo,
+                settings: WorkerSettings) -> dict[int, list[parity.ParityExample]]:
+    checks = {}
+    model_dir = settings.engine_model_dir or Path(info.model_dir)
+    for evaluation_id, (_, suite_id) in loaded.items():
+        side, work = batch.adapters[evaluation_id], works[suite_id]
+        if "parity" not in specs[suite_id] or side.rejected:
+            continue
+        started = time.perf_counter()
+        checks[evaluation_id] = parity.compare(model_dir, folders[evaluation_id], [
+            (t.prompt_ids, g.token_ids, g.logprobs) for t, g in zip(work.tokenized, side.generations)])
+        batch.timings[f"parity_s.{evaluation_id}"] = time.perf_counter() - started
+    return checks
+
+
+def _judge(batch: BatchRun, evaluation_id: int, work: SuiteWork, spec: dict,
+           checks: list[parity.ParityExample] | None, info: EngineInfo,
+           settings: WorkerSettings) -> claims.Outcome:
+    side, base = batch.adapters[evaluation_id], batch.base[work.suite_id]
+    if side.rejected or base.rejected:
+        return _failed(side.rejected or base.rejected, info, settings)
+    timings = {k: v for k, v in batch.timings.items() if not k.startswith("parity_s.")}
+    if f"parity_s.{evaluation_id}" in batch.timings:
+        timings["parity_s"] = batch.timings[f"parity_s.{evaluation_id}"]
+    phase_tokens = sum(len(g.token_ids) for run_ in batch.adapters.values() for g in run_.generations)
+    metrics, failing = scoring.judge(spec, work, side, base, checks,
+                                     (phase_tokens, batch.timings["adapter_generation_s"]))
+    exact, contained = scoring.exact_matches(side, work), scoring.contains(side, work)
+    examples = [{
+        "prompt": prompt, "reference": reference, "output": g.text, "base_output": b.text,
+        "exact_match": exact[i], "contains": contained[i],
+        "reference_loglik": _at(side.reference_logliks, i),
+        "base_reference_loglik": _at(base.reference_logliks, i),
+        "parity_max_logprob_diff": checks[i].max_logprob_diff if checks else None,
+        "parity_tokens_match": checks[i].tokens_match if checks else None,
+    } for i, (prompt, reference, g, b) in enumerate(
+        zip(work.prompts, work.references, side.generations, base.generations))]
+    reason = f"failed: {', '.join(failing)}" if failing else None
+    return claims.Outcome(passed=not failing, reason=reason, failing_metrics=failing, metrics=metrics,
+                          engine=_engine_record(info, settings), timings=timings, examples=examples)
+
+
+def _at(values: list, index: int):
+    return values[index] if index < len(values) else None
+
+
+def _failed(reason: str, info: EngineInfo, settings: WorkerSettings) -> claims.Outcome:
+    return claims.Outcome(passed=False, reason=reason, failing_metrics=[], metrics={},
+                          engine=_engine_record(info, settings), timings=None, examples=[])
+
+
+def _engine_record(info: EngineInfo, settings: WorkerSettings) -> dict:
+    return {"url": info.url, "vllm_version": info.vllm_version, "served_base": info.served_base,
+            "dtype": settings.engine_dtype,
+            "flags": {"enable_lora": True, "max_loras": info.observed_max_loras or settings.engine_max_loras,
+                      "max_lora_rank": settings.engine_max_lora_rank, "dtype": settings.engine_dtype}}
+
+
+class _LeaseKeeper:
+    """Renews the claim's lease in the background while the batch runs."""
+
+    def __init__(self, token: str, ids: list[int], settings: WorkerSettings) -> None:
+        self.token, self.ids, self.lease_s = token, ids, settings.lease_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
+
+    def __enter__(self) -> "_LeaseKeeper":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            try:
+                with transaction() as session:
+                    if claims.renew(session, self.token, self.ids, lease_s=self.lease_s) == 0:
+                        log.warning("lost the claim on %s; its results will be discarded", self.ids)
+                        return
+            except Exception:  # the database may blip; the next tick tries again
+                log.exception("could not renew the lease on %s", self.ids)

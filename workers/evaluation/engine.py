@@ -1,0 +1,158 @@
+"""The eval engine, a vLLM OpenAI server, spoken to over HTTP only.
+
+Every engine failure becomes one of two errors: EngineUnavailable (the engine is down or
+overloaded; retry later) or AdapterRejected (this adapter cannot be served; a clear failed result).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+
+class EngineUnavailable(Exception):
+    """The engine cannot be reached or failed as a whole; the evaluation should be retried."""
+
+
+class AdapterRejected(Exception):
+    """The engine refused this adapter; the message says why in the user's terms."""
+
+
+@dataclass
+class Generation:
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    ttft_s: float
+    finish_reason: str | None
+
+
+@dataclass
+class EngineInfo:
+    url: str
+    vllm_version: str
+    served_base: str
+    model_dir: str
+    observed_max_loras: int | None
+    flags: dict = field(default_factory=dict)
+
+
+_RANK_ERROR = re.compile(r"LoRA rank (\d+) is greater than max_lora_rank (\d+)")
+
+
+class EngineClient:
+    def __init__(self, url: str, *, timeout_s: float, max_in_flight: int) -> None:
+        self.url = url.rstrip("/")
+        limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
+        self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout_s, limits=limits)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _call(self, method: str, path: str, **kwargs) -> httpx.Response:
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except httpx.TransportError as error:
+            raise EngineUnavailable(f"engine at {self.url} unreachable: {type(error).__name__}") from error
+        if response.status_code in (502, 503, 504):
+            raise EngineUnavailable(f"engine at {self.url} answered {response.status_code}")
+        return response
+
+    async def describe(self) -> EngineInfo:
+        health = await self._call("GET", "/health")
+        if health.status_code != 200:
+            raise EngineUnavailable(f"engine at {self.url} is not healthy ({health.status_code})")
+        version = (await self._call("GET", "/version")).json().get("version", "unknown")
+        models = (await self._call("GET", "/v1/models")).json()["data"]
+        base = next(m for m in models if m.get("parent") is None)
+        metrics = (await self._call("GET", "/metrics")).text
+        found = re.search(r'vllm:lora_requests_info\{max_lora="(\d+)"', metrics)
+        return EngineInfo(url=self.url, vllm_version=version, served_base=base["id"],
+                          model_dir=base.get("root") or "",
+                          observed_max_loras=int(found.group(1)) if found else None)
+
+    async def load_adapter(self, served_name: str, path: str) -> None:
+        response = await self._call("POST", "/v1/load_lora_adapter",
+                                    json={"lora_name": served_name, "lora_path": path})
+        if response.status_code == 200:
+            return
+        message = _error_message(response)
+        if response.status_code == 400 and "already been loaded" in message:
+            return  # served names are immutable: the loaded one has these bytes
+        rank = _RANK_ERROR.search(message)
+        if rank:
+            raise AdapterRejected(f"rank {rank.group(1)} exceeds the engine's max_lora_rank "
+                                  f"{rank.group(2)}; evaluate it on an engine (and a pool) with a "
+                                  f"max_lora_rank of at least {rank.group(1)}")
+        if response.status_code == 404:
+            raise AdapterRejected(f"the engine cannot read the adapter at {path}: {message}; its "
+                                  f"artifact cache must be on the engine's host")
+        if response.status_code >= 500 and "Worker failed" not in message and "add_lora" not in message:
+            raise EngineUnavailable(f"engine failed while loading {served_name}: {message}")
+        raise AdapterRejected(f"the engine refused the adapter ({response.status_code}): {message}")
+
+    async def unload_adapter(self, served_name: str) -> None:
+        response = await self._call("POST", "/v1/unload_lora_adapter", json={"lora_name": served_name})
+        if response.status_code not in (200, 404):  # 404: already gone, which is the goal
+            raise EngineUnavailable(f"engine failed to unload {served_name}: {_error_message(response)}")
+
+    async def tokenize(self, text: str) -> list[int]:
+        response = await self._call("POST", "/tokenize", json={"prompt": text})
+        _check(response, "tokenize")
+        return response.json()["tokens"]
+
+    async def prompt_logprobs(self, model: str, token_ids: list[int]) -> list[float | None]:
+        """Log-probability of every prompt token given those before it (echo, no generation)."""
+        response = await self._call("POST", "/v1/completions", json={
+            "model": model, "prompt": token_ids, "max_tokens": 0, "echo": True, "logprobs": 0,
+            "temperature": 0})
+        _check(response, f"scoring with {model}")
+        return response.json()["choices"][0]["logprobs"]["token_logprobs"]
+
+    async def generate(self, model: str, token_ids: list[int], *, max_tokens: int,
+                       stop: list[str], ignore_eos: bool) -> Generation:
+        """Greedy generation, streamed so that the time to the first token is measured."""
+        body = {"model": model, "prompt": token_ids, "max_tokens": max_tokens, "temperature": 0,
+                "logprobs": 0, "return_tokens_as_token_ids": True, "stream": True,
+                "stop": stop or None, "ignore_eos": ignore_eos}
+        started = time.perf_counter()
+        text, ids, logprobs, ttft, finish = [], [], [], None, None
+        try:
+            async with self._http.stream("POST", "/v1/completions", json=body) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    if response.status_code in (502, 503, 504):
+                        raise EngineUnavailable(f"engine answered {response.status_code}")
+                    _check(response, f"generation with {model}")
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    choice = json.loads(line[6:])["choices"][0]
+                    if ttft is None:
+                        ttft = time.perf_counter() - started
+                    text.append(choice["text"])
+                    chunk = choice.get("logprobs") or {}
+                    ids += [int(t.removeprefix("token_id:")) for t in chunk.get("tokens", [])]
+                    logprobs += chunk.get("token_logprobs", [])
+                    finish = choice.get("finish_reason") or finish
+        except httpx.TransportError as error:
+            raise EngineUnavailable(f"engine at {self.url} dropped a request: {type(error).__name__}") from error
+        return Generation("".join(text), ids, logprobs, ttft or 0.0, finish)
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["message"])[:500]
+    except (ValueError, KeyError, TypeError):
+        return response.text[:500]
+
+
+def _check(response: httpx.Response, what: str) -> None:
+    if response.status_code == 404:
+        raise AdapterRejected(f"{what}: the engine does not serve it ({_error_message(response)})")
+    if response.status_code != 200:
+        raise EngineUnavailable(f"{what} failed ({response.status_code}): {_error_message(response)}")

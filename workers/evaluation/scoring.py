@@ -1,0 +1,96 @@
+"""Turn engine runs into metrics, and metrics into pass or fail against the suite's thresholds.
+
+Each metric reports the adapter's value with the base's beside it, the threshold it was held to,
+and whether it passed; the outcome names every failing metric.
+"""
+
+from __future__ import annotations
+
+from statistics import median
+
+from workers.evaluation.parity import ParityExample
+from workers.evaluation.runner import SideRun, SuiteWork
+
+
+def _text(output: str) -> str:
+    return output.strip()
+
+
+def exact_matches(side: SideRun, work: SuiteWork) -> list[bool]:
+    return [_text(g.text) == _text(ref) for g, ref in zip(side.generations, work.references)]
+
+
+def contains(side: SideRun, work: SuiteWork) -> list[bool]:
+    return [_text(ref) in g.text for g, ref in zip(side.generations, work.references)]
+
+
+def _rate(flags: list[bool]) -> float:
+    return sum(flags) / len(flags) if flags else 0.0
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def tokens_per_s(side: SideRun) -> float:
+    tokens = sum(len(g.token_ids) for g in side.generations)
+    return tokens / side.generation_wall_s if side.generation_wall_s > 0 else 0.0
+
+
+def judge(spec: dict, work: SuiteWork, adapter: SideRun, base: SideRun,
+          parity: list[ParityExample] | None, adapters_phase: tuple[int, float]) -> tuple[dict, list[str]]:
+    """Returns (metrics, failing metric names). adapters_phase is (output tokens, wall seconds) of
+    all adapters' generations together: that is the serving load the throughput is compared at."""
+    metrics: dict[str, dict] = {}
+    if "exact_match" in spec:
+        value, base_value = _rate(exact_matches(adapter, work)), _rate(exact_matches(base, work))
+        metrics["exact_match"] = _at_least(value, base_value, spec["exact_match"])
+    if "contains" in spec:
+        value, base_value = _rate(contains(adapter, work)), _rate(contains(base, work))
+        metrics["contains"] = _at_least(value, base_value, spec["contains"])
+    if "reference_loglik" in spec:
+        value, base_value = _mean(adapter.reference_logliks), _mean(base.reference_logliks)
+        margin = spec["reference_loglik"]["min_margin"]
+        passed = value is not None and base_value is not None and value - base_value >= margin
+        gap = None if value is None or base_value is None else value - base_value
+        metrics["reference_loglik"] = {
+            "value": value, "base": base_value, "threshold": {"min_margin": margin}, "passed": passed,
+            "detail": f"adapter minus base = {gap:.4f}" if gap is not None else "not measured"}
+    if "parity" in spec and parity is not None:
+        tolerance = spec["parity"]
+        worst = max((p.max_logprob_diff for p in parity), default=0.0)
+        mismatch_rate = 1 - _rate([p.tokens_match for p in parity])
+        metrics["parity"] = {
+            "value": worst, "base": None, "threshold": tolerance,
+            "passed": worst <= tolerance["max_logprob_diff"]
+            and mismatch_rate <= tolerance["max_token_mismatch_rate"],
+            "detail": f"max |logprob diff| {worst:.2e}; greedy tokens differ in "
+                      f"{mismatch_rate:.1%} of examples (merged-weights reference, float32)"}
+    if "serving" in spec:
+        metrics["serving"] = _serving(spec["serving"], adapter, base, adapters_phase)
+    failing = sorted(name for name, metric in metrics.items() if not metric["passed"])
+    return metrics, failing
+
+
+def _at_least(value: float, base_value: float, threshold: dict) -> dict:
+    return {"value": value, "base": base_value, "threshold": threshold,
+            "passed": value >= threshold["min"], "detail": ""}
+
+
+def _serving(limits: dict, adapter: SideRun, base: SideRun, adapters_phase: tuple[int, float]) -> dict:
+    tokens, wall_s = adapters_phase
+    adapter_rate = tokens / wall_s if wall_s > 0 else 0.0
+    base_rate = tokens_per_s(base)
+    ratio = adapter_rate / base_rate if base_rate > 0 else 0.0
+    ttft = median([g.ttft_s for g in adapter.generations]) if adapter.generations else 0.0
+    base_ttft = median([g.ttft_s for g in base.generations]) if base.generations else 0.0
+    ttft_ratio = ttft / base_ttft if base_ttft > 0 else None
+    passed = ratio >= limits["min_throughput_ratio"]
+    if limits.get("max_ttft_ratio") is not None:
+        passed = passed and ttft_ratio is not None and ttft_ratio <= limits["max_ttft_ratio"]
+    return {"value": ratio, "base": 1.0, "threshold": limits, "passed": passed,
+            "detail": f"{adapter_rate:.1f} tok/s with adapters vs {base_rate:.1f} base; median TTFT "
+                      f"{ttft * 1000:.1f} ms vs {base_ttft * 1000:.1f} ms",
+            "tokens_per_s": adapter_rate, "base_tokens_per_s": base_rate,
+            "ttft_ms": ttft * 1000, "base_ttft_ms": base_ttft * 1000}
