@@ -38,7 +38,9 @@ def command(spec: EngineSpec) -> list[str]:
     args = [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(spec.model_dir), "--served-model-name", spec.served_name,
             "--host", spec.host, "--port", str(spec.port), "--dtype", spec.dtype,
-            "--max-model-len", str(spec.max_model_len), "--disable-uvicorn-access-log"]
+            "--max-model-len", str(spec.max_model_len), "--disable-uvicorn-access-log",
+            # TTFT and queue time in every response, so clients need not stream to time them.
+            "--enable-per-request-metrics"]
     if spec.enable_lora:
         args += ["--enable-lora", "--max-loras", str(spec.max_loras),
                  "--max-cpu-loras", str(spec.max_cpu_loras), "--max-lora-rank", str(spec.max_lora_rank)]

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +29,9 @@ from workers.evaluation.runner import BatchRun, SuiteWork
 from workers.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
+# One thread, kept for the parity reference alone: it runs at a lower priority (see below).
+_PARITY_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parity",
+                                    initializer=lambda: _yield_cpu_to_the_engine())
 
 
 @dataclass(frozen=True)
@@ -103,8 +108,8 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
             batch = await runner.generate(client, info.served_base, works, loaded,
                                           settings.engine_max_in_flight)
             # The parity reference runs on the worker's CPU while the engine scores.
-            checking = asyncio.create_task(asyncio.to_thread(
-                _parity_all, batch, works, specs, loaded, folders, info, settings))
+            checking = asyncio.get_running_loop().run_in_executor(
+                _PARITY_THREAD, _parity_all, batch, works, specs, loaded, folders, info, settings)
             try:
                 await runner.score(client, info.served_base, works, loaded, batch)
             finally:
@@ -137,17 +142,26 @@ def _load_suites(suite_ids: set[int]) -> tuple[dict[int, SuiteWork], dict[int, d
 def _parity_all(batch: BatchRun, works: dict[int, SuiteWork], specs: dict[int, dict],
                 loaded: dict[int, tuple[str, int]], folders: dict[int, Path], info: EngineInfo,
                 settings: WorkerSettings) -> dict[int, list[parity.ParityExample]]:
-    checks = {}
-    model_dir = settings.engine_model_dir or Path(info.model_dir)
+    checks, reference = {}, None
     for evaluation_id, (_, suite_id) in loaded.items():
         side, work = batch.adapters[evaluation_id], works[suite_id]
         if "parity" not in specs[suite_id] or side.rejected:
             continue
         started = time.perf_counter()
-        checks[evaluation_id] = parity.compare(model_dir, folders[evaluation_id], [
+        reference = reference or parity.Reference(settings.engine_model_dir or Path(info.model_dir))
+        checks[evaluation_id] = reference.compare(folders[evaluation_id], [
             (t.prompt_ids, g.token_ids, g.logprobs) for t, g in zip(work.tokenized, side.generations)])
         batch.timings[f"parity_s.{evaluation_id}"] = time.perf_counter() - started
     return checks
+
+
+def _yield_cpu_to_the_engine() -> None:
+    """Lower this thread's priority (Linux schedules threads one by one): the reference fills the
+    cores the engine leaves idle instead of slowing the scoring requests it runs beside."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):  # not Linux, or not allowed: run at normal priority
+        pass
 
 
 def _judge(batch: BatchRun, evaluation_id: int, work: SuiteWork, spec: dict,

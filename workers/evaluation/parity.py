@@ -1,13 +1,14 @@
 """The merged-weights reference: what the adapter's tokens should be, computed without vLLM.
 
 peft merges the adapter into a float32 copy of the base on the CPU (merge_and_unload), then one
-teacher-forced forward pass per example scores the engine's own greedy tokens. If the engine's
-token is the reference's argmax at every step, greedy decoding with the reference would give the
-same sequence; the log-probability gap measures kernel or format drift.
+teacher-forced forward pass over all examples scores the engine's own greedy tokens. If the
+engine's token is the reference's argmax at every step, greedy decoding with the reference would
+give the same sequence; the log-probability gap measures kernel or format drift.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,27 +25,41 @@ def warm_up() -> None:
     import transformers  # noqa: F401
 
 
-def compare(model_dir: Path, adapter_dir: Path,
-            items: list[tuple[list[int], list[int], list[float]]]) -> list[ParityExample]:
-    """items: (prompt ids, the engine's generated ids, the engine's logprobs of those ids)."""
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
+class Reference:
+    """The base, loaded once per batch; each adapter is merged into a copy of it."""
 
-    torch.set_num_threads(1)  # the eval engine shares these cores, and is the one being timed
-    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, device_map="cpu")
-    model = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload().eval()
-    results = []
-    with torch.inference_mode():
-        for prompt_ids, output_ids, engine_logprobs in items:
-            if not output_ids:
-                results.append(ParityExample(0.0, True))
-                continue
-            ids = torch.tensor([prompt_ids + output_ids])
-            logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1: -1].float()
-            logprobs = torch.log_softmax(logits, dim=-1)
-            wanted = torch.tensor(output_ids)
-            chosen = logprobs.gather(1, wanted[:, None])[:, 0]
+    def __init__(self, model_dir: Path) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        torch.set_num_threads(1)  # the eval engine shares these cores, and is the one being timed
+        self.base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
+                                                         device_map="cpu").eval()
+
+    def compare(self, adapter_dir: Path,
+                items: list[tuple[list[int], list[int], list[float]]]) -> list[ParityExample]:
+        """items: (prompt ids, the engine's generated ids, the engine's logprobs of those ids)."""
+        import torch
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(copy.deepcopy(self.base), adapter_dir).merge_and_unload()
+        scored = [(i, item) for i, item in enumerate(items) if item[1]]
+        results = [ParityExample(0.0, True)] * len(items)
+        if not scored:
+            return results
+        width = max(len(prompt) + len(output) for _, (prompt, output, _) in scored)
+        ids = torch.zeros((len(scored), width), dtype=torch.long)
+        mask = torch.zeros((len(scored), width), dtype=torch.long)
+        for row, (_, (prompt, output, _)) in enumerate(scored):
+            sequence = prompt + output
+            ids[row, :len(sequence)] = torch.tensor(sequence)
+            mask[row, :len(sequence)] = 1  # right padding: positions and causal context are unchanged
+        with torch.inference_mode():
+            logprobs = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
+        for row, (index, (prompt, output, engine_logprobs)) in enumerate(scored):
+            steps = logprobs[row, len(prompt) - 1: len(prompt) + len(output) - 1]
+            wanted = torch.tensor(output)
+            chosen = steps.gather(1, wanted[:, None])[:, 0]
             gap = (chosen - torch.tensor(engine_logprobs, dtype=torch.float32)).abs().max().item()
-            results.append(ParityExample(gap, bool((logprobs.argmax(-1) == wanted).all())))
-    return results
+            results[index] = ParityExample(gap, bool((steps.argmax(-1) == wanted).all()))
+        return results

@@ -83,14 +83,19 @@ def _serving(limits: dict, adapter: SideRun, base: SideRun, adapters_phase: tupl
     adapter_rate = tokens / wall_s if wall_s > 0 else 0.0
     base_rate = tokens_per_s(base)
     ratio = adapter_rate / base_rate if base_rate > 0 else 0.0
-    ttft = median([g.ttft_s for g in adapter.generations]) if adapter.generations else 0.0
-    base_ttft = median([g.ttft_s for g in base.generations]) if base.generations else 0.0
-    ttft_ratio = ttft / base_ttft if base_ttft > 0 else None
+    ttft, base_ttft = _median_ttft_ms(adapter), _median_ttft_ms(base)
+    ttft_ratio = ttft / base_ttft if ttft is not None and base_ttft else None
     passed = ratio >= limits["min_throughput_ratio"]
     if limits.get("max_ttft_ratio") is not None:
         passed = passed and ttft_ratio is not None and ttft_ratio <= limits["max_ttft_ratio"]
+    timing = (f"median TTFT {ttft:.1f} ms vs {base_ttft:.1f} ms" if ttft is not None and base_ttft
+              else "TTFT not measured: start the engine with --enable-per-request-metrics")
     return {"value": ratio, "base": 1.0, "threshold": limits, "passed": passed,
-            "detail": f"{adapter_rate:.1f} tok/s with adapters vs {base_rate:.1f} base; median TTFT "
-                      f"{ttft * 1000:.1f} ms vs {base_ttft * 1000:.1f} ms",
+            "detail": f"{adapter_rate:.1f} tok/s with adapters vs {base_rate:.1f} base; {timing}",
             "tokens_per_s": adapter_rate, "base_tokens_per_s": base_rate,
-            "ttft_ms": ttft * 1000, "base_ttft_ms": base_ttft * 1000}
+            "ttft_ms": ttft, "base_ttft_ms": base_ttft}
+
+
+def _median_ttft_ms(side: SideRun) -> float | None:
+    measured = [g.ttft_s * 1000 for g in side.generations if g.ttft_s is not None]
+    return median(measured) if measured else None

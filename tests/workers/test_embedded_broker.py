@@ -1,0 +1,49 @@
+"""The embedded default needs no server: SQLite, a local artifact folder and a folder broker
+carry an evaluation from `loraplane up` through `loraplane worker` to a real engine."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import httpx
+
+from tests.loraplane.test_cli import cli, start_up
+from tests.support import services
+from tests.support.evals import create_suite, upload_dir, wait_finished
+from tests.workers.conftest import KIT_BASE, Worker
+
+
+def test_an_evaluation_runs_end_to_end_on_the_embedded_default(task_kit, eval_engine, tmp_path):
+    data_dir = tmp_path / "state"
+    server = start_up(data_dir, services.free_port())
+    worker = None
+    try:
+        admin_token = (data_dir / "admin.token").read_text().strip()
+        made = cli("token", "create", "--subject", "erin", "--role", "uploader", "--tenant", "acme",
+                   data_dir=data_dir)
+        assert made.returncode == 0, made.stderr
+        admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {admin_token}"})
+        uploader = httpx.Client(base_url=server.url, timeout=60,
+                                         headers={"Authorization": f"Bearer {made.stdout.strip()}"})
+        config = json.loads((task_kit.base_dir / "config.json").read_text())
+        assert admin.post("/v1/base-models", json={"name": KIT_BASE, "config": config}).status_code == 201
+        create_suite(admin, "digits-embedded", KIT_BASE, task_kit.suites["digits_to_words"][:8],
+                     {"exact_match": {"min": 0.8}, "parity": {}})
+        version = upload_dir(uploader, "acme/embedded", task_kit.adapters["digits_to_words"])
+        requested = uploader.post("/v1/adapters/acme/embedded/versions/1/evaluations",
+                                  json={"suite": "digits-embedded"})
+        assert requested.status_code == 202, requested.text
+
+        # Only the data folder is shared: no LORAPLANE_DATABASE_URL, storage or broker settings.
+        env = {"LORAPLANE_ENGINE_URL": eval_engine.url, "LORAPLANE_ENGINE_BASE_MODEL": KIT_BASE}
+        assert not any(key in os.environ for key in ("LORAPLANE_BROKER_URL", "LORAPLANE_DATABASE_URL"))
+        worker = Worker(data_dir, env, "embedded")  # started after the request: the folder queue kept it
+        result = wait_finished(uploader, requested.json()["id"], timeout_s=120)
+        assert result["state"] == "passed", result
+        assert result["served_name"] == version["served_name"]
+        assert (data_dir / "broker" / "queue").is_dir() and (data_dir / "eval-cache").is_dir()
+    finally:
+        if worker is not None:
+            worker.stop()
+        server.stop()
