@@ -220,22 +220,25 @@ def main() -> None:
                 "generation": {"max_tokens": args.max_tokens, "ignore_eos": True}}).raise_for_status()
             return name
 
-        together_s, sequential_s, direct_s = [], [], []
-        together = sequential = direct = None
-        # Round 0 warms up (vLLM compiles kernels for new batch shapes on first sight); untimed.
-        for round_number in range(args.rounds + 1):
+        def measure_together(round_number: int) -> list[dict]:
+            nonlocal worker
             suite = new_suite(f"together-{round_number}")
             services.stop_group(worker)  # queue all four before the worker looks
             ids = [request(client, v, suite) for v in versions]
             worker = services.start_worker(work / "worker", worker_env)
-            together = wait_all(client, ids)
-            together_s.append(seconds(min(e["started_at"] for e in together),
-                                      max(e["finished_at"] for e in together)))
+            results = wait_all(client, ids)
+            together_s.append(seconds(min(e["started_at"] for e in results),
+                                      max(e["finished_at"] for e in results)))
+            return results
 
+        def measure_sequential(round_number: int) -> list[dict]:
             suite = new_suite(f"apart-{round_number}")
-            sequential = [wait_all(client, [request(client, v, suite)])[0] for v in versions]
-            sequential_s.append(sum(seconds(e["started_at"], e["finished_at"]) for e in sequential))
+            results = [wait_all(client, [request(client, v, suite)])[0] for v in versions]
+            sequential_s.append(sum(seconds(e["started_at"], e["finished_at"]) for e in results))
+            return results
 
+        def measure_direct() -> float:
+            nonlocal direct
             cache = work / "worker" / "eval-cache"
             for version in versions:
                 httpx.post(f"{engine.url}/v1/load_lora_adapter", json={
@@ -243,7 +246,18 @@ def main() -> None:
             direct = asyncio.run(replay(engine.url, BASE, served, rows, args.max_tokens))
             for name in served:
                 httpx.post(f"{engine.url}/v1/unload_lora_adapter", json={"lora_name": name})
-            direct_s.append(direct["seconds"])
+            return direct["seconds"]
+
+        together_s, sequential_s, direct_s = [], [], []
+        together = sequential = direct = None
+        # Round 0 warms up (vLLM compiles kernels for new batch shapes on first sight); untimed.
+        for round_number in range(args.rounds + 1):
+            if round_number % 2:  # alternate who goes first: this machine drifts within a round
+                direct_s.append(measure_direct())
+            together = measure_together(round_number)
+            sequential = measure_sequential(round_number)
+            if not round_number % 2:
+                direct_s.append(measure_direct())
             print(f"round {round_number}: (a) together {together_s[-1]:.1f} s, (b) one after another "
                   f"{sequential_s[-1]:.1f} s, direct {direct_s[-1]:.1f} s; phases of (a): "
                   f"{ {k: round(v, 2) for k, v in together[0]['timings'].items()} }", flush=True)
