@@ -106,19 +106,28 @@ async def replay(url: str, base: str, models: list[str], rows: list[dict], max_t
             return body["choices"][0]["text"]
 
         started = time.perf_counter()
+        phases = {}
         prompts = await asyncio.gather(*(post("/tokenize", {"prompt": r["prompt"]}) for r in rows))
         fulls = await asyncio.gather(*(post("/tokenize", {"prompt": r["prompt"] + r["reference"]})
                                        for r in rows))
         prompt_ids = [p["tokens"] for p in prompts]
+        phases["tokenize_s"] = time.perf_counter() - started
+        mark = time.perf_counter()
         if base:
             await asyncio.gather(*(generate(base, ids) for ids in prompt_ids))
+        phases["base_generation_s"] = time.perf_counter() - mark
+        mark = time.perf_counter()
         outputs = await asyncio.gather(*(asyncio.gather(*(generate(m, ids) for ids in prompt_ids))
                                          for m in models))
+        phases["adapter_generation_s"] = time.perf_counter() - mark
+        mark = time.perf_counter()
         for model in ([base] if base else []) + models:
             for full in fulls:
                 await post("/v1/completions", {"model": model, "prompt": full["tokens"], "max_tokens": 0,
                                                "echo": True, "logprobs": 0, "temperature": 0})
-        return {"seconds": time.perf_counter() - started, "outputs": dict(zip(models, outputs))}
+        phases["scoring_s"] = time.perf_counter() - mark
+        return {"seconds": time.perf_counter() - started, "outputs": dict(zip(models, outputs)),
+                "phases": {k: round(v, 2) for k, v in phases.items()}}
 
 
 def merge(base_dir: Path, adapter_dir: Path, out: Path) -> Path:
@@ -260,7 +269,8 @@ def main() -> None:
                 direct_s.append(measure_direct())
             print(f"round {round_number}: (a) together {together_s[-1]:.1f} s, (b) one after another "
                   f"{sequential_s[-1]:.1f} s, direct {direct_s[-1]:.1f} s; phases of (a): "
-                  f"{ {k: round(v, 2) for k, v in together[0]['timings'].items()} }", flush=True)
+                  f"{ {k: round(v, 2) for k, v in together[0]['timings'].items()} }; of direct: "
+                  f"{direct['phases']}", flush=True)
             if round_number == 0:
                 together_s, sequential_s, direct_s = [], [], []
 
