@@ -89,8 +89,8 @@ def request(client: httpx.Client, version: dict, suite: str) -> int:
 async def replay(url: str, base: str, models: list[str], rows: list[dict], max_tokens: int) -> dict:
     """Tokenize, the base's generations, all models' generations together, then scoring one by one
     (vLLM 0.32 on CPU cannot batch prompt-logprob requests under LoRA; see workers.evaluation.runner)."""
-    async with httpx.AsyncClient(base_url=url, timeout=600,
-                                 limits=httpx.Limits(max_connections=64)) as http:
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)  # as the worker's
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as http:
         limit = asyncio.Semaphore(64)
 
         async def post(path: str, body: dict) -> dict:
@@ -261,12 +261,9 @@ def main() -> None:
         together = sequential = direct = None
         # Round 0 warms up (vLLM compiles kernels for new batch shapes on first sight); untimed.
         for round_number in range(args.rounds + 1):
-            if round_number % 2:  # alternate who goes first: this machine drifts within a round
-                direct_s.append(measure_direct())
             together = measure_together(round_number)
             sequential = measure_sequential(round_number)
-            if not round_number % 2:
-                direct_s.append(measure_direct())
+            direct_s.append(measure_direct())
             print(f"round {round_number}: (a) together {together_s[-1]:.1f} s, (b) one after another "
                   f"{sequential_s[-1]:.1f} s, direct {direct_s[-1]:.1f} s; phases of (a): "
                   f"{ {k: round(v, 2) for k, v in together[0]['timings'].items()} }; of direct: "
