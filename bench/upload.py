@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import tempfile
@@ -37,9 +36,9 @@ from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.adapters.part_pump import PARTS_IN_FLIGHT
 from registry.storage.s3 import PART_SIZE
+from bench import report
 from tests.support import services
 
-RESULTS = Path(__file__).parent / "results" / "upload.json"
 BUCKET = "bench"
 MB = 1_000_000
 BASE = {"architectures": ["LlamaForCausalLM"], "hidden_size": 8192, "intermediate_size": 28672,
@@ -188,9 +187,9 @@ def main() -> None:
         boto_mbps = statistics.median(size / MB / s for s in boto_s)
         registry_mbps = statistics.median(size / MB / s for s in registry_s)
         paired = statistics.median(b / r for b, r in zip(boto_s, registry_s, strict=True))
-        result = {
-            "benchmark": "upload",
-            "metrics": {
+        report.write(
+            "upload",
+            {
                 "rss_growth_mb": round(max(growth_mb), 2),
                 "throughput_ratio_vs_boto3": round(paired, 3),
                 "throughput_ratio_of_medians": round(registry_mbps / boto_mbps, 3),
@@ -200,18 +199,13 @@ def main() -> None:
                 "registry_seconds_median": round(statistics.median(registry_s), 3),
                 "boto3_seconds_median": round(statistics.median(boto_s), 3),
             },
-            "params": {"rounds": args.rounds, "rank": args.rank, "adapter_bytes": size,
-                       "dtype": "F16", "targets": list(PROJECTIONS),
-                       "layers": BASE["num_hidden_layers"], "s3_server": "moto_server",
-                       "registry_part_bytes": PART_SIZE, "registry_parts_in_flight": PARTS_IN_FLIGHT,
-                       "boto3_transfer_config": "defaults",
-                       "database": "postgresql"},
-            "env": {"python": platform.python_version(), "machine": platform.machine(),
-                    "cpus": os.cpu_count(), "platform": platform.platform()},
-        }
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-        print(json.dumps(result["metrics"], indent=2))
+            {"rounds": args.rounds, "rank": args.rank, "adapter_bytes": size,
+             "dtype": "F16", "targets": list(PROJECTIONS),
+             "layers": BASE["num_hidden_layers"], "s3_server": "moto_server",
+             "registry_part_bytes": PART_SIZE, "registry_parts_in_flight": PARTS_IN_FLIGHT,
+             "boto3_transfer_config": "defaults",
+             "database": "postgresql"},
+        )
     finally:
         for service in reversed(running):
             service.stop()

@@ -63,7 +63,8 @@ def claim_batch(session: Session, evaluation_id: int, *, max_versions: int, leas
         return ClaimOutcome("finished")
     lease = _aware(row.lease_expires_at)
     if row.state == rules.RUNNING and lease is not None and lease > now:
-        return ClaimOutcome("held", retry_after_s=(lease - now).total_seconds() + 1)
+        # Look again within half a lease: the holder renews it, so its remaining time says little.
+        return ClaimOutcome("held", retry_after_s=min((lease - now).total_seconds() + 1, lease_s / 2))
     base_id = session.get(EvalSuite, row.suite_id).base_model_id
     waiting = session.scalars(
         select(Evaluation).join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
@@ -162,23 +163,6 @@ def record(session: Session, token: str, evaluation_id: int, outcome: Outcome) -
                  after={"evaluation": evaluation.id, "failing_metrics": outcome.failing_metrics,
                         "reason": outcome.reason})
     session.flush()
-    return True
-
-
-def fail_unclaimed(session: Session, evaluation_id: int, *, reason: str) -> bool:
-    """Fail a queued evaluation that cannot run (its retries are spent)."""
-    row = session.scalar(select(Evaluation).where(Evaluation.id == evaluation_id).with_for_update())
-    if row is None or row.state != rules.QUEUED:
-        return False
-    rules.transition(row, rules.FAILED)
-    row.reason = reason
-    row.finished_at = utcnow()
-    version = session.get(AdapterVersion, row.version_id)
-    sync_version_state(session, version)
-    audit.record(session, actor="worker", action="evaluation.failed",
-                 subject=adapters.version_out(session, version).served_name,
-                 tenant_id=session.get(Adapter, version.adapter_id).tenant_id,
-                 after={"evaluation": row.id, "reason": reason})
     return True
 
 

@@ -14,7 +14,6 @@ from registry.tables import Evaluation
 
 QUEUED, RUNNING, PASSED, FAILED = "queued", "running", "passed", "failed"
 FINISHED = frozenset({PASSED, FAILED})
-STATES = (QUEUED, RUNNING, PASSED, FAILED)
 
 TRANSITIONS: dict[str, frozenset[str]] = {
     QUEUED: frozenset({RUNNING, FAILED}),

@@ -48,9 +48,7 @@ def evaluate(evaluation_id: int, settings: WorkerSettings) -> TaskResult:
     if claim.kind == "finished":
         return TaskResult(note="already finished")
     if claim.kind == "held":
-        # Look again within half a lease: the holder renews it, so its remaining time says little.
-        return TaskResult(retry_after_s=min(claim.retry_after_s, settings.lease_s / 2),
-                          note="held by a live worker")
+        return TaskResult(retry_after_s=claim.retry_after_s, note="held by a live worker")
     ids = [e.id for e in claim.evaluations]
     log.info("claimed evaluations %s", ids)
     with _LeaseKeeper(claim.token, ids, settings):

@@ -7,7 +7,7 @@ overloaded; retry later) or AdapterRejected (this adapter cannot be served; a cl
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import httpx
 
@@ -36,7 +36,6 @@ class EngineInfo:
     served_base: str
     model_dir: str
     observed_max_loras: int | None
-    flags: dict = field(default_factory=dict)
 
 
 _RANK_ERROR = re.compile(r"LoRA rank (\d+) is greater than max_lora_rank (\d+)")

@@ -141,9 +141,11 @@ async def _score(client: EngineClient, model: str, work: SuiteWork, side: SideRu
     except AdapterRejected as rejected:
         side.rejected = str(rejected)
         return
-    side.reference_logliks = [_mean(lp[t.reference_start:]) for lp, t in zip(logprobs, work.tokenized)]
+    side.reference_logliks = [mean_of_present(lp[t.reference_start:])
+                              for lp, t in zip(logprobs, work.tokenized)]
 
 
-def _mean(values: list[float | None]) -> float | None:
+def mean_of_present(values: list[float | None]) -> float | None:
+    """The mean of the values that are not None (vLLM gives the first prompt token None)."""
     present = [v for v in values if v is not None]
     return sum(present) / len(present) if present else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from statistics import median
 
 from workers.evaluation.parity import ParityExample
-from workers.evaluation.runner import SideRun, SuiteWork
+from workers.evaluation.runner import SideRun, SuiteWork, mean_of_present
 
 
 def _text(output: str) -> str:
@@ -26,11 +26,6 @@ def contains(side: SideRun, work: SuiteWork) -> list[bool]:
 
 def _rate(flags: list[bool]) -> float:
     return sum(flags) / len(flags) if flags else 0.0
-
-
-def _mean(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return sum(present) / len(present) if present else None
 
 
 def tokens_per_s(side: SideRun) -> float:
@@ -50,7 +45,8 @@ def judge(spec: dict, work: SuiteWork, adapter: SideRun, base: SideRun,
         value, base_value = _rate(contains(adapter, work)), _rate(contains(base, work))
         metrics["contains"] = _at_least(value, base_value, spec["contains"])
     if "reference_loglik" in spec:
-        value, base_value = _mean(adapter.reference_logliks), _mean(base.reference_logliks)
+        value = mean_of_present(adapter.reference_logliks)
+        base_value = mean_of_present(base.reference_logliks)
         margin = spec["reference_loglik"]["min_margin"]
         passed = value is not None and base_value is not None and value - base_value >= margin
         gap = None if value is None or base_value is None else value - base_value
