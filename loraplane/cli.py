@@ -135,12 +135,13 @@ def db_check():
 def token_create(
     subject: str = typer.Option(..., help="The person or service the token is for."),
     role: str = typer.Option(..., help="admin, uploader, reviewer or node."),
-    tenant: Optional[str] = typer.Option(None, help="Tenant scope; omit only for a global admin."),
+    tenant: Optional[str] = typer.Option(None, help="Tenant scope; omit for a global admin or a node."),
+    pool: Optional[str] = typer.Option(None, help="A node token's pool (with --role node)."),
 ):
     """Create a token. It is printed once; only its hash is stored."""
     from loraplane.tokens import create_token
 
-    _call(lambda: typer.echo(create_token(subject=subject, role=role, tenant=tenant)))
+    _call(lambda: typer.echo(create_token(subject=subject, role=role, tenant=tenant, pool=pool)))
 
 
 @token_app.command("revoke")

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from registry.active_set.endpoints import router as active_set
+from registry.active_set.watch import WATCH
 from registry.adapters.endpoints import router as adapters
 from registry.audit.endpoints import router as audit
 from registry.auth.endpoints import router as auth
@@ -17,10 +21,25 @@ from registry.evaluations.endpoints import router as evaluations
 from registry.input_guard import ControlCharacterGuard
 from registry.limits import BodySizeLimitMiddleware
 from registry.metrics import MetricsMiddleware
+from registry.nodes.endpoints import router as nodes
 from registry.ops.endpoints import router as ops
 from registry.pools.endpoints import router as pools
+from registry.promotions.endpoints import router as promotions
 from registry.settings import get_settings
+from registry.storage import get_store
 from registry.storage.endpoints import router as artifacts
+from registry.webhooks.endpoints import router as webhooks
+
+
+@asynccontextmanager
+async def lifespan(_: FastAPI):
+    # Build the store's client and sign once now, not on the first node's long-poll.
+    get_store().presigned_url("warm-up", 60)
+    await WATCH.start(poll_s=get_settings().active_set_poll_s)
+    try:
+        yield
+    finally:
+        await WATCH.stop()
 
 
 def create_app() -> FastAPI:
@@ -28,9 +47,10 @@ def create_app() -> FastAPI:
         title="loraplane registry",
         version="0.1.0",
         description="Validated LoRA adapters, base models and serving pools for multi-LoRA vLLM.",
+        lifespan=lifespan,
     )
-    for router in (auth, base_models, pools, eval_suites, adapters, evaluations, audit, artifacts,
-                   ops):
+    for router in (auth, base_models, pools, eval_suites, adapters, evaluations, promotions,
+                   active_set, nodes, webhooks, audit, artifacts, ops):
         app.include_router(router)
     app.add_middleware(BodySizeLimitMiddleware, max_upload_bytes=get_settings().max_upload_bytes)
     app.add_middleware(ControlCharacterGuard)

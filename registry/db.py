@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+import logging
 from contextlib import contextmanager
 from functools import lru_cache
 
@@ -11,6 +12,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
 from registry.settings import get_settings
+
+log = logging.getLogger(__name__)
 
 
 def make_engine(url: str, *, pooled: bool = True) -> Engine:
@@ -59,3 +62,26 @@ def transaction() -> Iterator[Session]:
     """Commit when the block succeeds, roll back when it raises. Services only flush."""
     with _session_factory()() as session, session.begin():
         yield session
+
+
+AFTER_COMMIT = "loraplane.after_commit"
+
+
+def after_commit(session: Session, callback) -> None:
+    """Run `callback()` once this session's transaction has committed (never on rollback):
+    for work others must only see once the rows exist, like tasks and notifications."""
+    session.info.setdefault(AFTER_COMMIT, []).append(callback)
+
+
+@event.listens_for(Session, "after_commit")
+def _run_after_commit(session: Session) -> None:
+    for callback in session.info.pop(AFTER_COMMIT, ()):
+        try:
+            callback()
+        except Exception:  # the commit stands; a lost signal is recovered by polling or sweeps
+            log.exception("after-commit callback %r failed", callback)
+
+
+@event.listens_for(Session, "after_rollback")
+def _drop_after_commit(session: Session) -> None:
+    session.info.pop(AFTER_COMMIT, None)

@@ -7,15 +7,20 @@ class LoraplaneError(Exception):
     status = 400
     code = "bad_request"
 
-    def __init__(self, message: str, *, hint: str = "", code: str | None = None) -> None:
+    def __init__(self, message: str, *, hint: str = "", code: str | None = None,
+                 details: list[dict] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.details = details
         if code is not None:
             self.code = code
 
     def body(self) -> dict:
-        return {"error": {"code": self.code, "message": self.message, "hint": self.hint}}
+        error = {"code": self.code, "message": self.message, "hint": self.hint}
+        if self.details is not None:
+            error["details"] = self.details
+        return {"error": error}
 
 
 class BadRequest(LoraplaneError):

@@ -47,6 +47,22 @@ class RegistrySettings(BaseSettings):
         "Redis broker: an unacknowledged task is delivered again after this long, e.g. when "
         "its worker was killed."))
 
+    retire_grace_s: float = Field(default=30.0, ge=0, le=86400, description=(
+        "A version that lost its last alias stays in the active set this long after every live "
+        "node applied the change, so requests already in flight finish on it."))
+    node_stale_after_s: float = Field(default=60.0, ge=1, le=86400, description=(
+        "A node that has not reported for this long is shown as stale and no longer counted."))
+    active_set_poll_s: float = Field(default=1.0, ge=0.05, le=60, description=(
+        "How often each registry process re-reads pool generations, in case a notification "
+        "was missed (Postgres notifies at once; SQLite relies on this)."))
+    auth_cache_s: float = Field(default=5.0, ge=0, le=300, description=(
+        "How long the active-set endpoint trusts a checked token. A revocation reaches other "
+        "processes at once on Postgres, and within this long otherwise."))
+    webhook_max_attempts: int = Field(default=8, ge=1, le=50)
+    webhook_backoff_s: float = Field(default=2.0, ge=0.01, le=3600, description=(
+        "First retry delay of a failed webhook delivery; it doubles on each attempt."))
+    webhook_timeout_s: float = Field(default=10.0, ge=0.5, le=120)
+
     @model_validator(mode="after")
     def _fill_defaults(self) -> "RegistrySettings":
         if not self.database_url:

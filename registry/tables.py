@@ -6,7 +6,8 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    JSON, BigInteger, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint, func,
+    JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint,
+    func, text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -33,6 +34,8 @@ class ApiToken(Base):
     subject: Mapped[str] = mapped_column(String(128))
     role: Mapped[str] = mapped_column(String(16))
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"), index=True)
+    pool_id: Mapped[int | None] = mapped_column(
+        ForeignKey("pools.id", name="fk_api_tokens_pool_id"), index=True)  # a node token's pool
     created_at: Mapped[datetime] = created_at_column()
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
@@ -72,6 +75,8 @@ class Pool(Base):
     max_lora_rank: Mapped[int] = mapped_column(Integer)
     dtype: Mapped[str] = mapped_column(String(16))
     required_suites: Mapped[list[str]] = mapped_column(JSON)
+    # Bumped in the same transaction as every change to the pool's active set.
+    generation: Mapped[int] = mapped_column(BigInteger, server_default="0")
     created_at: Mapped[datetime] = created_at_column()
 
 
@@ -166,14 +171,124 @@ class EvaluationExample(Base):
 
 
 class AuditEvent(Base):
-    """Append-only: rows are inserted, never updated or deleted."""
+    """Append-only and hash-chained: each row carries the hash of the one before it, so an
+    edited or removed row breaks the chain (`loraplane audit verify`). Rows are sealed at commit
+    under a lock, which keeps the chain in id order across concurrent writers."""
 
     __tablename__ = "audit_events"
     id: Mapped[int] = mapped_column(primary_key=True)
     at: Mapped[datetime] = created_at_column()
     actor: Mapped[str] = mapped_column(String(300))
-    action: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(64), index=True)
     subject: Mapped[str] = mapped_column(String(300))
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"), index=True)
     before: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     after: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class Promotion(Base):
+    """A request to point a pool's alias of an adapter at one version. See promotions/rules.py."""
+
+    __tablename__ = "promotions"
+    __table_args__ = (
+        # At most one open request per alias: a second concurrent one fails here, with a 409.
+        Index("uq_promotions_open_alias", "pool_id", "adapter_id", "alias", unique=True,
+              postgresql_where=text("state = 'awaiting_approval'"),
+              sqlite_where=text("state = 'awaiting_approval'")),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id"), index=True)
+    adapter_id: Mapped[int] = mapped_column(ForeignKey("adapters.id"), index=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("adapter_versions.id"), index=True)
+    alias: Mapped[str] = mapped_column(String(32))
+    weight: Mapped[int | None] = mapped_column(Integer)  # canary traffic percent
+    kind: Mapped[str] = mapped_column(String(16))  # promote | rollback
+    state: Mapped[str] = mapped_column(String(24), index=True)
+    gates: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    # The promotion this one replaced when it became active; a rollback restores it.
+    previous_id: Mapped[int | None] = mapped_column(ForeignKey("promotions.id"))
+    requested_by: Mapped[str] = mapped_column(String(300))
+    requested_by_subject: Mapped[str] = mapped_column(String(128))
+    comment: Mapped[str | None] = mapped_column(Text)
+    decided_by: Mapped[str | None] = mapped_column(String(300))
+    decision_comment: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = created_at_column()
+    decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    activated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class PoolAlias(Base):
+    """What serves: the pool's alias of an adapter points at one version. The active set."""
+
+    __tablename__ = "pool_aliases"
+    __table_args__ = (UniqueConstraint("pool_id", "adapter_id", "alias"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id"), index=True)
+    adapter_id: Mapped[int] = mapped_column(ForeignKey("adapters.id"))
+    alias: Mapped[str] = mapped_column(String(32))
+    version_id: Mapped[int] = mapped_column(ForeignKey("adapter_versions.id"))
+    weight: Mapped[int | None] = mapped_column(Integer)
+    promotion_id: Mapped[int] = mapped_column(ForeignKey("promotions.id"))
+
+
+class PoolRetirement(Base):
+    """A version that lost its last alias stays in the active set until traffic has moved: every
+    live node has applied the generation that retired it, and the grace period has passed."""
+
+    __tablename__ = "pool_retirements"
+    __table_args__ = (UniqueConstraint("pool_id", "version_id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id"), index=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("adapter_versions.id"))
+    generation: Mapped[int] = mapped_column(BigInteger)
+    retired_at: Mapped[datetime] = created_at_column()
+
+
+class NodeStatus(Base):
+    """The last report of one serving node's agent."""
+
+    __tablename__ = "node_statuses"
+    __table_args__ = (UniqueConstraint("pool_id", "node_id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id"), index=True)
+    node_id: Mapped[str] = mapped_column(String(64))
+    generation: Mapped[int] = mapped_column(BigInteger)
+    loaded: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    failures: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    vllm_url: Mapped[str] = mapped_column(String(500))
+    limits: Mapped[dict[str, Any]] = mapped_column(JSON)
+    reported_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    first_seen_at: Mapped[datetime] = created_at_column()
+
+
+class Webhook(Base):
+    __tablename__ = "webhooks"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    url: Mapped[str] = mapped_column(String(2000))
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"), index=True)
+    events: Mapped[list[str]] = mapped_column(JSON)
+    # Needed in the clear to sign deliveries; returned once at creation, never listed or logged.
+    secret: Mapped[str] = mapped_column(String(100))
+    created_by: Mapped[str] = mapped_column(String(300))
+    created_at: Mapped[datetime] = created_at_column()
+    disabled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class WebhookDelivery(Base):
+    """An outbox row, written in the transaction of the event it reports."""
+
+    __tablename__ = "webhook_deliveries"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    webhook_id: Mapped[int] = mapped_column(ForeignKey("webhooks.id"), index=True)
+    event: Mapped[str] = mapped_column(String(64))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16), index=True)  # pending | delivered | failed
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    last_error: Mapped[str | None] = mapped_column(Text)
+    last_status: Mapped[int | None] = mapped_column(Integer)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = created_at_column()
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -82,3 +82,20 @@ def enqueue_evaluations(evaluations: list[tuple[int, str]]) -> None:
         except Exception as error:  # the broker's own errors vary by transport
             log.warning("could not enqueue evaluation %s (%s); a worker sweep will pick it up",
                         evaluation_id, type(error).__name__)
+
+
+DELIVER_WEBHOOK = "loraplane.deliver_webhook"
+HOUSEKEEPING_QUEUE = "housekeeping"
+
+
+def enqueue_webhook_deliveries(delivery_ids: list[int]) -> None:
+    """Best effort, like evaluations: the housekeeping worker sweeps pending rows on start."""
+    for delivery_id in delivery_ids:
+        try:
+            _producer().send_task(DELIVER_WEBHOOK, args=[delivery_id], queue=HOUSEKEEPING_QUEUE,
+                                  retry=True,
+                                  retry_policy={"max_retries": 2, "interval_start": 0.2,
+                                                "interval_step": 0.5, "interval_max": 1})
+        except Exception as error:  # the broker's own errors vary by transport
+            log.warning("could not enqueue webhook delivery %s (%s); a worker sweep will send it",
+                        delivery_id, type(error).__name__)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -24,15 +25,16 @@ MAX_UPLOAD_BYTES = 8 * 1024 * 1024
 BASE_NAME = "tiny-llama"
 KIT_BASE = "tiny-task-llama"
 REPO = Path(__file__).resolve().parents[1]
-# name -> (role, tenant) of every test principal; "none" means no token at all.
+SERVING_POOL = "serving"
+# name -> (role, tenant, pool) of every test principal; "none" means no token at all.
 PRINCIPALS = {
-    "global_admin": (Role.ADMIN, None),
-    "acme_admin": (Role.ADMIN, "acme"),
-    "acme_uploader": (Role.UPLOADER, "acme"),
-    "acme_reviewer": (Role.REVIEWER, "acme"),
-    "acme_node": (Role.NODE, "acme"),
-    "globex_admin": (Role.ADMIN, "globex"),
-    "globex_uploader": (Role.UPLOADER, "globex"),
+    "global_admin": (Role.ADMIN, None, None),
+    "acme_admin": (Role.ADMIN, "acme", None),
+    "acme_uploader": (Role.UPLOADER, "acme", None),
+    "acme_reviewer": (Role.REVIEWER, "acme", None),
+    "serving_node": (Role.NODE, None, SERVING_POOL),
+    "globex_admin": (Role.ADMIN, "globex", None),
+    "globex_uploader": (Role.UPLOADER, "globex", None),
 }
 
 
@@ -42,7 +44,8 @@ def service_dir() -> Iterator[Path]:
     folder = Path(tempfile.mkdtemp(prefix="loraplane-tests-"))
     folder.chmod(0o755)
     yield folder
-    shutil.rmtree(folder, ignore_errors=True)
+    if not os.environ.get("LORAPLANE_KEEP_TEST_SERVICES"):  # keep logs for a post-mortem
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -97,19 +100,47 @@ def registry(service_dir: Path, database_url: str, s3: services.Service,
         "LORAPLANE_S3_BUCKET": BUCKET,
         "LORAPLANE_MAX_UPLOAD_BYTES": str(MAX_UPLOAD_BYTES),
         "LORAPLANE_MAX_ARCHIVE_FILES": "16",
+        **REGISTRY_TIMINGS,
     })
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="session")
-def tokens(engine: Engine) -> dict[str, str]:
-    """Plain tokens of every test principal, made by the registry's own token service."""
+def second_registry(service_dir: Path, registry: services.Service) -> Iterator[services.Service]:
+    """Another registry process on the same database, broker and bucket, as behind a load balancer."""
+    env = {key: value for key, value in registry.env.items() if key.startswith("LORAPLANE_")}
+    env.pop("LORAPLANE_PUBLIC_URL", None)
+    env.pop("LORAPLANE_DATA_DIR", None)
+    server = services.start_registry(service_dir / "registry-b", env)
+    yield server
+    server.stop()
+
+
+# Short enough that tests see nodes go stale and retired versions leave within seconds.
+REGISTRY_TIMINGS = {"LORAPLANE_NODE_STALE_AFTER_S": "3", "LORAPLANE_RETIRE_GRACE_S": "0.5"}
+
+
+@pytest.fixture(scope="session")
+def tokens(engine: Engine, tiny_base: Path) -> dict[str, str]:
+    """Plain tokens of every test principal, made by the registry's own token service. The
+    node token needs its pool, on a base of its own."""
+    import json
+
+    from registry.base_models import service as base_models
+    from registry.base_models.schemas import BaseModelCreate
+    from registry.pools import service as pools
+    from registry.pools.schemas import PoolCreate
+
     plain = {}
     with Session(engine) as session, session.begin():
-        for name, (role, tenant) in PRINCIPALS.items():
+        config = json.loads((tiny_base / "config.json").read_text())
+        base_models.register(session, BaseModelCreate(name="serving-base", config=config), actor="tests")
+        pools.create(session, PoolCreate(name=SERVING_POOL, base_model="serving-base", max_loras=2,
+                                         max_cpu_loras=4, max_lora_rank=16), actor="tests")
+        for name, (role, tenant, pool) in PRINCIPALS.items():
             _, plain[name] = token_service.create_token(
-                session, subject=name, role=role, tenant=tenant, actor="tests")
+                session, subject=name, role=role, tenant=tenant, pool=pool, actor="tests")
     return plain
 
 

@@ -125,13 +125,13 @@ def list_adapters(session: Session, principal: Principal, *, tenant: str | None,
 
 def get_adapter(session: Session, principal: Principal, tenant: str, name: str) -> AdapterOut:
     principal.require(READERS, tenant)
-    return _adapter_out(session, _adapter(session, tenant, name))
+    return _adapter_out(session, find_adapter(session, tenant, name))
 
 
 def list_versions(session: Session, principal: Principal, tenant: str, name: str, *,
                   state: str | None, limit: int, cursor: str | None):
     principal.require(READERS, tenant)
-    adapter = _adapter(session, tenant, name)
+    adapter = find_adapter(session, tenant, name)
     query = select(AdapterVersion).where(AdapterVersion.adapter_id == adapter.id)
     if state is not None:
         query = query.where(AdapterVersion.state == state)
@@ -165,7 +165,7 @@ def _tenant(session: Session, name: str) -> Tenant:
     return row
 
 
-def _adapter(session: Session, tenant: str, name: str) -> Adapter:
+def find_adapter(session: Session, tenant: str, name: str) -> Adapter:
     row = repository.adapter_by_name(session, _tenant(session, tenant).id, name)
     if row is None:
         raise NotFound(f"adapter {tenant}/{name} does not exist", code="adapter_not_found",
@@ -174,7 +174,7 @@ def _adapter(session: Session, tenant: str, name: str) -> Adapter:
 
 
 def find_version(session: Session, tenant: str, name: str, number: int) -> AdapterVersion:
-    row = repository.version_by_number(session, _adapter(session, tenant, name).id, number)
+    row = repository.version_by_number(session, find_adapter(session, tenant, name).id, number)
     if row is None:
         raise NotFound(f"adapter {tenant}/{name} has no version {number}", code="version_not_found",
                        hint=f"List versions with GET /v1/adapters/{tenant}/{name}/versions.")

@@ -1,5 +1,5 @@
-"""Append-only audit trail: every state change records who, what, before and after."""
+"""Append-only, hash-chained audit trail: every state change records who, what, before and after."""
 
-from registry.audit.service import record
+from registry.audit.service import pending, record
 
-__all__ = ["record"]
+__all__ = ["pending", "record"]

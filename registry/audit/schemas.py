@@ -14,3 +14,18 @@ class AuditEventOut(BaseModel):
     subject: str
     before: dict[str, Any] | None
     after: dict[str, Any] | None
+    prev_hash: str
+    hash: str
+
+
+class ProblemOut(BaseModel):
+    id: int
+    kind: str
+    detail: str
+
+
+class ChainReportOut(BaseModel):
+    intact: bool
+    events: int
+    head: str
+    problems: list[ProblemOut]

@@ -19,11 +19,14 @@ def create_token(spec: TokenCreate, principal: Principal = Depends(authenticated
         raise Forbidden("only a global admin may create tokens without a tenant")
     with transaction() as session:
         row, plain = tokens.create_token(
-            session, subject=spec.subject, role=spec.role, tenant=spec.tenant, actor=principal.label
+            session, subject=spec.subject, role=spec.role, tenant=spec.tenant, pool=spec.pool,
+            actor=principal.label,
         )
-        return TokenCreated(id=row.id, subject=row.subject, role=spec.role, tenant=spec.tenant, token=plain)
+        return TokenCreated(id=row.id, subject=row.subject, role=spec.role, tenant=spec.tenant,
+                            pool=spec.pool, token=plain)
 
 
 @router.get("/whoami", response_model=WhoAmI)
 def whoami(principal: Principal = Depends(authenticated)):
-    return WhoAmI(subject=principal.subject, role=principal.role, tenant=principal.tenant)
+    return WhoAmI(subject=principal.subject, role=principal.role, tenant=principal.tenant,
+                  pool=principal.pool)

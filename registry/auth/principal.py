@@ -20,7 +20,8 @@ class Principal:
     token_id: int
     subject: str
     role: Role
-    tenant: str | None  # None only for a global admin
+    tenant: str | None  # None for a global admin and for node tokens
+    pool: str | None = None  # a node token's pool
 
     @property
     def is_global_admin(self) -> bool:
@@ -28,7 +29,7 @@ class Principal:
 
     @property
     def label(self) -> str:
-        scope = self.tenant or "*"
+        scope = f"pool {self.pool}" if self.pool else (self.tenant or "*")
         return f"{self.subject} ({self.role}@{scope}, token {self.token_id})"
 
     def require(self, roles: set[Role], tenant: str | None = None) -> None:
@@ -49,3 +50,15 @@ class Principal:
 
     def require_global_admin(self) -> None:
         self.require(set())
+
+    def require_node_of(self, pool: str) -> None:
+        """Pass a global admin, or a node token issued for this pool."""
+        if self.is_global_admin:
+            return
+        if self.role is not Role.NODE:
+            raise Forbidden(f"role '{self.role}' may not do this; it needs a node token of pool '{pool}'",
+                            hint="Use the node token issued for this pool (loraplane token create "
+                                 "--role node --pool POOL).")
+        if self.pool != pool:
+            raise Forbidden(f"this node token belongs to pool '{self.pool}', not '{pool}'",
+                            hint="Use the node token issued for this pool.")

@@ -11,6 +11,7 @@ class TokenCreate(BaseModel):
                          description="The person or service.")
     role: Role
     tenant: str | None = Field(default=None, max_length=64)
+    pool: str | None = Field(default=None, max_length=64, description="A node token's pool.")
 
 
 class TokenCreated(BaseModel):
@@ -18,6 +19,7 @@ class TokenCreated(BaseModel):
     subject: str
     role: Role
     tenant: str | None
+    pool: str | None = None
     token: str = Field(description="Shown once; only its hash is stored.")
 
 
@@ -25,3 +27,4 @@ class WhoAmI(BaseModel):
     subject: str
     role: Role
     tenant: str | None
+    pool: str | None = None

@@ -13,7 +13,7 @@ from registry import audit
 from registry.auth.principal import Principal, Role
 from registry.errors import NotFound, Unauthorized, Unprocessable
 from registry.names import check_name
-from registry.tables import ApiToken, Tenant
+from registry.tables import ApiToken, Pool, Tenant
 
 TOKEN_PREFIX = "lpt_"
 
@@ -34,12 +34,15 @@ def ensure_tenant(session: Session, name: str) -> Tenant:
 
 
 def create_token(
-    session: Session, *, subject: str, role: Role, tenant: str | None, actor: str
+    session: Session, *, subject: str, role: Role, tenant: str | None, actor: str,
+    pool: str | None = None,
 ) -> tuple[ApiToken, str]:
-    """Return the stored row and the plain token, which is never stored or shown again."""
+    """Return the stored row and the plain token, which is never stored or shown again.
+    Node tokens belong to one pool and no tenant: a pool serves every tenant's adapters."""
     if not subject.strip() or len(subject) > 128:
         raise Unprocessable("subject must be 1-128 characters", hint="Name the person or service.")
-    if tenant is None and role is not Role.ADMIN:
+    pool_row = _node_pool(session, role, tenant, pool)
+    if tenant is None and role not in (Role.ADMIN, Role.NODE):
         raise Unprocessable(f"a '{role}' token needs a tenant", hint="Pass --tenant NAME.")
     tenant_row = ensure_tenant(session, tenant) if tenant is not None else None
     plain = TOKEN_PREFIX + secrets.token_urlsafe(32)
@@ -48,6 +51,7 @@ def create_token(
         subject=subject.strip(),
         role=role.value,
         tenant_id=tenant_row.id if tenant_row else None,
+        pool_id=pool_row.id if pool_row else None,
     )
     session.add(row)
     session.flush()
@@ -57,9 +61,25 @@ def create_token(
         action="token.create",
         subject=f"token/{row.id}",
         tenant_id=row.tenant_id,
-        after={"subject": row.subject, "role": row.role, "tenant": tenant},
+        after={"subject": row.subject, "role": row.role, "tenant": tenant, "pool": pool},
     )
     return row, plain
+
+
+def _node_pool(session: Session, role: Role, tenant: str | None, pool: str | None) -> Pool | None:
+    if role is not Role.NODE:
+        if pool is not None:
+            raise Unprocessable("only node tokens belong to a pool", code="invalid_token_scope",
+                                hint="Drop --pool, or use --role node.")
+        return None
+    if pool is None or tenant is not None:
+        raise Unprocessable("a node token needs a pool and no tenant", code="invalid_token_scope",
+                            hint="Pass --role node --pool POOL: a pool serves every tenant's adapters.")
+    row = session.scalar(select(Pool).where(Pool.name == pool))
+    if row is None:
+        raise NotFound(f"pool {pool!r} does not exist", code="pool_not_found",
+                       hint="Create the pool first (loraplane pool create).")
+    return row
 
 
 def revoke_token(session: Session, token_id: int, *, actor: str) -> None:
@@ -72,6 +92,9 @@ def revoke_token(session: Session, token_id: int, *, actor: str) -> None:
             session, actor=actor, action="token.revoke", subject=f"token/{row.id}",
             tenant_id=row.tenant_id, before={"revoked": False}, after={"revoked": True},
         )
+        from registry.active_set.changes import announce  # other processes drop cached tokens
+
+        announce(session, {"kind": "token_revoked"})
 
 
 def has_admin(session: Session) -> bool:
@@ -90,4 +113,6 @@ def authenticate(session: Session, plain: str | None) -> Principal:
     if row is None or row.revoked_at is not None:
         raise Unauthorized("invalid or revoked token", hint="Ask an admin for a new token.")
     tenant = session.get(Tenant, row.tenant_id).name if row.tenant_id else None
-    return Principal(token_id=row.id, subject=row.subject, role=Role(row.role), tenant=tenant)
+    pool = session.get(Pool, row.pool_id).name if row.pool_id else None
+    return Principal(token_id=row.id, subject=row.subject, role=Role(row.role), tenant=tenant,
+                     pool=pool)

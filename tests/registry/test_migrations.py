@@ -11,7 +11,9 @@ from registry.tables import Base
 from tests.support import services
 
 TABLES = {"tenants", "api_tokens", "base_models", "base_model_aliases", "pools", "adapters",
-          "adapter_versions", "audit_events", "eval_suites", "evaluations", "evaluation_examples"}
+          "adapter_versions", "audit_events", "eval_suites", "evaluations", "evaluation_examples",
+          "promotions", "pool_aliases", "pool_retirements", "node_statuses", "webhooks",
+          "webhook_deliveries"}
 
 
 def tables_in(url: str) -> set[str]:

@@ -127,7 +127,7 @@ def test_bad_requests_are_refused_and_nothing_is_queued(uploader, client_for, di
                                  json={"suite": "digits"}), 404, "version_not_found", "99")
     assert_refused(client_for("globex_uploader").post(path, json={"suite": "digits"}),
                    403, "forbidden", "tenant 'globex'")
-    assert_refused(client_for("acme_node").post(path, json={"suite": "digits"}),
+    assert_refused(client_for("serving_node").post(path, json={"suite": "digits"}),
                    403, "forbidden", "role 'node'")
     assert_refused(client_for("none").post(path, json={"suite": "digits"}), 401, "unauthorized", "token")
     assert count() == before

@@ -25,7 +25,7 @@ def test_register_derives_every_projection_shape(admin, stored_state):
         "gate_proj": [4096, 14336], "up_proj": [4096, 14336], "down_proj": [14336, 4096],
     }
     assert admin.get("/v1/base-models/meta-llama/Llama-3.1-8B").json()["aliases"] == ["/models/llama-3.1-8b"]
-    events = admin.get("/v1/audit-events", params={"action": "base_model.register"}).json()["items"]
+    events = admin.get("/v1/audit", params={"action": "base_model.register"}).json()["items"]
     assert any(e["subject"] == "base-model/meta-llama/Llama-3.1-8B" for e in events)
 
 

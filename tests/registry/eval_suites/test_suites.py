@@ -65,7 +65,7 @@ def test_bad_suite_is_refused_and_nothing_is_stored(admin, base_model, engine, s
     assert stored(engine, s3_client) == before
 
 
-@pytest.mark.parametrize("principal", ["acme_admin", "acme_uploader", "acme_reviewer", "acme_node"])
+@pytest.mark.parametrize("principal", ["acme_admin", "acme_uploader", "acme_reviewer", "serving_node"])
 def test_only_a_global_admin_creates_suites(client_for, base_model, engine, s3_client, principal):
     before = stored(engine, s3_client)
     response = client_for(principal).post("/v1/eval-suites", json=suite(name=f"by-{principal}"))

@@ -1,0 +1,108 @@
+"""Change a pool's active set. Every change starts with `begin_change`, which bumps the pool's
+generation and so takes the pool row's lock: changes to one pool run one at a time, a reader
+that locks the row for share sees a generation and entries that belong together, and the new
+generation is announced only once the transaction commits."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import delete, select, text, update
+from sqlalchemy.orm import Session
+
+from registry.db import after_commit
+from registry.tables import NodeStatus, Pool, PoolAlias, PoolRetirement
+
+CHANNEL = "loraplane_events"
+
+
+def begin_change(session: Session, pool_id: int) -> int:
+    """Bump the generation (locking the pool row until commit) and return the new one."""
+    generation = session.execute(
+        update(Pool).where(Pool.id == pool_id).values(generation=Pool.generation + 1)
+        .returning(Pool.generation, Pool.name)).one()
+    announce(session, {"kind": "generation", "pool": generation.name,
+                       "generation": generation.generation})
+    return generation.generation
+
+
+def announce(session: Session, message: dict) -> None:
+    """Tell every registry process after commit: Postgres NOTIFY is transactional, and this
+    process learns at once from its own after-commit hook."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_notify(:channel, :payload)"),
+                        {"channel": CHANNEL, "payload": json.dumps(message)})
+    from registry.active_set import watch  # the process-wide watcher, when one runs
+
+    after_commit(session, lambda: watch.publish_local(message))
+
+
+def point_alias(session: Session, *, pool_id: int, adapter_id: int, alias: str, version_id: int,
+                weight: int | None, promotion_id: int, generation: int) -> int | None:
+    """Point the alias at the version; returns the version it pointed at before, if any."""
+    row = session.scalar(select(PoolAlias).where(
+        PoolAlias.pool_id == pool_id, PoolAlias.adapter_id == adapter_id, PoolAlias.alias == alias))
+    previous = row.version_id if row else None
+    if row is None:
+        row = PoolAlias(pool_id=pool_id, adapter_id=adapter_id, alias=alias)
+        session.add(row)
+    row.version_id, row.weight, row.promotion_id = version_id, weight, promotion_id
+    session.execute(delete(PoolRetirement).where(PoolRetirement.pool_id == pool_id,
+                                                 PoolRetirement.version_id == version_id))
+    session.flush()
+    if previous is not None and previous != version_id:
+        retire_if_unaliased(session, pool_id, previous, generation)
+    return previous
+
+
+def drop_alias(session: Session, *, pool_id: int, adapter_id: int, alias: str,
+               generation: int) -> None:
+    row = session.scalar(select(PoolAlias).where(
+        PoolAlias.pool_id == pool_id, PoolAlias.adapter_id == adapter_id, PoolAlias.alias == alias))
+    if row is not None:
+        session.delete(row)
+        session.flush()
+        retire_if_unaliased(session, pool_id, row.version_id, generation)
+
+
+def retire_if_unaliased(session: Session, pool_id: int, version_id: int, generation: int) -> None:
+    """A version without aliases keeps serving requests in flight until every live node has
+    moved on (see drop_drained). With no live node there is no traffic to wait for."""
+    still_aliased = session.scalar(select(PoolAlias.id).where(
+        PoolAlias.pool_id == pool_id, PoolAlias.version_id == version_id).limit(1))
+    if still_aliased is None and live_nodes(session, pool_id):
+        session.add(PoolRetirement(pool_id=pool_id, version_id=version_id, generation=generation))
+        session.flush()
+
+
+def live_nodes(session: Session, pool_id: int) -> list[NodeStatus]:
+    from registry.settings import get_settings
+
+    since = datetime.now(UTC) - timedelta(seconds=get_settings().node_stale_after_s)
+    return list(session.scalars(select(NodeStatus).where(NodeStatus.pool_id == pool_id,
+                                                         NodeStatus.reported_at >= since)))
+
+
+def drop_drained(session: Session, pool_id: int) -> bool:
+    """Remove retired versions once traffic has moved: every live node applied the generation
+    that retired them, and the grace period for requests in flight has passed."""
+    from registry.settings import get_settings
+
+    retirements = session.scalars(select(PoolRetirement).where(PoolRetirement.pool_id == pool_id)).all()
+    if not retirements:
+        return False
+    nodes = live_nodes(session, pool_id)
+    applied = min((node.generation for node in nodes), default=None)
+    cutoff = datetime.now(UTC) - timedelta(seconds=get_settings().retire_grace_s)
+    drained = [r for r in retirements
+               if (applied is None or applied >= r.generation) and _aware(r.retired_at) <= cutoff]
+    if not drained:
+        return False
+    begin_change(session, pool_id)
+    session.execute(delete(PoolRetirement).where(PoolRetirement.id.in_([r.id for r in drained])))
+    return True
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment

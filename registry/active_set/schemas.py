@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class AliasWeight(BaseModel):
+    alias: str
+    weight: int = Field(description=(
+        "Percent of `tenant/name` traffic this alias receives: production gets what its canary "
+        "does not; other aliases are reached only by name and weigh 0."))
+
+
+class ArtifactFile(BaseModel):
+    name: str
+    sha256: str
+    size: int
+    url: str = Field(description="Presigned; downloads without other credentials until it expires.")
+
+
+class ActiveEntry(BaseModel):
+    served_name: str = Field(description="The name inside vLLM: tenant/name@N, never reused.")
+    tenant: str
+    adapter: str
+    version: int
+    digest: str = Field(description="sha256 of the version's manifest (its files and their sha256).")
+    rank: int
+    size_bytes: int
+    aliases: list[AliasWeight]
+    retiring: bool = Field(description=(
+        "No alias points here any more; it stays loaded until traffic has moved."))
+    files: list[ArtifactFile]
+
+
+class ActiveSet(BaseModel):
+    pool: str
+    base_model: str
+    generation: int
+    limits: dict[str, int]
+    entries: list[ActiveEntry]
+    urls_expire_in: int

@@ -1,0 +1,82 @@
+"""What the active-set endpoint needs to answer a thousand long-polls cheaply: tokens checked
+once per few seconds instead of once per request, and each generation's body rendered once."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+
+from cachetools import TTLCache
+from starlette.concurrency import run_in_threadpool
+
+from registry.active_set import snapshot
+from registry.auth import tokens
+from registry.auth.principal import Principal
+from registry.db import transaction
+from registry.settings import get_settings
+from registry.storage import get_store
+
+
+class PrincipalCache:
+    """Checked tokens by hash, for `auth_cache_s`. Cleared at once when any token is revoked
+    (via the same notifications that carry generations)."""
+
+    def __init__(self, ttl_s: float) -> None:
+        self._cache: TTLCache | None = TTLCache(maxsize=100_000, ttl=ttl_s) if ttl_s > 0 else None
+
+    async def authenticate(self, plain: str | None) -> Principal:
+        if self._cache is None or not plain:
+            return await run_in_threadpool(_authenticate, plain)
+        key = hashlib.sha256(plain.encode()).digest()
+        principal = self._cache.get(key)
+        if principal is None:
+            principal = await run_in_threadpool(_authenticate, plain)
+            self._cache[key] = principal
+        return principal
+
+    def clear(self) -> None:
+        if self._cache is not None:
+            self._cache.clear()
+
+
+def _authenticate(plain: str | None) -> Principal:
+    with transaction() as session:
+        return tokens.authenticate(session, plain)
+
+
+class BodyCache:
+    """The rendered JSON of each pool's newest generation. Its presigned URLs are renewed when
+    half their lifetime has passed, so a node never receives one about to expire."""
+
+    def __init__(self) -> None:
+        self._bodies: dict[str, tuple[int, bytes, float]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def get(self, pool: str, at_least: int | None) -> tuple[int, bytes]:
+        cached = self._fresh(pool, at_least)
+        if cached:
+            return cached
+        async with self._locks.setdefault(pool, asyncio.Lock()):  # one render per wake-up
+            cached = self._fresh(pool, at_least)
+            if cached:
+                return cached
+            generation, body = await run_in_threadpool(_render, pool)
+            self._bodies[pool] = (generation, body, time.monotonic())
+            return generation, body
+
+    def _fresh(self, pool: str, at_least: int | None) -> tuple[int, bytes] | None:
+        cached = self._bodies.get(pool)
+        if cached is None:
+            return None
+        generation, body, rendered_at = cached
+        young = time.monotonic() - rendered_at < get_settings().presign_ttl_s / 2
+        if young and (at_least is None or generation >= at_least):
+            return generation, body
+        return None
+
+
+def _render(pool: str) -> tuple[int, bytes]:
+    with transaction() as session:
+        active = snapshot.read(session, pool, get_store(), get_settings())
+    return active.generation, active.model_dump_json().encode()

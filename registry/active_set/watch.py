@@ -1,0 +1,136 @@
+"""Each registry process's view of pool generations, for long-polls.
+
+Three sources keep it current: this process's own commits (at once), Postgres LISTEN/NOTIFY for
+commits in other processes (at once), and a poll of every pool's generation, which also covers
+SQLite and any notification lost while the listener reconnects. Waiters sleep on one event per
+pool, so a change wakes a thousand long-polls with one `set()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+
+from sqlalchemy import make_url, select
+
+from registry.active_set.changes import CHANNEL
+from registry.db import get_engine, transaction
+from registry.tables import Pool
+
+log = logging.getLogger(__name__)
+
+
+class GenerationWatch:
+    def __init__(self) -> None:
+        self._generations: dict[str, int] = {}
+        self._changed: dict[str, asyncio.Event] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task] = []
+        self.on_token_revoked: list[Callable[[], None]] = []
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self, *, poll_s: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._tasks.append(asyncio.create_task(self._poll(poll_s)))
+        url = get_engine().url
+        if url.get_backend_name() == "postgresql":
+            self._tasks.append(asyncio.create_task(self._listen(url)))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def known(self, pool: str) -> int | None:
+        return self._generations.get(pool)
+
+    async def wait_beyond(self, pool: str, generation: int, timeout_s: float) -> int:
+        """Return as soon as the pool's generation is not `generation`, or after timeout_s."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self._generations.get(pool) == generation:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            event = self._changed.setdefault(pool, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
+        return self._generations.get(pool, generation)
+
+    # --- updates -------------------------------------------------------------------------------
+
+    def observe(self, pool: str, generation: int) -> None:
+        """Record a generation (in the event loop's thread); wakes the pool's waiters."""
+        if generation <= self._generations.get(pool, -1):
+            return
+        self._generations[pool] = generation
+        event = self._changed.pop(pool, None)
+        if event is not None:
+            event.set()
+
+    def on_message(self, message: dict) -> None:
+        if message.get("kind") == "generation":
+            self.observe(str(message["pool"]), int(message["generation"]))
+        elif message.get("kind") == "token_revoked":
+            for callback in self.on_token_revoked:
+                callback()
+
+    def publish_local(self, message: dict) -> None:
+        """From any thread: this process committed a change."""
+        if self._loop is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop is shutting down
+                self._loop.call_soon_threadsafe(self.on_message, message)
+
+    async def _poll(self, every_s: float) -> None:
+        while True:
+            try:
+                for name, generation in await asyncio.to_thread(_all_generations):
+                    self.observe(name, generation)
+            except Exception as error:  # the database is away; keep serving what we know
+                log.warning("could not read pool generations: %s", type(error).__name__)
+            await asyncio.sleep(every_s)
+
+    async def _listen(self, url) -> None:
+        import psycopg
+
+        dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        delay = 0.5
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    delay = 0.5
+                    for name, generation in await asyncio.to_thread(_all_generations):
+                        self.observe(name, generation)  # whatever changed while we were away
+                    async for note in conn.notifies():
+                        with contextlib.suppress(ValueError, KeyError, TypeError):
+                            self.on_message(json.loads(note.payload))
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                log.warning("LISTEN connection lost (%s); polling covers the gap",
+                            type(error).__name__)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10)
+
+
+def _all_generations() -> list[tuple[str, int]]:
+    with transaction() as session:
+        return [(name, generation) for name, generation in session.execute(
+            select(Pool.name, Pool.generation))]
+
+
+WATCH = GenerationWatch()
+
+
+def publish_local(message: dict) -> None:
+    WATCH.publish_local(message)

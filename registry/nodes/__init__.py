@@ -1,0 +1,1 @@
+"""Serving nodes' reports, and each pool's rollout: who has applied which generation."""

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+
+SERVED_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}/[a-z0-9][a-z0-9_-]{0,62}@[1-9][0-9]{0,9}$"
+SHA256 = r"^[0-9a-f]{64}$"
+
+
+class LoadedAdapter(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    served_name: str = Field(pattern=SERVED_NAME, max_length=140)
+    digest: str = Field(pattern=SHA256)
+
+
+class NodeFailure(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    served_name: str = Field(pattern=SERVED_NAME, max_length=140)
+    reason: str = Field(min_length=1, max_length=2000)
+
+
+class NodeLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_loras: int = Field(ge=1, le=256)
+    max_cpu_loras: int = Field(ge=1, le=4096)
+    max_lora_rank: int = Field(ge=1, le=512)
+
+
+class NodeReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    generation: int = Field(ge=0, le=2**62, description="The active-set generation applied.")
+    loaded: list[LoadedAdapter] = Field(max_length=4096)
+    failures: list[NodeFailure] = Field(default_factory=list, max_length=4096)
+    vllm_url: AnyHttpUrl
+    limits: NodeLimits
+
+
+class DriftOut(BaseModel):
+    missing: list[str] = Field(description="Desired but not loaded.")
+    extra: list[str] = Field(description="Loaded but not desired.")
+    wrong_digest: list[str] = Field(description="Loaded under the right name with other bytes.")
+
+
+class NodeOut(BaseModel):
+    node_id: str
+    generation: int
+    converged: bool
+    stale: bool
+    seconds_since_report: float
+    drift: DriftOut
+    failures: list[NodeFailure]
+    vllm_url: str
+    limits: dict[str, int]
+    reported_at: datetime
+
+
+class RolloutOut(BaseModel):
+    pool: str
+    generation: int
+    nodes_total: int
+    nodes_converged: int
+    nodes_stale: int
+    nodes: list[NodeOut]

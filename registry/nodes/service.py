@@ -1,0 +1,98 @@
+"""Take nodes' reports and show each pool's rollout."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from registry.active_set import changes
+from registry.active_set.snapshot import desired_digests, pool_by_name
+from registry.auth.principal import Principal, Role
+from registry.errors import Unprocessable
+from registry.names import check_name
+from registry.nodes.schemas import DriftOut, NodeFailure, NodeOut, NodeReport, RolloutOut
+from registry.settings import get_settings
+from registry.tables import NodeStatus
+
+
+def report(session: Session, principal: Principal, pool_name: str, node_id: str,
+           body: NodeReport) -> NodeOut:
+    principal.require_node_of(pool_name)
+    check_name(node_id, "node")
+    pool = pool_by_name(session, pool_name)
+    if body.generation > pool.generation:
+        raise Unprocessable(f"generation {body.generation} is ahead of pool {pool.name!r}'s "
+                            f"{pool.generation}", code="generation_ahead",
+                            hint="Report the generation of the active set the node applied.")
+    fields = dict(generation=body.generation, loaded=[a.model_dump() for a in body.loaded],
+                  failures=[f.model_dump() for f in body.failures], vllm_url=str(body.vllm_url),
+                  limits=body.limits.model_dump(), reported_at=datetime.now(UTC))
+    row = _upsert(session, pool.id, node_id, fields)
+    changes.drop_drained(session, pool.id)
+    return _node_out(row, desired_digests(session, pool.id), pool.generation, _visible_to(principal))
+
+
+def _upsert(session: Session, pool_id: int, node_id: str, fields: dict) -> NodeStatus:
+    query = select(NodeStatus).where(NodeStatus.pool_id == pool_id, NodeStatus.node_id == node_id)
+    row = session.scalar(query.with_for_update())
+    if row is None:
+        try:
+            with session.begin_nested():  # a first report racing another from the same node
+                row = NodeStatus(pool_id=pool_id, node_id=node_id, **fields)
+                session.add(row)
+            return row
+        except IntegrityError:
+            row = session.scalar(query.with_for_update())
+    for key, value in fields.items():
+        setattr(row, key, value)
+    session.flush()
+    return row
+
+
+def rollout(session: Session, principal: Principal, pool_name: str) -> RolloutOut:
+    if principal.role is not Role.NODE:
+        principal.require({Role.ADMIN, Role.REVIEWER, Role.UPLOADER})
+    else:
+        principal.require_node_of(pool_name)
+    pool = pool_by_name(session, pool_name)
+    desired = desired_digests(session, pool.id)
+    visible = _visible_to(principal)
+    rows = session.scalars(select(NodeStatus).where(NodeStatus.pool_id == pool.id)
+                           .order_by(NodeStatus.node_id)).all()
+    nodes = [_node_out(row, desired, pool.generation, visible) for row in rows]
+    return RolloutOut(pool=pool.name, generation=pool.generation, nodes_total=len(nodes),
+                      nodes_converged=sum(n.converged for n in nodes),
+                      nodes_stale=sum(n.stale for n in nodes), nodes=nodes)
+
+
+def _visible_to(principal: Principal):
+    """Tenant-scoped readers see only their own tenant's adapter names."""
+    if principal.tenant is None:
+        return lambda served_name: True
+    prefix = principal.tenant + "/"
+    return lambda served_name: served_name.startswith(prefix)
+
+
+def _node_out(row: NodeStatus, desired: dict[str, str], generation: int, visible) -> NodeOut:
+    loaded = {a["served_name"]: a["digest"] for a in row.loaded}
+    drift = DriftOut(
+        missing=sorted(n for n in desired if n not in loaded),
+        extra=sorted(n for n in loaded if n not in desired),
+        wrong_digest=sorted(n for n in desired if n in loaded and loaded[n] != desired[n]))
+    converged = row.generation == generation and not (drift.missing or drift.extra or drift.wrong_digest)
+    age = (datetime.now(UTC) - _aware(row.reported_at)).total_seconds()
+    return NodeOut(
+        node_id=row.node_id, generation=row.generation, converged=converged,
+        stale=age > get_settings().node_stale_after_s, seconds_since_report=round(age, 3),
+        drift=DriftOut(missing=[n for n in drift.missing if visible(n)],
+                       extra=[n for n in drift.extra if visible(n)],
+                       wrong_digest=[n for n in drift.wrong_digest if visible(n)]),
+        failures=[NodeFailure(**f) for f in row.failures if visible(f["served_name"])],
+        vllm_url=row.vllm_url, limits=row.limits, reported_at=row.reported_at)
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment

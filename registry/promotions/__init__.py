@@ -1,0 +1,1 @@
+"""Promotion requests: a version into a pool under an alias, through gates and four-eyes approval."""

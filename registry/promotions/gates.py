@@ -1,0 +1,163 @@
+"""The gates a promotion must pass. Each returns whether it passed, and if not, what blocks it
+and how to fix that. They are checked when a promotion is requested and again at approval."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry.active_set import changes
+from registry.active_set.snapshot import CANARY, PRODUCTION
+from registry.auth.principal import Principal
+from registry.evaluations import rules as evaluation_rules
+from registry.tables import (
+    Adapter, AdapterVersion, ApiToken, BaseModel, EvalSuite, Evaluation, Pool, PoolAlias, Promotion,
+)
+
+
+@dataclass(frozen=True)
+class Gate:
+    name: str
+    passed: bool
+    message: str
+    hint: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Target:
+    pool: Pool
+    adapter: Adapter
+    version: AdapterVersion
+    served_name: str
+    alias: str
+    weight: int | None
+
+
+def check(session: Session, target: Target) -> list[Gate]:
+    evaluations = _latest_evaluations(session, target.version.id)
+    return [_base_model(session, target), _rank(target), _alias(session, target),
+            _required_suites(target, evaluations), _parity(evaluations), _capacity(session, target)]
+
+
+def blocking(gates: list[Gate]) -> list[Gate]:
+    return [gate for gate in gates if not gate.passed]
+
+
+def _base_model(session: Session, t: Target) -> Gate:
+    if t.adapter.base_model_id == t.pool.base_model_id:
+        return Gate("base_model", True, "the adapter's base model is the pool's")
+    adapter_base = session.get(BaseModel, t.adapter.base_model_id).name
+    pool_base = session.get(BaseModel, t.pool.base_model_id).name
+    return Gate("base_model", False,
+                f"{t.served_name} is for base model {adapter_base!r}, pool {t.pool.name!r} serves {pool_base!r}",
+                "Promote it into a pool of its own base model.")
+
+
+def _rank(t: Target) -> Gate:
+    if t.version.rank <= t.pool.max_lora_rank:
+        return Gate("rank", True, f"rank {t.version.rank} ≤ the pool's max_lora_rank {t.pool.max_lora_rank}")
+    return Gate("rank", False,
+                f"rank {t.version.rank} exceeds pool {t.pool.name!r}'s max_lora_rank {t.pool.max_lora_rank}: "
+                "vLLM would refuse to load it",
+                f"Retrain with r ≤ {t.pool.max_lora_rank}, or use a pool with a larger max_lora_rank.")
+
+
+def _alias(session: Session, t: Target) -> Gate:
+    if t.alias != CANARY:
+        return Gate("alias", True, f"alias {t.alias!r}")
+    production = session.scalar(select(PoolAlias.version_id).where(
+        PoolAlias.pool_id == t.pool.id, PoolAlias.adapter_id == t.adapter.id,
+        PoolAlias.alias == PRODUCTION))
+    if production is None:
+        return Gate("alias", False,
+                    f"a canary needs a production version to split traffic with, and "
+                    f"{t.adapter.name!r} has none in pool {t.pool.name!r}",
+                    "Promote a version to 'production' first.")
+    if production == t.version.id:
+        return Gate("alias", False, f"{t.served_name} is already production in this pool",
+                    "Canary a different version.")
+    return Gate("alias", True, f"canary at {t.weight}% beside production")
+
+
+def _latest_evaluations(session: Session, version_id: int) -> dict[str, Evaluation]:
+    rows = session.execute(select(EvalSuite.name, Evaluation).join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
+                           .where(Evaluation.version_id == version_id).order_by(Evaluation.id)).all()
+    return {suite: evaluation for suite, evaluation in rows}  # later rows win
+
+
+def _required_suites(t: Target, evaluations: dict[str, Evaluation]) -> Gate:
+    problems = []
+    for suite in t.pool.required_suites:
+        evaluation = evaluations.get(suite)
+        if evaluation is None:
+            problems.append(f"{suite} (not evaluated)")
+        elif evaluation.state == evaluation_rules.FAILED:
+            detail = ", ".join(evaluation.failing_metrics) or evaluation.reason or "failed"
+            problems.append(f"{suite} (failed: {detail})")
+        elif evaluation.state != evaluation_rules.PASSED:
+            problems.append(f"{suite} (still {evaluation.state})")
+    if not problems:
+        required = ", ".join(t.pool.required_suites) or "none"
+        return Gate("required_suites", True, f"every required suite passed ({required})")
+    tenant, name = t.served_name.split("@")[0].split("/")
+    return Gate("required_suites", False,
+                f"pool {t.pool.name!r} requires suites that have not passed on {t.served_name}: "
+                + "; ".join(problems),
+                f"Evaluate with `loraplane eval run {tenant}/{name}@{t.version.number} --suite SUITE`; "
+                "a failed suite needs a better version.")
+
+
+def _parity(evaluations: dict[str, Evaluation]) -> Gate:
+    measured = {suite: e for suite, e in evaluations.items()
+                if e.state in evaluation_rules.FINISHED and "parity" in (e.metrics or {})}
+    if not measured:
+        return Gate("parity", False,
+                    "no finished evaluation of this version measured parity between vLLM's "
+                    "multi-LoRA kernels and the merged weights",
+                    "Evaluate it with a suite that has the 'parity' metric.")
+    failed = {suite: e.metrics["parity"] for suite, e in measured.items()
+              if not e.metrics["parity"].get("passed")}
+    if failed:
+        detail = "; ".join(f"{suite}: {m.get('detail') or m.get('value')}" for suite, m in failed.items())
+        return Gate("parity", False, f"parity failed ({detail})",
+                    "vLLM's output differs from the merged weights: check the adapter's dtype "
+                    "and target modules against the pool's engine.")
+    return Gate("parity", True, f"parity passed in {', '.join(sorted(measured))}")
+
+
+def _capacity(session: Session, t: Target) -> Gate:
+    aliases = session.execute(select(PoolAlias.adapter_id, PoolAlias.alias, PoolAlias.version_id)
+                              .where(PoolAlias.pool_id == t.pool.id)).all()
+    after = {row.version_id for row in aliases
+             if (row.adapter_id, row.alias) != (t.adapter.id, t.alias)} | {t.version.id}
+    nodes = changes.live_nodes(session, t.pool.id)
+    reported = [n.limits.get("max_cpu_loras") for n in nodes if n.limits.get("max_cpu_loras")]
+    capacity = min([t.pool.max_cpu_loras, *reported])
+    source = "the smallest live node's max_cpu_loras" if capacity < t.pool.max_cpu_loras else "max_cpu_loras"
+    if len(after) <= capacity:
+        return Gate("capacity", True, f"{len(after)} of {capacity} adapter slots ({source})")
+    return Gate("capacity", False,
+                f"the active set would hold {len(after)} adapters, more than the {capacity} each of "
+                f"pool {t.pool.name!r}'s nodes keeps resident ({source}); vLLM would evict and "
+                "reload adapters on every switch",
+                "Roll back or replace an alias in this pool first, or raise the pool's max_cpu_loras.")
+
+
+def four_eyes(session: Session, promotion: Promotion, approver: Principal) -> Gate:
+    version = session.get(AdapterVersion, promotion.version_id)
+    uploader = session.scalar(select(ApiToken.subject).where(ApiToken.id == version.uploaded_by_token_id))
+    if uploader is None:  # uploaded without a token row (e.g. by an operator): its label leads with it
+        uploader = version.uploaded_by.split(" (")[0]
+    me = approver.subject.casefold()
+    if uploader.casefold() == me:
+        return Gate("four_eyes", False, f"{approver.subject} uploaded this version and may not approve it",
+                    "Ask another reviewer: approval needs a second person (four-eyes).")
+    if promotion.requested_by_subject.casefold() == me:
+        return Gate("four_eyes", False, f"{approver.subject} requested this promotion and may not approve it",
+                    "Ask another reviewer: approval needs a second person (four-eyes).")
+    return Gate("four_eyes", True, "the approver is neither the uploader nor the requester")

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+ALIAS_PATTERN = r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$|^[a-z]$"
+ADAPTER_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}/[a-z0-9][a-z0-9_-]{0,62}$"
+
+
+class PromotionCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    adapter: str = Field(pattern=ADAPTER_PATTERN, max_length=129, description="tenant/name")
+    version: int = Field(ge=1, le=2**31 - 1)
+    alias: str = Field("production", pattern=ALIAS_PATTERN, max_length=32)
+    weight: int | None = Field(None, ge=1, le=99, description="Canary traffic percent (1-99).")
+    comment: str | None = Field(None, max_length=2000)
+
+    @model_validator(mode="after")
+    def _weight_only_for_canary(self) -> "PromotionCreate":
+        if self.alias == "canary" and self.weight is None:
+            raise ValueError("a canary needs a weight: the percent of traffic it receives (1-99)")
+        if self.alias != "canary" and self.weight is not None:
+            raise ValueError("only the 'canary' alias carries a weight")
+        return self
+
+
+class Decision(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    comment: str = Field(min_length=1, max_length=2000, pattern=r"\S",
+                         description="Why: kept in the audit log beside the decision.")
+
+
+class GateOut(BaseModel):
+    name: str
+    passed: bool
+    message: str
+    hint: str = ""
+
+
+class ApprovalCheck(BaseModel):
+    allowed: bool
+    reason: str = ""
+
+
+class PromotionOut(BaseModel):
+    id: int
+    pool: str
+    served_name: str
+    tenant: str
+    adapter: str
+    version: int
+    digest: str
+    alias: str
+    weight: int | None
+    kind: str
+    state: str
+    gates: list[GateOut]
+    previous_id: int | None
+    requested_by: str
+    comment: str | None
+    decided_by: str | None
+    decision_comment: str | None
+    created_at: datetime
+    decided_at: datetime | None
+    activated_at: datetime | None
+    ended_at: datetime | None
+    can_approve: ApprovalCheck | None = Field(None, description="Whether the caller may approve it, and why not.")
+
+
+class AliasOut(BaseModel):
+    pool: str
+    tenant: str
+    adapter: str
+    alias: str
+    served_name: str
+    version: int
+    weight: int | None
+    promotion_id: int

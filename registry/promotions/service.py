@@ -1,0 +1,277 @@
+"""Request, approve, reject and roll back promotions. Approval and rollback change the pool's
+active set in the same transaction as the promotion's state, and bump its generation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from registry import audit, webhooks
+from registry.active_set import changes
+from registry.active_set.snapshot import CANARY, PRODUCTION, pool_by_name
+from registry.adapters import service as adapters
+from registry.auth.principal import Principal, Role
+from registry.errors import Conflict, Forbidden, NotFound, Unprocessable
+from registry.pagination import fetch_page
+from registry.promotions import gates, rules
+from registry.promotions.schemas import AliasOut, ApprovalCheck, GateOut, PromotionCreate, PromotionOut
+from registry.tables import Adapter, AdapterVersion, Pool, PoolAlias, Promotion, Tenant
+
+REQUESTERS = {Role.ADMIN, Role.UPLOADER, Role.REVIEWER}
+DECIDERS = {Role.ADMIN, Role.REVIEWER}
+READERS = REQUESTERS
+
+
+def request(session: Session, principal: Principal, pool_name: str, spec: PromotionCreate) -> PromotionOut:
+    tenant, name = spec.adapter.split("/")
+    principal.require(REQUESTERS, tenant)
+    pool = pool_by_name(session, pool_name)
+    target = _target(session, pool, adapters.find_version(session, tenant, name, spec.version),
+                     spec.alias, spec.weight)
+    results = gates.check(session, target)
+    _refuse_if_blocked(gates.blocking(results), f"{target.served_name} cannot be promoted to "
+                       f"{pool.name}:{spec.alias}")
+    promotion = Promotion(
+        pool_id=pool.id, adapter_id=target.adapter.id, version_id=target.version.id,
+        alias=spec.alias, weight=spec.weight, kind=rules.PROMOTE, state=rules.REQUESTED,
+        gates=[g.as_dict() for g in results], requested_by=principal.label,
+        requested_by_subject=principal.subject, comment=spec.comment)
+    session.add(promotion)
+    session.flush()
+    rules.transition(promotion, rules.AWAITING)
+    busy = _alias_busy(pool.name, spec.alias)  # built now: a failed flush expires every row
+    try:
+        session.flush()
+    except IntegrityError:
+        raise busy from None
+    _record(session, promotion, "promotion.requested", principal.label)
+    return to_out(session, promotion, principal)
+
+
+def approve(session: Session, principal: Principal, promotion_id: int, comment: str) -> PromotionOut:
+    promotion = _visible(session, principal, promotion_id)
+    principal.require(DECIDERS, _tenant_of(session, promotion))
+    generation = changes.begin_change(session, promotion.pool_id)  # pool lock first, always
+    promotion = _locked(session, promotion_id)
+    rules.transition(promotion, rules.APPROVED)  # refuses anything but awaiting_approval
+    four_eyes = gates.four_eyes(session, promotion, principal)
+    _refuse_if_blocked(gates.blocking([four_eyes]),
+                       f"promotion {promotion.id} cannot be approved by {principal.subject}", status=403)
+    pool = session.get(Pool, promotion.pool_id)
+    target = _target(session, pool, session.get(AdapterVersion, promotion.version_id),
+                     promotion.alias, promotion.weight)
+    results = gates.check(session, target)
+    _refuse_if_blocked(gates.blocking(results), f"promotion {promotion.id} no longer passes its gates")
+    promotion.gates = [g.as_dict() for g in [*results, four_eyes]]
+    promotion.decided_by, promotion.decision_comment = principal.label, comment
+    promotion.decided_at = _now()
+    _record(session, promotion, "promotion.approved", principal.label, comment=comment)
+    _activate(session, promotion, generation, principal.label)
+    return to_out(session, promotion, principal)
+
+
+def reject(session: Session, principal: Principal, promotion_id: int, comment: str) -> PromotionOut:
+    promotion = _visible(session, principal, promotion_id)
+    principal.require(DECIDERS, _tenant_of(session, promotion))
+    promotion = _locked(session, promotion_id)
+    rules.transition(promotion, rules.REJECTED)
+    promotion.decided_by, promotion.decision_comment = principal.label, comment
+    promotion.decided_at = promotion.ended_at = _now()
+    _record(session, promotion, "promotion.rejected", principal.label, comment=comment)
+    return to_out(session, promotion, principal)
+
+
+def rollback(session: Session, principal: Principal, pool_name: str, tenant: str, name: str,
+             alias: str, comment: str) -> PromotionOut:
+    """Point the alias back at the version before the current one, at once: that version was
+    approved before. The current version stays loaded until traffic has moved."""
+    principal.require(DECIDERS, tenant)
+    pool = pool_by_name(session, pool_name)
+    adapter = adapters.find_adapter(session, tenant, name)
+    generation = changes.begin_change(session, pool.id)
+    current = session.scalar(select(Promotion).where(
+        Promotion.pool_id == pool.id, Promotion.adapter_id == adapter.id,
+        Promotion.alias == alias, Promotion.state == rules.ACTIVE).with_for_update())
+    if current is None:
+        raise NotFound(f"{tenant}/{name} has no active {alias!r} alias in pool {pool.name!r}",
+                       code="alias_not_found", hint=f"List aliases with GET /v1/pools/{pool.name}/aliases.")
+    previous = session.get(Promotion, current.previous_id) if current.previous_id else None
+    if previous is None and alias != CANARY:
+        raise Conflict(f"{alias!r} of {tenant}/{name} in pool {pool.name!r} has no earlier version to "
+                       "restore", code="nothing_to_roll_back",
+                       hint="Promote the version you want instead.")
+    rules.transition(current, rules.ROLLED_BACK)
+    current.ended_at = _now()
+    _record(session, current, "promotion.rolled_back", principal.label, comment=comment)
+    if previous is None:  # a first canary: rolling it back means no canary
+        changes.drop_alias(session, pool_id=pool.id, adapter_id=adapter.id, alias=alias,
+                           generation=generation)
+        return to_out(session, current, principal)
+    restored = Promotion(
+        pool_id=pool.id, adapter_id=adapter.id, version_id=previous.version_id, alias=alias,
+        weight=previous.weight, kind=rules.ROLLBACK, state=rules.REQUESTED, gates=[],
+        previous_id=previous.previous_id, requested_by=principal.label,
+        requested_by_subject=principal.subject, comment=comment,
+        decided_by=principal.label, decision_comment=comment, decided_at=_now())
+    session.add(restored)
+    session.flush()
+    _point(session, restored, generation)
+    return to_out(session, restored, principal)
+
+
+def _activate(session: Session, promotion: Promotion, generation: int, actor: str) -> None:
+    current = session.scalar(select(Promotion).where(
+        Promotion.pool_id == promotion.pool_id, Promotion.adapter_id == promotion.adapter_id,
+        Promotion.alias == promotion.alias, Promotion.state == rules.ACTIVE).with_for_update())
+    if current is not None:
+        rules.transition(current, rules.SUPERSEDED)
+        current.ended_at = _now()
+        promotion.previous_id = current.id
+        _record(session, current, "promotion.superseded", actor)
+    _point(session, promotion, generation)
+    if promotion.alias == PRODUCTION:
+        _graduate_canary(session, promotion, generation, actor)
+
+
+def _point(session: Session, promotion: Promotion, generation: int) -> None:
+    changes.point_alias(session, pool_id=promotion.pool_id, adapter_id=promotion.adapter_id,
+                        alias=promotion.alias, version_id=promotion.version_id,
+                        weight=promotion.weight, promotion_id=promotion.id, generation=generation)
+    rules.transition(promotion, rules.ACTIVE)
+    promotion.activated_at = _now()
+    _record(session, promotion, "promotion.activated", promotion.decided_by or promotion.requested_by)
+
+
+def _graduate_canary(session: Session, promotion: Promotion, generation: int, actor: str) -> None:
+    """Promoting the canary's version to production ends the canary: it would split nothing."""
+    canary = session.scalar(select(Promotion).where(
+        Promotion.pool_id == promotion.pool_id, Promotion.adapter_id == promotion.adapter_id,
+        Promotion.alias == CANARY, Promotion.state == rules.ACTIVE,
+        Promotion.version_id == promotion.version_id).with_for_update())
+    if canary is not None:
+        rules.transition(canary, rules.SUPERSEDED)
+        canary.ended_at = _now()
+        changes.drop_alias(session, pool_id=promotion.pool_id, adapter_id=promotion.adapter_id,
+                           alias=CANARY, generation=generation)
+        _record(session, canary, "promotion.superseded", actor)
+
+
+def get(session: Session, principal: Principal, promotion_id: int) -> PromotionOut:
+    return to_out(session, _visible(session, principal, promotion_id), principal)
+
+
+def list_page(session: Session, principal: Principal, *, pool: str | None, state: str | None,
+              tenant: str | None, limit: int, cursor: str | None):
+    principal.require(READERS, tenant)
+    query = select(Promotion)
+    scope = tenant or principal.tenant
+    if scope is not None:
+        query = query.join(Adapter, Adapter.id == Promotion.adapter_id).join(
+            Tenant, Tenant.id == Adapter.tenant_id).where(Tenant.name == scope)
+    if pool is not None:
+        query = query.where(Promotion.pool_id == pool_by_name(session, pool).id)
+    if state is not None:
+        query = query.where(Promotion.state == state)
+    rows, next_cursor = fetch_page(session, query, Promotion.id, limit=limit, cursor=cursor)
+    return [to_out(session, row, principal) for row in rows], next_cursor
+
+
+def list_aliases(session: Session, principal: Principal, pool_name: str) -> list[AliasOut]:
+    principal.require(READERS)
+    pool = pool_by_name(session, pool_name)
+    out = []
+    for row in session.scalars(select(PoolAlias).where(PoolAlias.pool_id == pool.id).order_by(PoolAlias.id)):
+        adapter = session.get(Adapter, row.adapter_id)
+        tenant = session.get(Tenant, adapter.tenant_id).name
+        if principal.tenant is not None and tenant != principal.tenant:
+            continue
+        number = session.get(AdapterVersion, row.version_id).number
+        out.append(AliasOut(pool=pool.name, tenant=tenant, adapter=adapter.name, alias=row.alias,
+                            served_name=f"{tenant}/{adapter.name}@{number}", version=number,
+                            weight=row.weight, promotion_id=row.promotion_id))
+    return out
+
+
+def to_out(session: Session, row: Promotion, viewer: Principal | None = None) -> PromotionOut:
+    version = adapters.version_out(session, session.get(AdapterVersion, row.version_id))
+    out = PromotionOut(
+        id=row.id, pool=session.get(Pool, row.pool_id).name, served_name=version.served_name,
+        tenant=version.tenant, adapter=version.adapter, version=version.number,
+        digest=version.digest, alias=row.alias, weight=row.weight, kind=row.kind, state=row.state,
+        gates=[GateOut(**g) for g in row.gates], previous_id=row.previous_id,
+        requested_by=row.requested_by, comment=row.comment, decided_by=row.decided_by,
+        decision_comment=row.decision_comment, created_at=row.created_at,
+        decided_at=row.decided_at, activated_at=row.activated_at, ended_at=row.ended_at)
+    if viewer is not None and row.state == rules.AWAITING:
+        out.can_approve = _approval_check(session, row, viewer, version.tenant)
+    return out
+
+
+def _approval_check(session: Session, row: Promotion, viewer: Principal, tenant: str) -> ApprovalCheck:
+    if not viewer.is_global_admin and (viewer.role not in DECIDERS or viewer.tenant != tenant):
+        return ApprovalCheck(allowed=False, reason=f"role '{viewer.role}' may not approve; a reviewer must")
+    gate = gates.four_eyes(session, row, viewer)
+    return ApprovalCheck(allowed=gate.passed, reason="" if gate.passed else gate.message)
+
+
+def _target(session: Session, pool: Pool, version: AdapterVersion, alias: str,
+            weight: int | None) -> gates.Target:
+    served = adapters.version_out(session, version).served_name
+    return gates.Target(pool=pool, adapter=session.get(Adapter, version.adapter_id), version=version,
+                        served_name=served, alias=alias, weight=weight)
+
+
+def _refuse_if_blocked(blocked: list[gates.Gate], headline: str, *, status: int = 422) -> None:
+    if not blocked:
+        return
+    message = headline + ": " + "; ".join(f"[{g.name}] {g.message}" for g in blocked)
+    hint = " ".join(g.hint for g in blocked if g.hint)
+    details = [g.as_dict() for g in blocked]
+    if status == 403:
+        raise Forbidden(message, code="four_eyes", hint=hint, details=details)
+    raise Unprocessable(message, code="gate_blocked", hint=hint, details=details)
+
+
+def _alias_busy(pool: str, alias: str) -> Conflict:
+    return Conflict(f"another promotion of {alias!r} for this adapter in pool {pool!r} is "
+                    "already awaiting approval", code="alias_busy",
+                    hint="Approve or reject that one first (GET /v1/promotions?state=awaiting_approval).")
+
+
+def _visible(session: Session, principal: Principal, promotion_id: int) -> Promotion:
+    row = session.get(Promotion, promotion_id)
+    if row is None or not (principal.is_global_admin or (
+            principal.role in READERS and _tenant_of(session, row) == principal.tenant)):
+        raise NotFound(f"promotion {promotion_id} does not exist", code="promotion_not_found",
+                       hint="List promotions with GET /v1/promotions.")
+    return row
+
+
+def _locked(session: Session, promotion_id: int) -> Promotion:
+    return session.scalar(select(Promotion).where(Promotion.id == promotion_id)
+                          .with_for_update().execution_options(populate_existing=True))
+
+
+def _tenant_of(session: Session, promotion: Promotion) -> str:
+    adapter = session.get(Adapter, promotion.adapter_id)
+    return session.get(Tenant, adapter.tenant_id).name
+
+
+def _record(session: Session, promotion: Promotion, action: str, actor: str, *,
+            comment: str | None = None) -> None:
+    out = to_out(session, promotion)
+    data = out.model_dump(mode="json", include={"id", "pool", "served_name", "digest", "alias",
+                                                "weight", "kind", "state", "previous_id"})
+    if comment:
+        data["comment"] = comment
+    tenant_id = session.get(Adapter, promotion.adapter_id).tenant_id
+    audit.record(session, actor=actor, action=action, subject=f"pool/{out.pool}/{out.served_name}",
+                 tenant_id=tenant_id, after=data)
+    webhooks.emit(session, action, tenant_id=tenant_id, data=data)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,5 @@
+"""Webhooks on promotion events: HMAC-signed, delivered at least once, with retries."""
+
+from registry.webhooks.service import emit
+
+__all__ = ["emit"]

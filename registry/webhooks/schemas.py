@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+
+EVENTS = ("promotion.requested", "promotion.approved", "promotion.activated", "promotion.rejected",
+          "promotion.superseded", "promotion.rolled_back")
+
+
+class WebhookCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: AnyHttpUrl = Field(description="http(s) URL that receives a POST per event.")
+    events: list[str] = Field(default_factory=lambda: ["*"], min_length=1, max_length=len(EVENTS) + 1,
+                              description=f"Any of {', '.join(EVENTS)}, or '*' for all.")
+    tenant: str | None = Field(None, max_length=64, description=(
+        "Only this tenant's events. Omit (global admins only) for every tenant's."))
+
+
+class WebhookOut(BaseModel):
+    id: int
+    url: str
+    events: list[str]
+    tenant: str | None
+    created_by: str
+    created_at: datetime
+
+
+class WebhookCreated(WebhookOut):
+    secret: str = Field(description="Signs every delivery. Shown once.")
+
+
+class DeliveryOut(BaseModel):
+    id: int
+    webhook_id: int
+    event: str
+    state: str
+    attempts: int
+    last_status: int | None
+    last_error: str | None
+    created_at: datetime
+    delivered_at: datetime | None

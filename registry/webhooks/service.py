@@ -1,0 +1,105 @@
+"""Register webhooks, and write one outbox row per matching webhook in the transaction of the
+event itself: an event is delivered only if it happened, and always if it did."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from registry import audit
+from registry.auth.principal import Principal, Role
+from registry.db import after_commit
+from registry.errors import NotFound, Unprocessable
+from registry.tables import Tenant, Webhook, WebhookDelivery
+from registry.webhooks.schemas import EVENTS, DeliveryOut, WebhookCreate, WebhookCreated, WebhookOut
+
+PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
+
+
+def create(session: Session, principal: Principal, spec: WebhookCreate) -> WebhookCreated:
+    principal.require({Role.ADMIN}, spec.tenant)
+    if spec.tenant is None:
+        principal.require_global_admin()
+    unknown = sorted(set(spec.events) - {*EVENTS, "*"})
+    if unknown:
+        raise Unprocessable(f"unknown webhook events: {', '.join(unknown)}", code="unknown_event",
+                            hint=f"Use any of {', '.join(EVENTS)}, or '*'.")
+    tenant = _tenant(session, spec.tenant) if spec.tenant else None
+    row = Webhook(url=str(spec.url), tenant_id=tenant.id if tenant else None,
+                  events=sorted(set(spec.events)), secret="whsec_" + secrets.token_urlsafe(32),
+                  created_by=principal.label)
+    session.add(row)
+    session.flush()
+    audit.record(session, actor=principal.label, action="webhook.create", subject=f"webhook/{row.id}",
+                 tenant_id=row.tenant_id, after={"url": row.url, "events": row.events})
+    return WebhookCreated(**_out(session, row).model_dump(), secret=row.secret)
+
+
+def list_all(session: Session, principal: Principal) -> list[WebhookOut]:
+    principal.require({Role.ADMIN})
+    query = select(Webhook).where(Webhook.disabled_at.is_(None)).order_by(Webhook.id)
+    if not principal.is_global_admin:
+        query = query.where(Webhook.tenant_id == _tenant(session, principal.tenant).id)
+    return [_out(session, row) for row in session.scalars(query)]
+
+
+def deliveries(session: Session, principal: Principal, webhook_id: int) -> list[DeliveryOut]:
+    row = _visible(session, principal, webhook_id)
+    rows = session.scalars(select(WebhookDelivery).where(WebhookDelivery.webhook_id == row.id)
+                           .order_by(WebhookDelivery.id.desc()).limit(200))
+    return [DeliveryOut.model_validate(d, from_attributes=True) for d in rows]
+
+
+def disable(session: Session, principal: Principal, webhook_id: int) -> None:
+    row = _visible(session, principal, webhook_id)
+    row.disabled_at = datetime.now(UTC)
+    audit.record(session, actor=principal.label, action="webhook.disable", subject=f"webhook/{row.id}",
+                 tenant_id=row.tenant_id)
+
+
+def emit(session: Session, event: str, *, tenant_id: int | None, data: dict[str, Any]) -> None:
+    hooks = session.scalars(select(Webhook).where(
+        Webhook.disabled_at.is_(None),
+        or_(Webhook.tenant_id.is_(None), Webhook.tenant_id == tenant_id)))
+    created = []
+    for hook in hooks:
+        if "*" not in hook.events and event not in hook.events:
+            continue
+        delivery = WebhookDelivery(webhook_id=hook.id, event=event, state=PENDING, attempts=0,
+                                   payload={"event": event, "at": datetime.now(UTC).isoformat(),
+                                            "data": data})
+        session.add(delivery)
+        created.append(delivery)
+    if created:
+        session.flush()
+        ids = [d.id for d in created]
+        from registry.task_queue import enqueue_webhook_deliveries
+
+        after_commit(session, lambda: enqueue_webhook_deliveries(ids))
+
+
+def _visible(session: Session, principal: Principal, webhook_id: int) -> Webhook:
+    principal.require({Role.ADMIN})
+    row = session.get(Webhook, webhook_id)
+    if row is None or not (principal.is_global_admin or (
+            row.tenant_id is not None and row.tenant_id == _tenant(session, principal.tenant).id)):
+        raise NotFound(f"webhook {webhook_id} does not exist", code="webhook_not_found",
+                       hint="List webhooks with GET /v1/webhooks.")
+    return row
+
+
+def _tenant(session: Session, name: str) -> Tenant:
+    row = session.scalar(select(Tenant).where(Tenant.name == name))
+    if row is None:
+        raise NotFound(f"tenant {name!r} does not exist", code="tenant_not_found")
+    return row
+
+
+def _out(session: Session, row: Webhook) -> WebhookOut:
+    tenant = session.get(Tenant, row.tenant_id).name if row.tenant_id else None
+    return WebhookOut(id=row.id, url=row.url, events=row.events, tenant=tenant,
+                      created_by=row.created_by, created_at=row.created_at)

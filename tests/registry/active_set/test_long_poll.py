@@ -1,0 +1,137 @@
+"""The active-set protocol: ETag and 304, and long-polls that wake within 100 ms of a commit on
+any registry process."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+from sqlalchemy.orm import Session
+
+from registry.auth import tokens as token_service
+from registry.promotions import service as promotions
+from tests.support.asserts import assert_refused
+from tests.support.promotions import request_promotion
+
+WAKE_LIMIT_S = 0.1
+
+
+@pytest.fixture(scope="module")
+def pool(admin, promo_pools):
+    body = {"name": "longpoll", "base_model": "promo-base", "max_loras": 2, "max_cpu_loras": 8,
+            "max_lora_rank": 16, "dtype": "float32"}
+    assert admin.post("/v1/pools", json=body).status_code == 201
+    return "longpoll"
+
+
+@pytest.fixture(scope="module")
+def node_token(admin, pool) -> str:
+    return admin.post("/v1/tokens", json={"subject": "poller", "role": "node", "pool": pool}).json()["token"]
+
+
+def node_client(url: str, token: str) -> httpx.Client:
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def test_etag_if_none_match_and_304(registry, pool, node_token, promo_pools):
+    with node_client(registry.url, node_token) as node:
+        first = node.get(f"/v1/pools/{pool}/active-set")
+        etag = first.headers["etag"]
+        assert first.status_code == 200 and etag == f'"{first.json()["generation"]}"'
+
+        unchanged = node.get(f"/v1/pools/{pool}/active-set", headers={"If-None-Match": etag})
+        weak = node.get(f"/v1/pools/{pool}/active-set", headers={"If-None-Match": f"W/{etag}"})
+        stale = node.get(f"/v1/pools/{pool}/active-set", headers={"If-None-Match": '"12345"'})
+        started = time.monotonic()
+        timed_out = node.get(f"/v1/pools/{pool}/active-set", params={"wait": 1},
+                             headers={"If-None-Match": etag})
+        waited = time.monotonic() - started
+
+    assert unchanged.status_code == 304 and unchanged.content == b"" and unchanged.headers["etag"] == etag
+    assert weak.status_code == 304
+    assert stale.status_code == 200 and stale.json() == first.json()
+    assert timed_out.status_code == 304 and 0.9 <= waited < 3
+
+
+def test_only_this_pools_nodes_and_global_admins_read_it(registry, pool, client_for, admin):
+    path = f"/v1/pools/{pool}/active-set"
+    assert_refused(client_for("none").get(path), 401, "unauthorized", "missing bearer token")
+    assert_refused(client_for("acme_admin").get(path), 403, "forbidden", "needs a node token of pool 'longpoll'")
+    assert_refused(client_for("serving_node").get(path), 403, "forbidden",
+                   "this node token belongs to pool 'serving', not 'longpoll'")
+    assert_refused(admin.get("/v1/pools/nowhere/active-set"), 404, "pool_not_found", "'nowhere'")
+    assert_refused(admin.get(path, params={"wait": 301}), 422, "invalid_request", "wait")
+
+
+class Waiter(threading.Thread):
+    """One long-poll; records when it came back."""
+
+    def __init__(self, url: str, token: str, pool: str, etag: str) -> None:
+        super().__init__(daemon=True)
+        self.client, self.pool, self.etag = node_client(url, token), pool, etag
+        self.returned_at: float | None = None
+        self.response: httpx.Response | None = None
+
+    def run(self) -> None:
+        self.response = self.client.get(f"/v1/pools/{self.pool}/active-set", params={"wait": 20},
+                                        headers={"If-None-Match": self.etag})
+        self.returned_at = time.monotonic()
+        self.client.close()
+
+
+def park_waiters(urls: list[str], token: str, pool: str) -> list[Waiter]:
+    with node_client(urls[0], token) as node:
+        etag = node.get(f"/v1/pools/{pool}/active-set").headers["etag"]
+    waiters = [Waiter(url, token, pool, etag) for url in urls for _ in range(3)]
+    for waiter in waiters:
+        waiter.start()
+    time.sleep(0.5)  # let every request reach its registry and park
+    assert all(w.returned_at is None for w in waiters)
+    return waiters
+
+
+def collect(waiters: list[Waiter], since: float) -> list[float]:
+    for waiter in waiters:
+        waiter.join(timeout=20)
+    assert all(w.response is not None and w.response.status_code == 200 for w in waiters)
+    return [w.returned_at - since for w in waiters]
+
+
+def test_a_commit_outside_both_registry_processes_wakes_their_long_polls_within_100ms(
+        registry, second_registry, pool, node_token, make_ready, uploader, engine, tokens):
+    """The approval is committed here, through the registry's own service: the commit moment is
+    known exactly, and neither registry process made it."""
+    for attempt in range(3):
+        promotion = request_promotion(uploader, pool, make_ready(f"wakes-{attempt}")).json()
+        waiters = park_waiters([registry.url, second_registry.url], node_token, pool)
+        with Session(engine) as session, session.begin():
+            approver = token_service.authenticate(session, tokens["global_admin"])
+            promotions.approve(session, approver, promotion["id"], "ok")
+        committed = time.monotonic()
+
+        delays = collect(waiters, committed)
+
+        assert max(delays) <= WAKE_LIMIT_S, delays
+        assert {w.response.json()["generation"] for w in waiters} == {int(waiters[0].etag.strip('"')) + 1}
+
+
+def test_a_promotion_approved_on_one_process_wakes_long_polls_on_the_other(
+        registry, second_registry, pool, node_token, make_ready, uploader, tokens):
+    approver = node_client(second_registry.url, tokens["global_admin"])
+    promotion = request_promotion(uploader, pool, make_ready("cross-process")).json()
+    waiters = park_waiters([registry.url], node_token, pool)
+
+    sent = time.monotonic()
+    approved = approver.post(f"/v1/promotions/{promotion['id']}/approve", json={"comment": "ok"})
+    answered = time.monotonic()
+    delays = collect(waiters, answered)
+
+    assert approved.status_code == 200
+    # The commit happened between `sent` and `answered`; every waiter came back within 100 ms of
+    # the answer, and the whole approval took this long:
+    assert max(delays) <= WAKE_LIMIT_S, (delays, answered - sent)
+    entries = {e["served_name"] for e in waiters[0].response.json()["entries"]}
+    assert "acme/cross-process@1" in entries
+    approver.close()
