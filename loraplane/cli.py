@@ -7,10 +7,13 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
-from loraplane.client import ClientSettings, RegistryError, checked, connect
-from registry.errors import LoraplaneError
+from loraplane.cli_support import call as _call
+from loraplane.cli_support import console
+from loraplane.cli_support import fail as _fail
+from loraplane.cli_support import print_json as _print_json
+from loraplane.client import ClientSettings, checked, connect
+from loraplane.promotion_cli import audit_app, promotion_app
 from registry.names import NAME_PATTERN
 
 app = typer.Typer(help="loraplane: validated LoRA adapters for multi-LoRA serving on vLLM.",
@@ -23,36 +26,13 @@ pool_app = typer.Typer(help="Serving pools.", no_args_is_help=True)
 suite_app = typer.Typer(help="Eval suites: datasets, metrics and thresholds.", no_args_is_help=True)
 eval_app = typer.Typer(help="Evaluate adapter versions on a real vLLM.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+app.add_typer(promotion_app, name="promotion")
+app.add_typer(audit_app, name="audit")
 app.add_typer(suite_app, name="suite")
 app.add_typer(eval_app, name="eval")
 app.add_typer(token_app, name="token")
 app.add_typer(base_app, name="base-model")
 app.add_typer(pool_app, name="pool")
-console = Console(stderr=True)
-
-
-def _fail(message: str, hint: str = "") -> None:
-    console.print(f"[red]error:[/red] {message}")
-    if hint:
-        console.print(f"[yellow]hint:[/yellow] {hint}")
-    raise typer.Exit(1)
-
-
-def _call(request):
-    try:
-        return request()
-    except RegistryError as error:
-        _fail(f"{error.message} ({error.code}, HTTP {error.status})", error.hint)
-    except LoraplaneError as error:
-        _fail(error.message, error.hint)
-    except (OSError, ValueError) as error:
-        _fail(str(error))
-
-
-def _print_json(value) -> None:
-    typer.echo(json.dumps(value, indent=2, default=str))
-
-
 # --- server side --------------------------------------------------------------------------------
 
 
@@ -99,6 +79,20 @@ def worker(
     if hostname:
         argv.append(f"--hostname={hostname}")
     celery_app.worker_main(argv)
+
+
+@app.command()
+def housekeeper(
+    loglevel: str = typer.Option("info", help="Celery log level."),
+    concurrency: int = typer.Option(4, min=1, max=64, help="Deliveries in flight."),
+):
+    """Run the housekeeping worker: webhook deliveries, with retries. Needs no engine."""
+    from registry.task_queue import HOUSEKEEPING_QUEUE
+    from workers.housekeeping import app as celery_app
+
+    celery_app.worker_main(["worker", "-Q", HOUSEKEEPING_QUEUE, "--pool=threads",
+                            f"--concurrency={concurrency}", f"--loglevel={loglevel}",
+                            "--hostname=housekeeping@%h"])
 
 
 @db_app.command("upgrade")

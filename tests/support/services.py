@@ -225,3 +225,16 @@ def start_worker(folder: Path, env: dict[str, str], name: str = "eval") -> Servi
     service = Service(process, "", log, env=full_env)
     wait_until(lambda: b"ready." in log.read_bytes()[start:], timeout_s=60, what="worker", log=log)
     return service
+
+
+def start_housekeeper(folder: Path, env: dict[str, str]) -> Service:
+    """The housekeeping worker (webhook deliveries), exactly as `loraplane housekeeper` runs it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "housekeeper.log"
+    start = log.stat().st_size if log.exists() else 0
+    full_env = {**os.environ, **S3_CREDENTIALS, "LORAPLANE_DATA_DIR": str(folder), **env}
+    process = subprocess.Popen([str(VENV_BIN / "loraplane"), "housekeeper"], stdout=log.open("ab"),
+                               stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
+    service = Service(process, "", log, env=full_env)
+    wait_until(lambda: b"ready." in log.read_bytes()[start:], timeout_s=60, what="housekeeper", log=log)
+    return service

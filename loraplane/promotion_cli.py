@@ -1,0 +1,103 @@
+"""`loraplane promotion ...` and `loraplane audit verify`."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import typer
+
+from loraplane.cli_support import call, console, fail, print_json
+from loraplane.client import checked, connect
+
+promotion_app = typer.Typer(help="Promote versions into pools, approve, reject and roll back.",
+                            no_args_is_help=True)
+audit_app = typer.Typer(help="The tamper-evident audit log.", no_args_is_help=True)
+PINNED = re.compile(r"^([a-z0-9][a-z0-9_-]*)/([a-z0-9][a-z0-9_-]*)@([1-9][0-9]*)$")
+
+
+@promotion_app.command("request")
+def request(
+    pool: str = typer.Argument(..., help="The pool to serve from."),
+    version: str = typer.Argument(..., help="tenant/name@N"),
+    alias: str = typer.Option("production", help="production, canary or another alias."),
+    weight: Optional[int] = typer.Option(None, help="Canary traffic percent (1-99)."),
+    comment: Optional[str] = typer.Option(None, help="Why, for the reviewer."),
+):
+    """Ask to point POOL's alias at VERSION. Every gate must pass; a reviewer then approves."""
+    match = PINNED.match(version)
+    if not match:
+        fail(f"{version!r} is not tenant/name@N", "For example: acme/support-bot@3")
+    tenant, name, number = match.groups()
+    body = {"adapter": f"{tenant}/{name}", "version": int(number), "alias": alias, "weight": weight,
+            "comment": comment}
+    with connect() as client:
+        promotion = call(lambda: checked(client.post(f"/v1/pools/{pool}/promotions", json=body)))
+    console.print(f"promotion {promotion['id']} is {promotion['state']}: every gate passed")
+    print_json(promotion)
+
+
+def _decide(promotion_id: int, verdict: str, comment: str) -> None:
+    with connect() as client:
+        promotion = call(lambda: checked(client.post(f"/v1/promotions/{promotion_id}/{verdict}",
+                                                     json={"comment": comment})))
+    console.print(f"promotion {promotion_id} is {promotion['state']}")
+    print_json(promotion)
+
+
+@promotion_app.command("approve")
+def approve(promotion_id: int = typer.Argument(...),
+            comment: str = typer.Option(..., help="Why it may serve (kept in the audit log).")):
+    """Approve a promotion: it becomes active and every node of the pool picks it up."""
+    _decide(promotion_id, "approve", comment)
+
+
+@promotion_app.command("reject")
+def reject(promotion_id: int = typer.Argument(...),
+           comment: str = typer.Option(..., help="What must change (kept in the audit log).")):
+    """Reject a promotion that awaits approval."""
+    _decide(promotion_id, "reject", comment)
+
+
+@promotion_app.command("list")
+def list_promotions(pool: Optional[str] = typer.Option(None), state: Optional[str] = typer.Option(
+        None, help="e.g. awaiting_approval, active.")):
+    """Promotions you may see, oldest first."""
+    params = {k: v for k, v in {"pool": pool, "state": state, "limit": 200}.items() if v is not None}
+    with connect() as client:
+        print_json(call(lambda: checked(client.get("/v1/promotions", params=params)))["items"])
+
+
+@promotion_app.command("rollback")
+def rollback(
+    pool: str = typer.Argument(...),
+    adapter: str = typer.Argument(..., help="tenant/name"),
+    comment: str = typer.Option(..., help="Why (kept in the audit log)."),
+    alias: str = typer.Option("production"),
+):
+    """Point the alias back at the version before the current one, at once."""
+    if adapter.count("/") != 1:
+        fail(f"{adapter!r} is not tenant/name")
+    with connect() as client:
+        promotion = call(lambda: checked(client.post(
+            f"/v1/pools/{pool}/aliases/{adapter}/{alias}/rollback", json={"comment": comment})))
+    console.print(f"{pool}:{alias} of {adapter} now serves {promotion['served_name']}")
+    print_json(promotion)
+
+
+@audit_app.command("verify")
+def verify():
+    """Walk the audit hash chain in the registry's database (LORAPLANE_DATABASE_URL) and list
+    every edited or removed event. Exits 1 if the chain is broken."""
+    from registry.audit.verify import verify_chain
+    from registry.db import transaction
+
+    with transaction() as session:
+        report = verify_chain(session)
+    for problem in report.problems:
+        console.print(f"[red]{problem.kind}[/red] event {problem.id}: {problem.detail}")
+    if not report.intact:
+        fail(f"the audit chain is broken: {len(report.problems)} problem(s) in {report.events} events",
+             "Restore the audit_events table from a backup and compare; keep the head hash below "
+             "somewhere the database's owners cannot write.")
+    typer.echo(f"audit chain intact: {report.events} events, head {report.head}")

@@ -1,0 +1,90 @@
+"""Nodes report what they applied; the pool's rollout shows convergence, drift, failures and
+nodes that stopped reporting."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from tests.support.asserts import assert_refused
+from tests.support.promotions import active_set, request_promotion
+
+LIMITS = {"max_loras": 2, "max_cpu_loras": 8, "max_lora_rank": 16}
+
+
+@pytest.fixture(scope="module")
+def rollout_pool(admin, promo_pools, make_ready, uploader, second_reviewer, registry):
+    assert admin.post("/v1/pools", json={"name": "rollout", "base_model": "promo-base", **LIMITS}).status_code == 201
+    version = make_ready("rolled")
+    promotion = request_promotion(uploader, "rollout", version).json()
+    assert second_reviewer.post(f"/v1/promotions/{promotion['id']}/approve",
+                                json={"comment": "ok"}).status_code == 200
+    token = admin.post("/v1/tokens", json={"subject": "rollout-node", "role": "node",
+                                           "pool": "rollout"}).json()["token"]
+    node = httpx.Client(base_url=registry.url, headers={"Authorization": f"Bearer {token}"})
+    yield {"node": node, "version": version}
+    node.close()
+
+
+def report(node: httpx.Client, node_id: str, **body) -> httpx.Response:
+    full = {"generation": 0, "loaded": [], "failures": [], "vllm_url": "http://10.0.0.9:8000",
+            "limits": LIMITS, **body}
+    return node.put(f"/v1/pools/rollout/nodes/{node_id}/status", json=full)
+
+
+def test_rollout_shows_convergence_drift_failures_and_stale_nodes(rollout_pool, admin, client_for):
+    node, version = rollout_pool["node"], rollout_pool["version"]
+    current = active_set(admin, "rollout")["generation"]
+    good = {"served_name": "acme/rolled@1", "digest": version["digest"]}
+
+    assert report(node, "node-ok", generation=current, loaded=[good]).status_code == 200
+    assert report(node, "node-behind", generation=current - 1, loaded=[]).status_code == 200
+    assert report(node, "node-odd", generation=current, failures=[
+        {"served_name": "acme/rolled@1", "reason": "sha256 mismatch: the download is not the approved bytes"}],
+        loaded=[{"served_name": "acme/rolled@1", "digest": "0" * 64},
+                {"served_name": "globex/stray@2", "digest": "1" * 64}]).status_code == 200
+
+    rollout = admin.get("/v1/pools/rollout/rollout").json()
+    nodes = {n["node_id"]: n for n in rollout["nodes"]}
+    assert rollout["generation"] == current and rollout["nodes_total"] == 3
+    assert rollout["nodes_converged"] == 1 and nodes["node-ok"]["converged"]
+    assert nodes["node-behind"]["generation"] == current - 1
+    assert nodes["node-behind"]["drift"]["missing"] == ["acme/rolled@1"]
+    assert nodes["node-odd"]["drift"] == {"missing": [], "extra": ["globex/stray@2"],
+                                          "wrong_digest": ["acme/rolled@1"]}
+    assert nodes["node-odd"]["failures"][0]["reason"].startswith("sha256 mismatch")
+    assert not any(n["stale"] for n in nodes.values())
+
+    acme_view = {n["node_id"]: n for n in client_for("acme_reviewer").get("/v1/pools/rollout/rollout").json()["nodes"]}
+    assert acme_view["node-odd"]["drift"]["extra"] == []  # another tenant's name stays hidden
+
+    time.sleep(3.2)  # the registry under test counts a node stale after 3 s
+    assert report(node, "node-ok", generation=current, loaded=[good]).status_code == 200
+    later = {n["node_id"]: n for n in admin.get("/v1/pools/rollout/rollout").json()["nodes"]}
+    assert not later["node-ok"]["stale"] and later["node-behind"]["stale"] and later["node-odd"]["stale"]
+
+
+@pytest.mark.parametrize(("node_id", "body", "status", "code", "message"), [
+    ("node-x", {"generation": 10**6}, 422, "generation_ahead", "is ahead of pool 'rollout'"),
+    ("Node X", {}, 422, "invalid_name", "invalid node name"),
+    ("node-x", {"loaded": [{"served_name": "acme/rolled@1", "digest": "xyz"}]}, 422, "invalid_request", "digest"),
+    ("node-x", {"loaded": [{"served_name": "../etc", "digest": "0" * 64}]}, 422, "invalid_request", "served_name"),
+    ("node-x", {"vllm_url": "file:///etc/passwd"}, 422, "invalid_request", "vllm_url"),
+    ("node-x", {"limits": {"max_loras": 0, "max_cpu_loras": 1, "max_lora_rank": 8}}, 422, "invalid_request", "max_loras"),
+])
+def test_bad_reports_are_refused_and_nothing_is_stored(rollout_pool, admin, node_id, body, status, code, message):
+    before = admin.get("/v1/pools/rollout/rollout").json()["nodes"]
+    assert_refused(report(rollout_pool["node"], node_id, **body), status, code, message)
+    after = admin.get("/v1/pools/rollout/rollout").json()["nodes"]
+    assert [n["node_id"] for n in after] == [n["node_id"] for n in before]
+    assert [n["reported_at"] for n in after] == [n["reported_at"] for n in before]
+
+
+def test_only_this_pools_node_token_may_report(rollout_pool, client_for):
+    assert_refused(report(client_for("serving_node"), "intruder"), 403, "forbidden",
+                   "this node token belongs to pool 'serving', not 'rollout'")
+    assert_refused(report(client_for("acme_admin"), "intruder"), 403, "forbidden",
+                   "needs a node token of pool 'rollout'")
+    assert_refused(report(client_for("none"), "intruder"), 401, "unauthorized", "missing bearer token")

@@ -1,0 +1,136 @@
+"""Promotion events reach webhooks signed, and a failing receiver is retried until it answers,
+or until the attempts run out, with the reason kept."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from registry.webhooks import signing
+from tests.support import services
+from tests.support.asserts import assert_refused
+from tests.support.promotions import request_promotion
+
+
+class Receiver:
+    """A real HTTP endpoint that fails its first `failures` requests with a 500."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures, self.requests = failures, []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.requests.append((dict(self.headers), body, time.monotonic()))
+                status = 500 if len(receiver.requests) <= receiver.failures else 204
+                self.send_response(status)
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def housekeeper(service_dir, registry):
+    env = {key: value for key, value in registry.env.items() if key.startswith("LORAPLANE_")}
+    env.update({"LORAPLANE_WEBHOOK_BACKOFF_S": "0.3", "LORAPLANE_WEBHOOK_MAX_ATTEMPTS": "3",
+                "LORAPLANE_WEBHOOK_TIMEOUT_S": "2"})
+    env.pop("LORAPLANE_DATA_DIR", None)
+    worker = services.start_housekeeper(service_dir / "housekeeper", env)
+    yield worker
+    services.stop_group(worker)
+
+
+def wait_for(check, timeout_s: float = 30):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+def test_a_promotion_event_is_delivered_signed_after_retries(housekeeper, client_for, promo_pools,
+                                                            make_ready, uploader):
+    receiver = Receiver(failures=2)
+    acme_admin = client_for("acme_admin")
+    created = acme_admin.post("/v1/webhooks", json={"url": receiver.url, "events": ["promotion.requested"],
+                                                    "tenant": "acme"})
+    assert created.status_code == 201, created.text
+    hook = created.json()
+    assert hook["secret"].startswith("whsec_")
+    assert "secret" not in acme_admin.get("/v1/webhooks").json()[0]
+
+    promotion = request_promotion(uploader, promo_pools["open"], make_ready("hooked")).json()
+
+    wait_for(lambda: len(receiver.requests) >= 3)
+    headers, body, _ = receiver.requests[-1]
+    payload = json.loads(body)
+    assert payload["event"] == "promotion.requested"
+    assert payload["data"]["id"] == promotion["id"] and payload["data"]["served_name"] == "acme/hooked@1"
+    assert headers["X-Loraplane-Event"] == "promotion.requested"
+    assert signing.verify(hook["secret"], body, headers["X-Loraplane-Signature"])
+    assert not signing.verify("whsec_wrong", body, headers["X-Loraplane-Signature"])
+    assert {h["X-Loraplane-Delivery"] for h, _, _ in receiver.requests} == {str(payload["id"])}
+    gaps = [b[2] - a[2] for a, b in zip(receiver.requests, receiver.requests[1:])]
+    assert gaps[1] > gaps[0] * 1.5  # the backoff doubles
+    delivery = wait_for(lambda: next((d for d in acme_admin.get(f"/v1/webhooks/{hook['id']}/deliveries").json()
+                                      if d["state"] == "delivered"), None))
+    assert delivery["attempts"] == 3 and delivery["last_status"] == 204
+    receiver.close()
+    assert acme_admin.delete(f"/v1/webhooks/{hook['id']}").status_code == 204
+
+
+def test_a_receiver_that_keeps_failing_is_given_up_with_the_reason(housekeeper, admin, promo_pools,
+                                                                   make_ready, uploader):
+    receiver = Receiver(failures=100)
+    hook = admin.post("/v1/webhooks", json={"url": receiver.url, "events": ["promotion.requested"]}).json()
+
+    request_promotion(uploader, promo_pools["open"], make_ready("unheard"))
+
+    delivery = wait_for(lambda: next((d for d in admin.get(f"/v1/webhooks/{hook['id']}/deliveries").json()
+                                      if d["state"] == "failed"), None))
+    assert delivery["attempts"] == 3 and delivery["last_status"] == 500
+    assert delivery["last_error"].startswith("HTTP 500")
+    time.sleep(1)
+    assert len(receiver.requests) == 3
+    receiver.close()
+    admin.delete(f"/v1/webhooks/{hook['id']}")
+
+
+@pytest.mark.parametrize(("body", "status", "code", "message"), [
+    ({"url": "ftp://example.com/x"}, 422, "invalid_request", "url"),
+    ({"url": "http://example.com/x", "events": ["promotion.exploded"]}, 422, "unknown_event",
+     "unknown webhook events: promotion.exploded"),
+    ({"url": "http://example.com/x", "events": []}, 422, "invalid_request", "events"),
+])
+def test_bad_webhooks_are_refused(admin, body, status, code, message):
+    before = admin.get("/v1/webhooks").json()
+    assert_refused(admin.post("/v1/webhooks", json=body), status, code, message)
+    assert admin.get("/v1/webhooks").json() == before
+
+
+def test_tenant_admins_manage_only_their_tenants_webhooks(client_for):
+    assert_refused(client_for("acme_admin").post("/v1/webhooks", json={"url": "http://example.com/x"}),
+                   403, "forbidden", "")
+    hook = client_for("acme_admin").post("/v1/webhooks", json={"url": "http://example.com/x",
+                                                               "tenant": "acme"}).json()
+    assert_refused(client_for("globex_admin").get(f"/v1/webhooks/{hook['id']}/deliveries"), 404,
+                   "webhook_not_found", f"webhook {hook['id']} does not exist")
+    assert_refused(client_for("globex_admin").delete(f"/v1/webhooks/{hook['id']}"), 404,
+                   "webhook_not_found", "does not exist")
+    client_for("acme_admin").delete(f"/v1/webhooks/{hook['id']}")
