@@ -53,12 +53,14 @@ def serve(
     host: str = typer.Option("0.0.0.0", help="Address to listen on."),
     port: int = typer.Option(8000, help="Port to listen on."),
     workers: int = typer.Option(1, min=1, help="Worker processes (the registry keeps no state)."),
+    access_log: bool = typer.Option(True, help="Log every request (a large node fleet may not want "
+                                               "a line per long-poll)."),
 ):
     """Run the registry with the settings in LORAPLANE_* variables (production)."""
     import uvicorn
 
     uvicorn.run("registry.app:create_app", factory=True, host=host, port=port, workers=workers,
-                proxy_headers=True)
+                proxy_headers=True, access_log=access_log)
 
 
 @app.command()
@@ -199,6 +201,42 @@ def pool_create(
             "max_cpu_loras": max_cpu_loras, "max_lora_rank": max_lora_rank, "dtype": dtype}
     with connect() as client:
         _print_json(_call(lambda: checked(client.post("/v1/pools", json=body))))
+
+
+@app.command()
+def plan(
+    pool: str = typer.Argument(..., help="The pool to size."),
+    gpu_hour_usd: Optional[float] = typer.Option(None, help="Price of one GPU hour (default 2.50)."),
+    gpu_memory_gib: Optional[float] = typer.Option(None, help="Memory of one GPU (default 80)."),
+    tokens_per_s: Optional[float] = typer.Option(
+        None, help="Throughput of one GPU replica of the base (default 2500)."),
+    lora_throughput_penalty: Optional[float] = typer.Option(
+        None, help="Throughput lost to multi-LoRA kernels (default 0.10)."),
+    demand_tokens_per_s: Optional[float] = typer.Option(
+        None, help="Total demand across adapters (default: --tokens-per-s)."),
+    weights_fraction: Optional[float] = typer.Option(
+        None, help="Share of a GPU's memory for the weights; the rest is KV cache (default 0.5)."),
+    adapters: Optional[int] = typer.Option(
+        None, help="Adapters to serve (default: the pool's active set)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the registry's JSON instead of tables."),
+):
+    """Size POOL: LoRA slot memory, what an oversized max_lora_rank wastes, and multi-LoRA
+    against one full replica per adapter. Every figure says whether it is measured or assumed."""
+    from rich.console import Console
+
+    from loraplane.plan import render
+
+    assumptions = {"gpu_hour_usd": gpu_hour_usd, "gpu_memory_gib": gpu_memory_gib,
+                   "tokens_per_s": tokens_per_s, "lora_throughput_penalty": lora_throughput_penalty,
+                   "demand_tokens_per_s": demand_tokens_per_s, "weights_fraction": weights_fraction,
+                   "adapters": adapters}
+    params = {name: value for name, value in assumptions.items() if value is not None}
+    with connect() as client:
+        sizing = _call(lambda: checked(client.get(f"/v1/pools/{pool}/sizing", params=params)))
+    if as_json:
+        _print_json(sizing)
+    else:
+        render(sizing, Console())
 
 
 @app.command()

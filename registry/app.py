@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -10,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from registry.active_set.endpoints import router as active_set
+from registry.active_set.fast_path import ActiveSetFastPath
 from registry.active_set.watch import WATCH
 from registry.adapters.endpoints import router as adapters
 from registry.audit.endpoints import router as audit
@@ -26,6 +28,7 @@ from registry.ops.endpoints import router as ops
 from registry.pools.endpoints import router as pools
 from registry.promotions.endpoints import router as promotions
 from registry.settings import get_settings
+from registry.sizing.endpoints import router as sizing
 from registry.storage import get_store
 from registry.storage.endpoints import router as artifacts
 from registry.webhooks.endpoints import router as webhooks
@@ -36,6 +39,10 @@ async def lifespan(_: FastAPI):
     # Build the store's client and sign once now, not on the first node's long-poll.
     get_store().presigned_url("warm-up", 60)
     await WATCH.start(poll_s=get_settings().active_set_poll_s)
+    # Everything loaded so far lives as long as the process: keep the collector from walking it
+    # again and again, which pauses every open long-poll at once.
+    gc.collect()
+    gc.freeze()
     try:
         yield
     finally:
@@ -50,11 +57,12 @@ def create_app() -> FastAPI:
         lifespan=lifespan,
     )
     for router in (auth, base_models, pools, eval_suites, adapters, evaluations, promotions,
-                   active_set, nodes, webhooks, audit, artifacts, ops):
+                   active_set, nodes, sizing, webhooks, audit, artifacts, ops):
         app.include_router(router)
     app.add_middleware(BodySizeLimitMiddleware, max_upload_bytes=get_settings().max_upload_bytes)
     app.add_middleware(ControlCharacterGuard)
     app.add_middleware(MetricsMiddleware)
+    app.add_middleware(ActiveSetFastPath)  # outermost: before every other layer
     app.add_exception_handler(LoraplaneError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)

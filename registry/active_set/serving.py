@@ -20,20 +20,37 @@ from registry.storage import get_store
 
 class PrincipalCache:
     """Checked tokens by hash, for `auth_cache_s`. Cleared at once when any token is revoked
-    (via the same notifications that carry generations)."""
+    (via the same notifications that carry generations). Concurrent misses of one token share a
+    single lookup, so a fleet on one token does not stampede the database when it expires."""
 
     def __init__(self, ttl_s: float) -> None:
         self._cache: TTLCache | None = TTLCache(maxsize=100_000, ttl=ttl_s) if ttl_s > 0 else None
+        self._lookups: dict[bytes, asyncio.Future] = {}
 
     async def authenticate(self, plain: str | None) -> Principal:
+        principal = self.peek(plain)
+        if principal is not None:
+            return principal
         if self._cache is None or not plain:
             return await run_in_threadpool(_authenticate, plain)
         key = hashlib.sha256(plain.encode()).digest()
-        principal = self._cache.get(key)
-        if principal is None:
-            principal = await run_in_threadpool(_authenticate, plain)
-            self._cache[key] = principal
-        return principal
+        lookup = self._lookups.get(key)
+        if lookup is None:
+            lookup = asyncio.ensure_future(run_in_threadpool(_authenticate, plain))
+            self._lookups[key] = lookup
+            lookup.add_done_callback(lambda done: self._store(key, done))
+        return await asyncio.shield(lookup)
+
+    def _store(self, key: bytes, done: asyncio.Future) -> None:
+        self._lookups.pop(key, None)
+        if not done.cancelled() and done.exception() is None:
+            self._cache[key] = done.result()
+
+    def peek(self, plain: str | None) -> Principal | None:
+        """The cached principal of this token, without touching the database."""
+        if self._cache is None or not plain:
+            return None
+        return self._cache.get(hashlib.sha256(plain.encode()).digest())
 
     def clear(self) -> None:
         if self._cache is not None:

@@ -4,6 +4,8 @@ from datetime import datetime
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
+from registry.names import FREE_TEXT
+
 SERVED_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}/[a-z0-9][a-z0-9_-]{0,62}@[1-9][0-9]{0,9}$"
 SHA256 = r"^[0-9a-f]{64}$"
 
@@ -17,7 +19,7 @@ class LoadedAdapter(BaseModel):
 class NodeFailure(BaseModel):
     model_config = ConfigDict(extra="forbid")
     served_name: str = Field(pattern=SERVED_NAME, max_length=140)
-    reason: str = Field(min_length=1, max_length=2000)
+    reason: str = Field(min_length=1, max_length=2000, pattern=FREE_TEXT)
 
 
 class NodeLimits(BaseModel):

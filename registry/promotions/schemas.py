@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from registry.names import FREE_TEXT
 
 ALIAS_PATTERN = r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$|^[a-z]$"
 ADAPTER_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}/[a-z0-9][a-z0-9_-]{0,62}$"
@@ -14,7 +16,7 @@ class PromotionCreate(BaseModel):
     version: int = Field(ge=1, le=2**31 - 1)
     alias: str = Field("production", pattern=ALIAS_PATTERN, max_length=32)
     weight: int | None = Field(None, ge=1, le=99, description="Canary traffic percent (1-99).")
-    comment: str | None = Field(None, max_length=2000)
+    comment: str | None = Field(None, max_length=2000, pattern=FREE_TEXT)
 
     @model_validator(mode="after")
     def _weight_only_for_canary(self) -> "PromotionCreate":
@@ -27,8 +29,15 @@ class PromotionCreate(BaseModel):
 
 class Decision(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    comment: str = Field(min_length=1, max_length=2000, pattern=r"\S",
+    comment: str = Field(min_length=1, max_length=2000, pattern=FREE_TEXT,
                          description="Why: kept in the audit log beside the decision.")
+
+    @field_validator("comment")
+    @classmethod
+    def _not_blank(cls, comment: str) -> str:
+        if not comment.strip():
+            raise ValueError("a comment must say why, not be blank")
+        return comment
 
 
 class GateOut(BaseModel):

@@ -140,7 +140,7 @@ def s3_client(endpoint_url: str):
 # --- registry -----------------------------------------------------------------------------------
 
 
-def start_registry(folder: Path, env: dict[str, str]) -> Service:
+def start_registry(folder: Path, env: dict[str, str], *args: str) -> Service:
     """Run the registry as its own process, exactly as `loraplane serve` does."""
     folder.mkdir(parents=True, exist_ok=True)
     port, log = free_port(), folder / "registry.log"
@@ -148,7 +148,7 @@ def start_registry(folder: Path, env: dict[str, str]) -> Service:
     full_env = {**os.environ, **S3_CREDENTIALS, "LORAPLANE_DATA_DIR": str(folder),
                 "LORAPLANE_PUBLIC_URL": url, **env}
     process = subprocess.Popen(
-        [str(VENV_BIN / "loraplane"), "serve", "--host", "127.0.0.1", "--port", str(port)],
+        [str(VENV_BIN / "loraplane"), "serve", "--host", "127.0.0.1", "--port", str(port), *args],
         stdout=log.open("wb"), stderr=subprocess.STDOUT, env=full_env,
     )
     service = Service(process, url, log, env=full_env)

@@ -54,7 +54,9 @@ def test_a_rejection_needs_a_comment_and_changes_nothing_served(promo_pools, mak
     generation = active_set(admin, pool)["generation"]
 
     assert_refused(decide(second_reviewer, promotion["id"], "reject", "  "), 422, "invalid_request",
-                   "comment")
+                   "a comment must say why, not be blank")
+    assert_refused(decide(second_reviewer, promotion["id"], "reject", "\x00 hidden"), 422,
+                   "invalid_request", "comment")
     rejected = decide(second_reviewer, promotion["id"], "reject", "exact match regressed on long inputs")
 
     assert rejected.status_code == 200

@@ -1,0 +1,75 @@
+"""The node fleet's requests to the active set, answered before routing and validation.
+
+A large fleet sends almost nothing else: long-polls, and conditional GETs that end in a 304.
+When the token is in the principal cache and the query is empty or just `wait=S`, the answer
+goes out here, straight over ASGI, through the same `protocol.answer` as the endpoint. Anything
+else (an unknown token, an odd query, any refusal) goes on to the endpoint, which explains it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from urllib.parse import parse_qsl
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from registry.active_set import protocol
+from registry.active_set.endpoints import MAX_WAIT_S, principals
+from registry.errors import LoraplaneError
+from registry.metrics import LATENCY, REQUESTS
+
+PATH = re.compile(r"/v1/pools/([a-z0-9][a-z0-9_-]{0,63})/active-set")
+ROUTE = "/v1/pools/{pool}/active-set"
+
+
+class ActiveSetFastPath:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            match = PATH.fullmatch(scope["path"])
+            if match and await self._answer(match.group(1), scope, send):
+                return
+        await self.app(scope, receive, send)
+
+    async def _answer(self, pool: str, scope: Scope, send: Send) -> bool:
+        started = time.perf_counter()
+        wait_s = _wait(scope.get("query_string", b""))
+        headers = dict(scope["headers"])
+        authorization = headers.get(b"authorization", b"").decode("latin-1")
+        principal = principals.peek(authorization.removeprefix("Bearer ")) \
+            if authorization.startswith("Bearer ") else None
+        if wait_s is None or principal is None:
+            return False
+        known = protocol.generation_in(headers.get(b"if-none-match", b"").decode("latin-1"))
+        try:
+            status, generation, body = await protocol.answer(pool, principal, known, wait_s)
+        except LoraplaneError:
+            return False  # nothing was sent: the endpoint answers with the full explanation
+        response_headers = [(name.lower().encode(), value.encode())
+                            for name, value in protocol.headers(generation).items()]
+        if body is not None:
+            response_headers += [(b"content-type", b"application/json"),
+                                 (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": response_headers})
+        await send({"type": "http.response.body", "body": body or b""})
+        REQUESTS.labels("GET", ROUTE, str(status)).inc()
+        if not wait_s:
+            LATENCY.labels("GET", ROUTE).observe(time.perf_counter() - started)
+        return True
+
+
+def _wait(query: bytes) -> float | None:
+    """The wait of a query that is empty or only `wait=S` with S in range; None for anything else."""
+    if not query:
+        return 0.0
+    pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
+    if len(pairs) != 1 or pairs[0][0] != "wait":
+        return None
+    try:
+        wait_s = float(pairs[0][1])
+    except ValueError:
+        return None
+    return wait_s if 0 <= wait_s <= MAX_WAIT_S else None

@@ -1,0 +1,31 @@
+"""Read what a pool's sizing needs: its limits, its base's shape and its active set."""
+
+from __future__ import annotations
+
+from sqlalchemy import select, union
+from sqlalchemy.orm import Session
+
+from registry.active_set.snapshot import pool_by_name
+from registry.base_models.service import shape_of
+from registry.sizing import calculator
+from registry.sizing.schemas import SizingInputs, SizingOut
+from registry.tables import AdapterVersion, BaseModel, PoolAlias, PoolRetirement
+
+
+def size_pool(session: Session, pool_name: str, inputs: SizingInputs) -> SizingOut:
+    pool = pool_by_name(session, pool_name)
+    base = session.get(BaseModel, pool.base_model_id)
+    # Retiring versions still hold a slot on the nodes that have not moved on yet.
+    active_ids = union(select(PoolAlias.version_id).where(PoolAlias.pool_id == pool.id),
+                       select(PoolRetirement.version_id).where(PoolRetirement.pool_id == pool.id))
+    active = session.execute(select(AdapterVersion.rank, AdapterVersion.size_bytes)
+                             .where(AdapterVersion.id.in_(active_ids))).all()
+    facts = calculator.PoolFacts(
+        pool=pool.name, base_model=base.name, shape=shape_of(base),
+        # Hugging Face's default for the Llama family is untied: only an explicit true ties them.
+        tied_embeddings=(base.config or {}).get("tie_word_embeddings") is True,
+        max_loras=pool.max_loras, max_cpu_loras=pool.max_cpu_loras,
+        max_lora_rank=pool.max_lora_rank, dtype=pool.dtype,
+        active_ranks=tuple(row.rank for row in active),
+        active_bytes=sum(row.size_bytes for row in active))
+    return calculator.size(facts, inputs)
