@@ -75,6 +75,8 @@ def after_commit(session: Session, callback) -> None:
 
 @event.listens_for(Session, "after_commit")
 def _run_after_commit(session: Session) -> None:
+    if session.in_nested_transaction():  # a savepoint released: the real commit is still to come
+        return
     for callback in session.info.pop(AFTER_COMMIT, ()):
         try:
             callback()
@@ -84,4 +86,5 @@ def _run_after_commit(session: Session) -> None:
 
 @event.listens_for(Session, "after_rollback")
 def _drop_after_commit(session: Session) -> None:
-    session.info.pop(AFTER_COMMIT, None)
+    if not session.in_nested_transaction():  # a savepoint's rollback keeps the outer work
+        session.info.pop(AFTER_COMMIT, None)

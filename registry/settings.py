@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, IPvAnyNetwork, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1024 * 1024
@@ -62,6 +62,9 @@ class RegistrySettings(BaseSettings):
     webhook_backoff_s: float = Field(default=2.0, ge=0.01, le=3600, description=(
         "First retry delay of a failed webhook delivery; it doubles on each attempt."))
     webhook_timeout_s: float = Field(default=10.0, ge=0.5, le=120)
+    webhook_allowed_networks: list[IPvAnyNetwork] = Field(default_factory=list, description=(
+        "Internal networks webhooks may reach anyway, e.g. [\"10.1.0.0/16\"]; by default "
+        "loopback, link-local and private addresses are refused."))
 
     @model_validator(mode="after")
     def _fill_defaults(self) -> "RegistrySettings":

@@ -89,13 +89,13 @@ HOUSEKEEPING_QUEUE = "housekeeping"
 
 
 def enqueue_webhook_deliveries(delivery_ids: list[int]) -> None:
-    """Best effort, like evaluations: the housekeeping worker sweeps pending rows on start."""
+    """One try, no waiting: this runs after a request's commit, which must not hang on a broker
+    that is away. The housekeeping worker sweeps pending rows every minute."""
     for delivery_id in delivery_ids:
         try:
             _producer().send_task(DELIVER_WEBHOOK, args=[delivery_id], queue=HOUSEKEEPING_QUEUE,
-                                  retry=True,
-                                  retry_policy={"max_retries": 2, "interval_start": 0.2,
-                                                "interval_step": 0.5, "interval_max": 1})
+                                  retry=False)
         except Exception as error:  # the broker's own errors vary by transport
-            log.warning("could not enqueue webhook delivery %s (%s); a worker sweep will send it",
+            log.warning("could not enqueue webhook delivery %s (%s); the sweep will send it",
                         delivery_id, type(error).__name__)
+            return

@@ -118,7 +118,9 @@ def second_registry(service_dir: Path, registry: services.Service) -> Iterator[s
 
 
 # Short enough that tests see nodes go stale and retired versions leave within seconds.
-REGISTRY_TIMINGS = {"LORAPLANE_NODE_STALE_AFTER_S": "3", "LORAPLANE_RETIRE_GRACE_S": "0.5"}
+REGISTRY_TIMINGS = {"LORAPLANE_NODE_STALE_AFTER_S": "3", "LORAPLANE_RETIRE_GRACE_S": "0.5",
+                    # The tests' webhook receivers listen on loopback.
+                    "LORAPLANE_WEBHOOK_ALLOWED_NETWORKS": '["127.0.0.0/8"]'}
 
 
 @pytest.fixture(scope="session")

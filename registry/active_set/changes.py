@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import delete, select, text, update
 from sqlalchemy.orm import Session
 
+from registry.clock import aware
 from registry.db import after_commit
 from registry.tables import NodeStatus, Pool, PoolAlias, PoolRetirement
 
@@ -33,9 +34,9 @@ def announce(session: Session, message: dict) -> None:
     if session.get_bind().dialect.name == "postgresql":
         session.execute(text("SELECT pg_notify(:channel, :payload)"),
                         {"channel": CHANNEL, "payload": json.dumps(message)})
-    from registry.active_set import watch  # the process-wide watcher, when one runs
+    from registry.active_set.watch import WATCH  # the process-wide watcher, when one runs
 
-    after_commit(session, lambda: watch.publish_local(message))
+    after_commit(session, lambda: WATCH.publish_local(message))
 
 
 def point_alias(session: Session, *, pool_id: int, adapter_id: int, alias: str, version_id: int,
@@ -87,16 +88,10 @@ def live_nodes(session: Session, pool_id: int) -> list[NodeStatus]:
 def drop_drained(session: Session, pool_id: int) -> bool:
     """Remove retired versions once traffic has moved: every live node applied the generation
     that retired them, and the grace period for requests in flight has passed."""
-    from registry.settings import get_settings
-
-    retirements = session.scalars(select(PoolRetirement).where(PoolRetirement.pool_id == pool_id)).all()
-    if not retirements:
+    if not _drained(session, pool_id):  # the common case, without taking the pool's lock
         return False
-    nodes = live_nodes(session, pool_id)
-    applied = min((node.generation for node in nodes), default=None)
-    cutoff = datetime.now(UTC) - timedelta(seconds=get_settings().retire_grace_s)
-    drained = [r for r in retirements
-               if (applied is None or applied >= r.generation) and _aware(r.retired_at) <= cutoff]
+    session.execute(select(Pool.id).where(Pool.id == pool_id).with_for_update())
+    drained = _drained(session, pool_id)  # again, now that no other change can interleave
     if not drained:
         return False
     begin_change(session, pool_id)
@@ -104,5 +99,16 @@ def drop_drained(session: Session, pool_id: int) -> bool:
     return True
 
 
-def _aware(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+def _drained(session: Session, pool_id: int) -> list[PoolRetirement]:
+    from registry.settings import get_settings
+
+    retirements = session.scalars(select(PoolRetirement).where(PoolRetirement.pool_id == pool_id)
+                                  .execution_options(populate_existing=True)).all()
+    if not retirements:
+        return []
+    nodes = live_nodes(session, pool_id)
+    applied = min((node.generation for node in nodes), default=None)
+    cutoff = datetime.now(UTC) - timedelta(seconds=get_settings().retire_grace_s)
+    return [r for r in retirements
+            if (applied is None or applied >= r.generation) and aware(r.retired_at) <= cutoff]
+

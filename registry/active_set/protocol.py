@@ -15,8 +15,11 @@ async def answer(pool: str, principal: Principal, known: int | None,
     """(HTTP status, generation, body or None for a 304)."""
     principal.require_node_of(pool)
     current = WATCH.known(pool)
-    if current is None:  # a pool this process has not seen yet (or none: 404 from here)
-        current, _ = await bodies.get(pool, at_least=None)
+    if current is None or (known is not None and known > current):
+        # A pool this process has not seen yet (or none: 404 from here), or a node that already
+        # read a newer generation from another replica whose news has not reached this one:
+        # ask the database rather than hand the node an older set.
+        current, _ = await bodies.get(pool, at_least=known)
         WATCH.observe(pool, current)
     if current == known and wait_s > 0:
         current = await WATCH.wait_beyond(pool, known, wait_s)

@@ -26,6 +26,7 @@ class PrincipalCache:
     def __init__(self, ttl_s: float) -> None:
         self._cache: TTLCache | None = TTLCache(maxsize=100_000, ttl=ttl_s) if ttl_s > 0 else None
         self._lookups: dict[bytes, asyncio.Future] = {}
+        self._epoch = 0  # bumped by clear(): a lookup begun before a revocation is not kept
 
     async def authenticate(self, plain: str | None) -> Principal:
         principal = self.peek(plain)
@@ -38,12 +39,14 @@ class PrincipalCache:
         if lookup is None:
             lookup = asyncio.ensure_future(run_in_threadpool(_authenticate, plain))
             self._lookups[key] = lookup
-            lookup.add_done_callback(lambda done: self._store(key, done))
+            epoch = self._epoch
+            lookup.add_done_callback(lambda done: self._store(key, done, epoch))
         return await asyncio.shield(lookup)
 
-    def _store(self, key: bytes, done: asyncio.Future) -> None:
-        self._lookups.pop(key, None)
-        if not done.cancelled() and done.exception() is None:
+    def _store(self, key: bytes, done: asyncio.Future, epoch: int) -> None:
+        if self._lookups.get(key) is done:
+            del self._lookups[key]
+        if epoch == self._epoch and not done.cancelled() and done.exception() is None:
             self._cache[key] = done.result()
 
     def peek(self, plain: str | None) -> Principal | None:
@@ -53,6 +56,8 @@ class PrincipalCache:
         return self._cache.get(hashlib.sha256(plain.encode()).digest())
 
     def clear(self) -> None:
+        self._epoch += 1
+        self._lookups.clear()
         if self._cache is not None:
             self._cache.clear()
 

@@ -109,6 +109,7 @@ class GenerationWatch:
                 async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     delay = 0.5
+                    self.on_message({"kind": "token_revoked"})  # any revocation we may have missed
                     for name, generation in await asyncio.to_thread(_all_generations):
                         self.observe(name, generation)  # whatever changed while we were away
                     async for note in conn.notifies():
@@ -130,7 +131,3 @@ def _all_generations() -> list[tuple[str, int]]:
 
 
 WATCH = GenerationWatch()
-
-
-def publish_local(message: dict) -> None:
-    WATCH.publish_local(message)

@@ -1,6 +1,6 @@
-"""Record audit events. Events wait in the session and are sealed into the hash chain at commit,
-under a lock held only for that moment: the chain stays in id order across concurrent writers,
-and no transaction waits on the lock while it does other work."""
+"""Record audit events. Events wait in the session and are sealed into the hash chain as the
+transaction commits, under a lock taken only then and held until the commit ends: the chain stays
+in id order across concurrent writers, and the lock is always the last one a transaction takes."""
 
 from __future__ import annotations
 
@@ -40,6 +40,8 @@ def pending(session: Session) -> list[dict[str, Any]]:
 
 @event.listens_for(Session, "before_commit")
 def _seal(session: Session) -> None:
+    if session.in_nested_transaction():  # a savepoint: seal with the real commit
+        return
     events = session.info.pop(PENDING, None)
     if not events:
         return
@@ -52,9 +54,9 @@ def _seal(session: Session) -> None:
         digest = event_hash(prev_hash, **fields)
         session.add(AuditEvent(**fields, prev_hash=prev_hash, hash=digest))
         prev_hash = digest
-    session.flush()
 
 
 @event.listens_for(Session, "after_rollback")
 def _discard(session: Session) -> None:
-    session.info.pop(PENDING, None)
+    if not session.in_nested_transaction():
+        session.info.pop(PENDING, None)

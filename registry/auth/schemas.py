@@ -3,6 +3,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from registry.auth.principal import Role
+from registry.names import NAME_PATTERN
 
 
 class TokenCreate(BaseModel):
@@ -11,7 +12,8 @@ class TokenCreate(BaseModel):
                          description="The person or service.")
     role: Role
     tenant: str | None = Field(default=None, max_length=64)
-    pool: str | None = Field(default=None, max_length=64, description="A node token's pool.")
+    pool: str | None = Field(default=None, max_length=64, pattern=NAME_PATTERN.pattern,
+                             description="A node token's pool.")
 
 
 class TokenCreated(BaseModel):

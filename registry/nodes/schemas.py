@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, UrlConstraints
 
 from registry.names import FREE_TEXT
 
@@ -34,7 +36,7 @@ class NodeReport(BaseModel):
     generation: int = Field(ge=0, le=2**62, description="The active-set generation applied.")
     loaded: list[LoadedAdapter] = Field(max_length=4096)
     failures: list[NodeFailure] = Field(default_factory=list, max_length=4096)
-    vllm_url: AnyHttpUrl
+    vllm_url: Annotated[AnyHttpUrl, UrlConstraints(max_length=500)]
     limits: NodeLimits
 
 
@@ -52,8 +54,9 @@ class NodeOut(BaseModel):
     seconds_since_report: float
     drift: DriftOut
     failures: list[NodeFailure]
-    vllm_url: str
-    limits: dict[str, int]
+    vllm_url: str | None = Field(description="Only for global admins and the pool's nodes: vLLM's "
+                                             "runtime endpoints must stay private.")
+    limits: dict[str, int] | None
     reported_at: datetime
 
 

@@ -9,6 +9,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from registry.active_set import changes
+from registry.clock import aware
 from registry.active_set.snapshot import desired_digests, pool_by_name
 from registry.auth.principal import Principal, Role
 from registry.errors import Unprocessable
@@ -32,7 +33,8 @@ def report(session: Session, principal: Principal, pool_name: str, node_id: str,
                   limits=body.limits.model_dump(), reported_at=datetime.now(UTC))
     row = _upsert(session, pool.id, node_id, fields)
     changes.drop_drained(session, pool.id)
-    return _node_out(row, desired_digests(session, pool.id), pool.generation, _visible_to(principal))
+    return _node_out(row, desired_digests(session, pool.id), pool.generation, _visible_to(principal),
+                     internals=True)
 
 
 def _upsert(session: Session, pool_id: int, node_id: str, fields: dict) -> NodeStatus:
@@ -62,7 +64,8 @@ def rollout(session: Session, principal: Principal, pool_name: str) -> RolloutOu
     visible = _visible_to(principal)
     rows = session.scalars(select(NodeStatus).where(NodeStatus.pool_id == pool.id)
                            .order_by(NodeStatus.node_id)).all()
-    nodes = [_node_out(row, desired, pool.generation, visible) for row in rows]
+    internals = principal.tenant is None  # global admins and the pool's own nodes
+    nodes = [_node_out(row, desired, pool.generation, visible, internals=internals) for row in rows]
     return RolloutOut(pool=pool.name, generation=pool.generation, nodes_total=len(nodes),
                       nodes_converged=sum(n.converged for n in nodes),
                       nodes_stale=sum(n.stale for n in nodes), nodes=nodes)
@@ -76,14 +79,15 @@ def _visible_to(principal: Principal):
     return lambda served_name: served_name.startswith(prefix)
 
 
-def _node_out(row: NodeStatus, desired: dict[str, str], generation: int, visible) -> NodeOut:
+def _node_out(row: NodeStatus, desired: dict[str, str], generation: int, visible, *,
+              internals: bool) -> NodeOut:
     loaded = {a["served_name"]: a["digest"] for a in row.loaded}
     drift = DriftOut(
         missing=sorted(n for n in desired if n not in loaded),
         extra=sorted(n for n in loaded if n not in desired),
         wrong_digest=sorted(n for n in desired if n in loaded and loaded[n] != desired[n]))
     converged = row.generation == generation and not (drift.missing or drift.extra or drift.wrong_digest)
-    age = (datetime.now(UTC) - _aware(row.reported_at)).total_seconds()
+    age = (datetime.now(UTC) - aware(row.reported_at)).total_seconds()
     return NodeOut(
         node_id=row.node_id, generation=row.generation, converged=converged,
         stale=age > get_settings().node_stale_after_s, seconds_since_report=round(age, 3),
@@ -91,8 +95,6 @@ def _node_out(row: NodeStatus, desired: dict[str, str], generation: int, visible
                        extra=[n for n in drift.extra if visible(n)],
                        wrong_digest=[n for n in drift.wrong_digest if visible(n)]),
         failures=[NodeFailure(**f) for f in row.failures if visible(f["served_name"])],
-        vllm_url=row.vllm_url, limits=row.limits, reported_at=row.reported_at)
+        vllm_url=row.vllm_url if internals else None, limits=row.limits if internals else None,
+        reported_at=row.reported_at)
 
-
-def _aware(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment

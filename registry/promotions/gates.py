@@ -104,11 +104,10 @@ def _required_suites(t: Target, evaluations: dict[str, Evaluation]) -> Gate:
     if not problems:
         required = ", ".join(t.pool.required_suites) or "none"
         return Gate("required_suites", True, f"every required suite passed ({required})")
-    tenant, name = t.served_name.split("@")[0].split("/")
     return Gate("required_suites", False,
                 f"pool {t.pool.name!r} requires suites that have not passed on {t.served_name}: "
                 + "; ".join(problems),
-                f"Evaluate with `loraplane eval run {tenant}/{name}@{t.version.number} --suite SUITE`; "
+                f"Evaluate with `loraplane eval run {t.served_name} --suite SUITE`; "
                 "a failed suite needs a better version.")
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query
 
 from registry.auth.dependencies import authenticated
-from registry.auth.principal import Principal
+from registry.auth.principal import Principal, Role
 from registry.db import transaction
 from registry.sizing import service
 from registry.sizing.schemas import SizingInputs, SizingOut
@@ -31,6 +31,7 @@ def get_sizing(
 ):
     """LoRA slot memory, what an oversized max_lora_rank wastes, and multi-LoRA against one full
     replica per adapter; each figure is labelled measured or assumed."""
+    principal.require({Role.ADMIN, Role.UPLOADER, Role.REVIEWER})
     inputs = SizingInputs(
         gpu_hour_usd=gpu_hour_usd, gpu_memory_gib=gpu_memory_gib, tokens_per_s=tokens_per_s,
         lora_throughput_penalty=lora_throughput_penalty, demand_tokens_per_s=demand_tokens_per_s,

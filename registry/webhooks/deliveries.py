@@ -55,10 +55,11 @@ def record_attempt(session: Session, delivery_id: int, *, status: int | None, er
     return delay
 
 
-def overdue_ids(session: Session, *, slack_s: float = 60) -> list[int]:
-    """Pending deliveries whose task seems lost (the broker was away, or a worker died)."""
+def overdue_ids(session: Session, *, slack_s: float) -> list[int]:
+    """Pending deliveries whose task seems lost (the broker was away, or a worker died): never
+    tried and older than slack_s, or due for a retry more than slack_s ago."""
     cutoff = datetime.now(UTC) - timedelta(seconds=slack_s)
+    never_tried = WebhookDelivery.next_attempt_at.is_(None) & (WebhookDelivery.created_at < cutoff)
     return list(session.scalars(select(WebhookDelivery.id).where(
-        WebhookDelivery.state == PENDING,
-        or_(WebhookDelivery.next_attempt_at.is_(None), WebhookDelivery.next_attempt_at < cutoff))
+        WebhookDelivery.state == PENDING, or_(never_tried, WebhookDelivery.next_attempt_at < cutoff))
         .order_by(WebhookDelivery.id).limit(10_000)))

@@ -2,7 +2,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, UrlConstraints
+
+from registry.names import NAME_PATTERN
 
 EVENTS = ("promotion.requested", "promotion.approved", "promotion.activated", "promotion.rejected",
           "promotion.superseded", "promotion.rolled_back")
@@ -10,10 +14,11 @@ EVENTS = ("promotion.requested", "promotion.approved", "promotion.activated", "p
 
 class WebhookCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    url: AnyHttpUrl = Field(description="http(s) URL that receives a POST per event.")
+    url: Annotated[AnyHttpUrl, UrlConstraints(max_length=2000)] = Field(
+        description="http(s) URL that receives a POST per event.")
     events: list[str] = Field(default_factory=lambda: ["*"], min_length=1, max_length=len(EVENTS) + 1,
                               description=f"Any of {', '.join(EVENTS)}, or '*' for all.")
-    tenant: str | None = Field(None, max_length=64, description=(
+    tenant: str | None = Field(None, max_length=64, pattern=NAME_PATTERN.pattern, description=(
         "Only this tenant's events. Omit (global admins only) for every tenant's."))
 
 

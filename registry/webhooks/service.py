@@ -14,7 +14,9 @@ from registry import audit
 from registry.auth.principal import Principal, Role
 from registry.db import after_commit
 from registry.errors import NotFound, Unprocessable
+from registry.settings import get_settings
 from registry.tables import Tenant, Webhook, WebhookDelivery
+from registry.webhooks import destinations
 from registry.webhooks.schemas import EVENTS, DeliveryOut, WebhookCreate, WebhookCreated, WebhookOut
 
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
@@ -28,6 +30,11 @@ def create(session: Session, principal: Principal, spec: WebhookCreate) -> Webho
     if unknown:
         raise Unprocessable(f"unknown webhook events: {', '.join(unknown)}", code="unknown_event",
                             hint=f"Use any of {', '.join(EVENTS)}, or '*'.")
+    internal = destinations.literal_reason(str(spec.url), get_settings().webhook_allowed_networks)
+    if internal:
+        raise Unprocessable(f"webhook URL refused: {internal}", code="internal_webhook_url",
+                            hint="Point it at a public address, or list the network in "
+                                 "LORAPLANE_WEBHOOK_ALLOWED_NETWORKS.")
     tenant = _tenant(session, spec.tenant) if spec.tenant else None
     row = Webhook(url=str(spec.url), tenant_id=tenant.id if tenant else None,
                   events=sorted(set(spec.events)), secret="whsec_" + secrets.token_urlsafe(32),

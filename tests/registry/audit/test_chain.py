@@ -126,3 +126,23 @@ def test_audit_filters(admin, client_for, promo_pools, make_ready, uploader, sec
     assert_refused(client_for("acme_admin").get("/v1/audit", params={"tenant": "globex"}), 403,
                    "forbidden", "belongs to tenant 'acme'")
     assert_refused(client_for("acme_reviewer").get("/v1/audit"), 403, "forbidden", "role 'reviewer'")
+
+
+def test_savepoints_neither_seal_nor_drop_the_outer_transactions_events(engine, admin):
+    from registry.db import after_commit
+
+    fired = []
+    with Session(engine) as session, session.begin():
+        audit.record(session, actor="tests", action="savepoint.outer", subject="savepoint/1")
+        after_commit(session, lambda: fired.append("committed"))
+        with session.begin_nested():
+            pass  # released: the outer transaction has not committed yet
+        assert fired == []
+        with pytest.raises(ValueError), session.begin_nested():
+            raise ValueError("rolled back to the savepoint")
+        assert [e["action"] for e in audit.pending(session)] == ["savepoint.outer"]
+
+    assert fired == ["committed"]
+    events = admin.get("/v1/audit", params={"action": "savepoint.outer"}).json()["items"]
+    assert [e["subject"] for e in events] == ["savepoint/1"]
+    assert admin.get("/v1/audit/verify").json()["intact"]

@@ -59,6 +59,8 @@ def test_rollout_shows_convergence_drift_failures_and_stale_nodes(rollout_pool, 
 
     acme_view = {n["node_id"]: n for n in client_for("acme_reviewer").get("/v1/pools/rollout/rollout").json()["nodes"]}
     assert acme_view["node-odd"]["drift"]["extra"] == []  # another tenant's name stays hidden
+    assert acme_view["node-ok"]["vllm_url"] is None and acme_view["node-ok"]["limits"] is None
+    assert nodes["node-ok"]["vllm_url"] == "http://10.0.0.9:8000/" and nodes["node-ok"]["limits"] == LIMITS
 
     time.sleep(3.2)  # the registry under test counts a node stale after 3 s
     assert report(node, "node-ok", generation=current, loaded=[good]).status_code == 200
