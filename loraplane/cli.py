@@ -97,6 +97,36 @@ def housekeeper(
                             "--hostname=housekeeping@%h"])
 
 
+@app.command()
+def agent(
+    pool: str = typer.Option(..., help="The pool this node serves."),
+    vllm_url: str = typer.Option("http://127.0.0.1:8000", help="This node's vLLM (keep it private)."),
+    registry: str = typer.Option(..., help="The registry's URL."),
+    node_id: Optional[str] = typer.Option(None, help="This node's name in the pool (default: host name)."),
+):
+    """Run the node agent: make this node's vLLM serve exactly the pool's active set.
+
+    The node token comes from LORAPLANE_AGENT_NODE_TOKEN, never from the command line. Other
+    settings (state dir, cache size, metrics port) are LORAPLANE_AGENT_* variables.
+    """
+    from pydantic import ValidationError
+
+    from serving.agent.main import run
+    from serving.agent.settings import AgentSettings
+
+    overrides = {"pool": pool, "vllm_url": vllm_url, "registry_url": registry}
+    if node_id:
+        overrides["node_id"] = node_id
+    try:
+        settings = AgentSettings(**overrides)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        _fail(f"{where}: {first['msg']}", "The token goes in LORAPLANE_AGENT_NODE_TOKEN."
+              if where == "node_token" else "")
+    run(settings)
+
+
 @db_app.command("upgrade")
 def db_upgrade(revision: str = typer.Argument("head")):
     """Apply migrations up to REVISION (default: head)."""

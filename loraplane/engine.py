@@ -28,6 +28,7 @@ class EngineSpec:
     enable_lora: bool = True
     kv_cache_gib: int = 1
     host: str = "127.0.0.1"
+    lora_modules: tuple[tuple[str, str], ...] = ()  # (name, path) of adapters loaded at start
 
 
 def vllm_python() -> Path:
@@ -44,6 +45,8 @@ def command(spec: EngineSpec) -> list[str]:
     if spec.enable_lora:
         args += ["--enable-lora", "--max-loras", str(spec.max_loras),
                  "--max-cpu-loras", str(spec.max_cpu_loras), "--max-lora-rank", str(spec.max_lora_rank)]
+        if spec.lora_modules:
+            args += ["--lora-modules", *(f"{name}={path}" for name, path in spec.lora_modules)]
     return args
 
 

@@ -184,6 +184,20 @@ def task_kit():
         return build_task_kit(root, base_model_name=KIT_BASE)
 
 
+def register_base(admin: httpx.Client, name: str, base_dir: Path) -> str:
+    import json
+
+    config = json.loads((base_dir / "config.json").read_text())
+    response = admin.post("/v1/base-models", json={"name": name, "config": config})
+    assert response.status_code == 201, response.text
+    return name
+
+
+@pytest.fixture(scope="session")
+def kit_base(admin, task_kit) -> str:
+    return register_base(admin, KIT_BASE, task_kit.base_dir)
+
+
 @pytest.fixture(scope="session")
 def tiny_base(tmp_path_factory) -> Path:
     from loraplane.tiny_model import build_base_model

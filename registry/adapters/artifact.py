@@ -7,9 +7,7 @@ shared between versions that have the same bytes.
 
 from __future__ import annotations
 
-import hashlib
-import json
-
+from loraplane.digests import manifest_digest
 from registry.adapters.peft_config import FILE as CONFIG_FILE
 from registry.adapters.safetensors_check import FILE as WEIGHTS_FILE
 
@@ -26,7 +24,6 @@ def manifest(*, config_sha256: str, config_size: int, weights_sha256: str, weigh
 
 
 def digest_of(files: list[dict]) -> str:
-    canonical = json.dumps(files, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(canonical).hexdigest()
+    return manifest_digest(files)
 
 

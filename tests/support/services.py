@@ -140,10 +140,10 @@ def s3_client(endpoint_url: str):
 # --- registry -----------------------------------------------------------------------------------
 
 
-def start_registry(folder: Path, env: dict[str, str], *args: str) -> Service:
+def start_registry(folder: Path, env: dict[str, str], *args: str, port: int | None = None) -> Service:
     """Run the registry as its own process, exactly as `loraplane serve` does."""
     folder.mkdir(parents=True, exist_ok=True)
-    port, log = free_port(), folder / "registry.log"
+    port, log = port or free_port(), folder / "registry.log"
     url = f"http://127.0.0.1:{port}"
     full_env = {**os.environ, **S3_CREDENTIALS, "LORAPLANE_DATA_DIR": str(folder),
                 "LORAPLANE_PUBLIC_URL": url, **env}
@@ -237,4 +237,24 @@ def start_housekeeper(folder: Path, env: dict[str, str]) -> Service:
                                stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
     service = Service(process, "", log, env=full_env)
     wait_until(lambda: b"ready." in log.read_bytes()[start:], timeout_s=60, what="housekeeper", log=log)
+    return service
+
+
+def start_agent(folder: Path, *, pool: str, vllm_url: str, registry_url: str, token: str,
+                node_id: str, metrics_port: int, resync_s: float = 0.5) -> Service:
+    """A node agent, exactly as `loraplane agent` runs it; its token comes from the environment."""
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "agent.log"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LORAPLANE_")}
+    env.update({"LORAPLANE_AGENT_NODE_TOKEN": token, "LORAPLANE_AGENT_STATE_DIR": str(folder / "state"),
+                "LORAPLANE_AGENT_METRICS_PORT": str(metrics_port), "LORAPLANE_AGENT_RESYNC_S": str(resync_s),
+                "LORAPLANE_AGENT_POLL_WAIT_S": "10", "LORAPLANE_AGENT_BACKOFF_MAX_S": "1",
+                "LORAPLANE_AGENT_RETRY_FAILED_AFTER_S": "600"})
+    process = subprocess.Popen(
+        [str(VENV_BIN / "loraplane"), "agent", "--pool", pool, "--vllm-url", vllm_url,
+         "--registry", registry_url, "--node-id", node_id],
+        stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    service = Service(process, f"http://127.0.0.1:{metrics_port}", log, env=env)
+    wait_until(lambda: httpx.get(service.url + "/metrics").status_code == 200, timeout_s=30,
+               what="agent", log=log)
     return service

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from loraplane.engine import EngineSpec
@@ -35,18 +33,6 @@ class Worker:
 
     def stop(self) -> None:
         services.stop_group(self.service)
-
-
-def register_base(admin: httpx.Client, name: str, base_dir: Path) -> str:
-    config = json.loads((base_dir / "config.json").read_text())
-    response = admin.post("/v1/base-models", json={"name": name, "config": config})
-    assert response.status_code == 201, response.text
-    return name
-
-
-@pytest.fixture(scope="session")
-def kit_base(admin, task_kit) -> str:
-    return register_base(admin, KIT_BASE, task_kit.base_dir)
 
 
 @pytest.fixture(scope="session")

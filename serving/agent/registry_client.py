@@ -1,0 +1,54 @@
+"""The registry, as the agent sees it: the active-set long-poll and the status report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+
+class RegistryUnavailable(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class ActiveSet:
+    generation: int
+    entries: list[dict[str, Any]]
+    etag: str
+    limits: dict[str, int] | None = None
+
+
+class RegistryClient:
+    def __init__(self, url: str, token: str, pool: str, timeout_s: float) -> None:
+        self.pool = pool
+        self._http = httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"},
+                                       timeout=timeout_s)
+
+    async def next_active_set(self, etag: str | None, wait_s: float) -> ActiveSet | None:
+        """The set once it differs from `etag` (None: still the same after wait_s)."""
+        headers = {"If-None-Match": etag} if etag else {}
+        try:
+            response = await self._http.get(f"/v1/pools/{self.pool}/active-set",
+                                             params={"wait": wait_s}, headers=headers,
+                                             timeout=wait_s + self._http.timeout.read)
+        except httpx.HTTPError as error:
+            raise RegistryUnavailable(f"{type(error).__name__}: {error}") from error
+        if response.status_code == 304:
+            return None
+        if response.status_code != 200:
+            raise RegistryUnavailable(f"HTTP {response.status_code}: {response.text[:300]}")
+        body = response.json()
+        return ActiveSet(body["generation"], body["entries"], response.headers["ETag"], body.get("limits"))
+
+    async def report(self, node_id: str, status: dict[str, Any]) -> None:
+        try:
+            response = await self._http.put(f"/v1/pools/{self.pool}/nodes/{node_id}/status", json=status)
+        except httpx.HTTPError as error:
+            raise RegistryUnavailable(f"{type(error).__name__}: {error}") from error
+        if response.status_code != 200:
+            raise RegistryUnavailable(f"HTTP {response.status_code}: {response.text[:300]}")
+
+    async def close(self) -> None:
+        await self._http.aclose()

@@ -1,0 +1,59 @@
+"""Agent settings, from `LORAPLANE_AGENT_*` variables. The node token is read from the
+environment (or a .env file), never from the command line, where `ps` would show it."""
+
+from __future__ import annotations
+
+import re
+import socket
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import AnyHttpUrl, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+GiB = 1024**3
+
+
+def default_node_id() -> str:
+    name = re.sub(r"[^a-z0-9_-]", "-", socket.gethostname().lower()).strip("-_")
+    return name[:64] or "node"
+
+
+class AgentSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LORAPLANE_AGENT_", extra="ignore")
+
+    pool: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
+    registry_url: AnyHttpUrl
+    vllm_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8000")
+    node_token: SecretStr = Field(description="A node token of the pool (loraplane token create "
+                                              "--role node --pool POOL).")
+    node_id: str = Field(default_factory=default_node_id, pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
+    state_dir: Path = Field(default=Path.home() / ".loraplane-agent", description=(
+        "The adapter cache and the last-known-good active set."))
+    cache_max_bytes: int = Field(default=20 * GiB, ge=1024**2, description=(
+        "Cached adapters beyond this are evicted, least recently used first, except those vLLM "
+        "may still read."))
+    poll_wait_s: float = Field(default=30, ge=1, le=300, description="Long-poll length.")
+    resync_s: float = Field(default=2, gt=0, le=300, description=(
+        "How often vLLM's own list of adapters is compared with the desired set, which is how "
+        "a vLLM restart is noticed."))
+    retry_failed_after_s: float = Field(default=60, gt=0, description=(
+        "A version that failed to load (bad digest, vLLM refused it) is not tried again sooner."))
+    request_timeout_s: float = Field(default=30, gt=0, le=600)
+    backoff_max_s: float = Field(default=30, gt=0, le=600)
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(default=9400, ge=0, le=65535, description="/metrics and /healthz; 0 turns it off.")
+
+    @field_validator("registry_url", "vllm_url")
+    @classmethod
+    def _no_trailing_slash(cls, url: AnyHttpUrl) -> AnyHttpUrl:
+        return AnyHttpUrl(str(url).rstrip("/"))
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.state_dir / "cache"
+
+
+@lru_cache
+def get_agent_settings() -> AgentSettings:
+    return AgentSettings()

@@ -1,0 +1,142 @@
+"""The agent converges a real vLLM on the pool's active set, and survives each fault on purpose."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import httpx
+
+from tests.support.evals import upload_dir
+from tests.serving.agent.conftest import POOL, complete, served_adapters, wait_for
+
+
+def rollout_node(admin, node_id: str) -> dict:
+    nodes = admin.get(f"/v1/pools/{POOL}/rollout").json()["nodes"]
+    return next((n for n in nodes if n["node_id"] == node_id), {})
+
+
+def metric(agent_url: str, name: str) -> float:
+    """A sample's value by its exact name and labels, e.g. 'x_total{reason="digest"}'."""
+    for line in httpx.get(agent_url + "/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_promoted_version_is_loaded_and_answers_and_a_replaced_one_is_unloaded(
+        start_agent, promote, node_vllm, task_kit, admin):
+    agent = start_agent()
+    row = task_kit.suites["digits_to_words"][0]
+
+    promote("node-digits", task_kit.adapters["digits_to_words"])
+
+    served = wait_for(lambda: "acme/node-digits@1" in served_adapters(node_vllm.url), what="the load")
+    assert served
+    assert row["reference"].strip() in complete(node_vllm.url, "acme/node-digits@1", row["prompt"])
+    assert "static-reverse" in served_adapters(node_vllm.url)  # loaded at vLLM's start: not ours
+    node = wait_for(lambda: (n := rollout_node(admin, "node-1")) and n["converged"] and n, what="convergence")
+    assert node["drift"] == {"missing": [], "extra": [], "wrong_digest": []}
+
+    promote("node-digits", task_kit.adapters["digits_to_words_v2"])  # v1 retires, then goes
+
+    wait_for(lambda: "acme/node-digits@2" in served_adapters(node_vllm.url), what="v2")
+    wait_for(lambda: "acme/node-digits@1" not in served_adapters(node_vllm.url), timeout_s=30,
+             what="v1 unloaded once every node moved on")
+    assert "static-reverse" in served_adapters(node_vllm.url)
+    assert metric(agent.url, "loraplane_agent_adapters_loaded") == 1
+    health = httpx.get(agent.url + "/healthz").json()
+    assert health["vllm_up"] and health["generation"] == admin.get(
+        f"/v1/pools/{POOL}/active-set").json()["generation"]
+
+
+def test_a_restarted_vllm_gets_everything_back_within_seconds(start_agent, node_vllm, admin):
+    start_agent()
+    wanted = {e["served_name"] for e in admin.get(f"/v1/pools/{POOL}/active-set").json()["entries"]}
+    wait_for(lambda: wanted <= set(served_adapters(node_vllm.url)), what="the set")
+
+    node_vllm.restart()
+    healthy = time.monotonic()
+
+    wait_for(lambda: wanted <= set(served_adapters(node_vllm.url)), timeout_s=10, what="reload")
+    assert time.monotonic() - healthy < 10
+
+
+def test_an_agent_killed_mid_load_converges_and_adopts_what_is_loaded(start_agent, promote, node_vllm,
+                                                                     task_kit, admin):
+    agent = start_agent()
+    before = set(served_adapters(node_vllm.url))
+    promote("node-reverse", task_kit.adapters["reverse_words"])
+    os.killpg(agent.process.pid, signal.SIGKILL)  # within milliseconds of the approval
+    agent.process.wait()
+
+    again = start_agent(fresh=False)
+
+    wait_for(lambda: "acme/node-reverse@1" in served_adapters(node_vllm.url), what="convergence")
+    time.sleep(1.5)  # a few passes
+    loads = metric(again.url, "loraplane_agent_load_seconds_count")
+    already = len([n for n in before if n.startswith("acme/")])
+    assert loads <= 1, (loads, already)  # at most the one the kill interrupted; none adopted ones
+    assert wait_for(lambda: rollout_node(admin, "node-1").get("converged"), what="report")
+
+
+def test_the_node_keeps_serving_while_the_registry_is_down_and_converges_after(
+        start_agent, promote, node_vllm, agent_registry, task_kit, admin):
+    agent = start_agent()
+    wanted = {e["served_name"] for e in admin.get(f"/v1/pools/{POOL}/active-set").json()["entries"]}
+    wait_for(lambda: wanted <= set(served_adapters(node_vllm.url)), what="the set")
+
+    agent_registry.stop()
+    promote("node-digits-b", task_kit.adapters["digits_to_words"])  # through the other registry
+    wait_for(lambda: metric(agent.url, 'loraplane_agent_failures_total{reason="registry_unavailable"}') >= 1,
+             timeout_s=20, what="the agent to notice")
+    time.sleep(1)
+    assert wanted <= set(served_adapters(node_vllm.url))  # still serving the last-known-good set
+    row = task_kit.suites["digits_to_words"][0]
+    assert row["reference"].strip() in complete(node_vllm.url, "acme/node-digits@2", row["prompt"])
+    assert httpx.get(agent.url + "/healthz").json()["seconds_since_sync"] >= 1
+    assert "acme/node-digits-b@1" not in served_adapters(node_vllm.url)
+    agent_registry.restart()
+
+    wait_for(lambda: "acme/node-digits-b@1" in served_adapters(node_vllm.url), timeout_s=30,
+             what="convergence after the registry came back")
+
+
+def test_bytes_swapped_in_the_store_are_refused_and_reported(start_agent, promote, node_vllm, s3_client,
+                                                            task_kit, admin, uploader, tmp_path):
+    from loraplane.tiny_model import build_adapter
+    from tests.conftest import BUCKET, KIT_BASE
+
+    folder = build_adapter(task_kit.base_dir, tmp_path / "swapped", r=8, seed=4242, base_model_name=KIT_BASE)
+    agent = start_agent()
+    version = upload_dir(uploader, "acme/swapped", folder)
+    weights = next(f for f in version["files"] if f["name"] == "adapter_model.safetensors")
+    key = f"blobs/sha256/{weights['sha256'][:2]}/{weights['sha256']}"
+    s3_client.put_object(Bucket=BUCKET, Key=key, Body=b"not the approved bytes" * 100)
+
+    promote("swapped", folder)
+
+    node = wait_for(lambda: next((f for f in rollout_node(admin, "node-1").get("failures", [])
+                                  if f["served_name"] == "acme/swapped@1"), None), what="the failure")
+    assert "sha256 mismatch for adapter_model.safetensors of acme/swapped@1" in node["reason"]
+    assert "acme/swapped@1" not in served_adapters(node_vllm.url)
+    time.sleep(2)  # several passes: the same bad bytes are not fetched again and again
+    assert metric(agent.url, 'loraplane_agent_failures_total{reason="digest"}') == 1
+
+
+def test_a_load_vllm_refuses_is_reported_with_vllms_reason(start_agent, promote, node_vllm, task_kit,
+                                                           admin, tmp_path):
+    from loraplane.tiny_model import build_adapter
+    from tests.conftest import KIT_BASE
+
+    folder = build_adapter(task_kit.base_dir, tmp_path / "wide", r=32, seed=7, base_model_name=KIT_BASE)
+    start_agent()
+
+    promote("too-wide-for-node", folder)
+
+    failure = wait_for(lambda: next((f for f in rollout_node(admin, "node-1").get("failures", [])
+                                     if f["served_name"] == "acme/too-wide-for-node@1"), None),
+                       what="the refusal")
+    assert "HTTP 500" in failure["reason"] and "max_lora_rank" in failure["reason"]
+    assert "acme/too-wide-for-node@1" not in served_adapters(node_vllm.url)
