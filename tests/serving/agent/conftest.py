@@ -67,6 +67,17 @@ def node_vllm(service_dir: Path, task_kit) -> Iterator[Restartable]:
 
 
 @pytest.fixture(scope="module")
+def second_node_vllm(service_dir: Path, task_kit) -> Iterator[Restartable]:
+    port, folder = services.free_port(), service_dir / "node-vllm-2"
+    spec = EngineSpec(model_dir=task_kit.base_dir, served_name=KIT_BASE, port=port, max_loras=2,
+                      max_cpu_loras=8, max_lora_rank=16)
+    node = Restartable(lambda: services.start_vllm(folder, spec), own_group=True)
+    yield node
+    node.stop()
+    shutil.rmtree(folder / "cache", ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
 def agent_registry(service_dir: Path, registry: services.Service) -> Iterator[Restartable]:
     env = {k: v for k, v in registry.env.items() if k.startswith("LORAPLANE_")}
     env.pop("LORAPLANE_PUBLIC_URL", None)

@@ -140,3 +140,21 @@ def test_a_load_vllm_refuses_is_reported_with_vllms_reason(start_agent, promote,
                        what="the refusal")
     assert "HTTP 500" in failure["reason"] and "max_lora_rank" in failure["reason"]
     assert "acme/too-wide-for-node@1" not in served_adapters(node_vllm.url)
+
+
+def test_two_nodes_converge_independently(start_agent, node_vllm, second_node_vllm, admin):
+    start_agent("node-1")
+    start_agent("node-2", vllm_url=second_node_vllm.url)
+    active = admin.get(f"/v1/pools/{POOL}/active-set").json()
+    loadable = {e["served_name"] for e in active["entries"]} - {"acme/swapped@1", "acme/too-wide-for-node@1"}
+
+    for vllm in (node_vllm, second_node_vllm):
+        wait_for(lambda url=vllm.url: loadable <= set(served_adapters(url)), timeout_s=30, what="both nodes")
+    def both_reported():
+        nodes = {n["node_id"]: n for n in admin.get(f"/v1/pools/{POOL}/rollout").json()["nodes"]}
+        return {"node-1", "node-2"} <= set(nodes) and all(
+            nodes[n]["generation"] == active["generation"] for n in ("node-1", "node-2")) and nodes
+
+    nodes = wait_for(both_reported, what="both reports")
+    assert nodes["node-1"]["drift"]["missing"] == nodes["node-2"]["drift"]["missing"] == [
+        "acme/swapped@1", "acme/too-wide-for-node@1"]  # refused on both, and reported by both
