@@ -94,6 +94,10 @@ class Agent:
                 self.vllm_up = False
                 metrics.FAILURES.labels("vllm_unavailable").inc()
                 continue
+            except Exception:  # a bug must not stop the node from converging: log, try again
+                log.exception("reconcile pass failed")
+                metrics.FAILURES.labels("internal").inc()
+                continue
             status |= {"vllm_url": str(self.settings.vllm_url), "limits": self._limits()}
             if status != last_report or loop.time() - last_sent > HEARTBEAT_S:
                 try:

@@ -40,7 +40,12 @@ class Reconciler:
             if self.cache.owns(path) and (name not in wanted or not self.cache.digest_at(path)):
                 # Not wanted any more, or its files are gone from the cache (vLLM would fail to
                 # reload it after evicting it): unload, and load again below if wanted.
-                await self.vllm.unload(name)
+                try:
+                    await self.vllm.unload(name)
+                except LoadRefused as error:
+                    metrics.FAILURES.labels("unload").inc()
+                    log.warning("could not unload %s: %s", name, error)
+                    continue
                 del actual[name]
         for name, entry in wanted.items():
             if name not in actual and not self._backing_off(name):

@@ -39,8 +39,11 @@ class RegistryClient:
             return None
         if response.status_code != 200:
             raise RegistryUnavailable(f"HTTP {response.status_code}: {response.text[:300]}")
-        body = response.json()
-        return ActiveSet(body["generation"], body["entries"], response.headers["ETag"], body.get("limits"))
+        try:
+            body = response.json()
+            return ActiveSet(body["generation"], body["entries"], response.headers["ETag"], body.get("limits"))
+        except (ValueError, KeyError, TypeError) as error:
+            raise RegistryUnavailable(f"an unreadable active set: {error!r}") from error
 
     async def report(self, node_id: str, status: dict[str, Any]) -> None:
         try:

@@ -117,9 +117,9 @@ def create_database(server_url: str, name: str) -> str:
 # --- S3 -----------------------------------------------------------------------------------------
 
 
-def start_s3(folder: Path) -> Service:
+def start_s3(folder: Path, port: int | None = None) -> Service:
     folder.mkdir(parents=True, exist_ok=True)
-    port, log = free_port(), folder / "moto.log"
+    port, log = port or free_port(), folder / "moto.log"
     env = {**os.environ, **S3_CREDENTIALS}
     process = subprocess.Popen([str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
                                stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)

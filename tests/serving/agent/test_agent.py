@@ -8,6 +8,7 @@ import time
 
 import httpx
 
+from tests.support import services
 from tests.support.evals import upload_dir
 from tests.serving.agent.conftest import POOL, complete, served_adapters, wait_for
 
@@ -45,10 +46,14 @@ def test_a_promoted_version_is_loaded_and_answers_and_a_replaced_one_is_unloaded
     wait_for(lambda: "acme/node-digits@1" not in served_adapters(node_vllm.url), timeout_s=30,
              what="v1 unloaded once every node moved on")
     assert "static-reverse" in served_adapters(node_vllm.url)
+    generation = admin.get(f"/v1/pools/{POOL}/active-set").json()["generation"]
+    wait_for(lambda: metric(agent.url, "loraplane_agent_generation_applied") == generation, what="the gauge")
     assert metric(agent.url, "loraplane_agent_adapters_loaded") == 1
+    assert metric(agent.url, "loraplane_agent_load_seconds_count") == 2
+    assert metric(agent.url, "loraplane_agent_reconcile_passes_total") >= 2
+    assert metric(agent.url, "loraplane_agent_seconds_since_sync") < 15
     health = httpx.get(agent.url + "/healthz").json()
-    assert health["vllm_up"] and health["generation"] == admin.get(
-        f"/v1/pools/{POOL}/active-set").json()["generation"]
+    assert health["vllm_up"] and health["generation"] == generation
 
 
 def test_a_restarted_vllm_gets_everything_back_within_seconds(start_agent, node_vllm, admin):
@@ -158,3 +163,70 @@ def test_two_nodes_converge_independently(start_agent, node_vllm, second_node_vl
     nodes = wait_for(both_reported, what="both reports")
     assert nodes["node-1"]["drift"]["missing"] == nodes["node-2"]["drift"]["missing"] == [
         "acme/swapped@1", "acme/too-wide-for-node@1"]  # refused on both, and reported by both
+
+
+def test_a_restarted_agent_serves_its_last_known_good_set_while_the_registry_is_away(
+        start_agent, node_vllm, agent_registry, admin):
+    agent = start_agent()
+    wanted = {e["served_name"] for e in admin.get(f"/v1/pools/{POOL}/active-set").json()["entries"]}
+    wanted -= {"acme/swapped@1", "acme/too-wide-for-node@1"}
+    wait_for(lambda: wanted <= set(served_adapters(node_vllm.url)), what="the set")
+    agent_registry.stop()
+    services.stop_group(agent)
+    lost = sorted(wanted)[0]
+    assert httpx.post(node_vllm.url + "/v1/unload_lora_adapter", json={"lora_name": lost}).status_code == 200
+
+    again = start_agent(fresh=False)  # the registry is still away: only the set on disk says what to serve
+
+    wait_for(lambda: lost in served_adapters(node_vllm.url), timeout_s=20, what="the reload from disk")
+    assert httpx.get(again.url + "/healthz").json()["generation"] == admin.get(
+        f"/v1/pools/{POOL}/active-set").json()["generation"]
+    agent_registry.restart()
+
+
+def test_an_unreachable_store_is_retried_and_reported(promote, node_vllm, service_dir,
+                                                      registry, s3_client, task_kit, admin, tmp_path):
+    """This node's registry signs URLs for a second S3 server, which is down at first."""
+    from loraplane.tiny_model import build_adapter
+    from tests.conftest import BUCKET, KIT_BASE
+
+    port = services.free_port()
+    env = {k: v for k, v in registry.env.items() if k.startswith("LORAPLANE_")}
+    env.pop("LORAPLANE_PUBLIC_URL", None)
+    env.pop("LORAPLANE_DATA_DIR", None)
+    env["LORAPLANE_S3_ENDPOINT_URL"] = f"http://127.0.0.1:{port}"
+    # /readyz is not waited on: the store is down, and the active set needs only the database.
+    far_registry = services.start_registry(service_dir / "far-registry", env)
+    agent = store = None
+    try:
+        agent = services.start_agent(service_dir / "agent-far", pool=POOL, vllm_url=node_vllm.url,
+                                     registry_url=far_registry.url, token=admin_node_token(admin),
+                                     node_id="node-far", metrics_port=services.free_port())
+        folder = build_adapter(task_kit.base_dir, tmp_path / "far", r=8, seed=99, base_model_name=KIT_BASE)
+        version = promote("far-away", folder)
+
+        failure = wait_for(lambda: next((f for f in rollout_node(admin, "node-far").get("failures", [])
+                                         if f["served_name"] == "acme/far-away@1"), None), what="the failure")
+        assert "ConnectError" in failure["reason"]
+        assert metric(agent.url, 'loraplane_agent_failures_total{reason="download"}') >= 1
+
+        store = services.start_s3(service_dir / "s3-far", port=port)  # the store comes back
+        far_client = services.s3_client(store.url)
+        far_client.create_bucket(Bucket=BUCKET)
+        for spec in version["files"]:
+            key = f"blobs/sha256/{spec['sha256'][:2]}/{spec['sha256']}"
+            far_client.put_object(Bucket=BUCKET, Key=key,
+                                  Body=s3_client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+
+        wait_for(lambda: "acme/far-away@1" in served_adapters(node_vllm.url), timeout_s=20,
+                 what="the retry")
+    finally:
+        for process in (store, far_registry):
+            if process:
+                process.stop()
+        if agent:
+            services.stop_group(agent)
+
+
+def admin_node_token(admin) -> str:
+    return admin.post("/v1/tokens", json={"subject": "far-node", "role": "node", "pool": POOL}).json()["token"]
