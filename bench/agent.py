@@ -25,7 +25,6 @@ from bench.propagation import approve_and_time
 from loraplane.engine import EngineSpec
 from loraplane.task_kit import build_task_kit
 from loraplane.tiny_model import build_adapter
-from registry import migrate
 from registry.auth import tokens
 from registry.auth.principal import Role
 from registry.db import make_engine
@@ -52,17 +51,10 @@ def main() -> None:
     work.chmod(0o755)
     running: list[services.Service] = []
     try:
-        postgres = services.start_postgres(work / "postgres")
-        running.append(postgres)
-        database_url = services.create_database(postgres.url, "bench")
-        migrate.upgrade(database_url)
-        s3_server = services.start_s3(work / "s3")
-        running.append(s3_server)
-        services.s3_client(s3_server.url).create_bucket(Bucket=BUCKET)
+        database_url, s3_server = services.start_database_and_store(work, running, BUCKET)
         registry = services.start_registry(work / "registry", {
-            "LORAPLANE_DATABASE_URL": database_url, "LORAPLANE_STORAGE": "s3",
-            "LORAPLANE_S3_ENDPOINT_URL": s3_server.url, "LORAPLANE_S3_BUCKET": BUCKET,
-            "LORAPLANE_RETIRE_GRACE_S": "1"}, "--no-access-log")
+            **services.registry_env(database_url, s3_server, BUCKET), "LORAPLANE_RETIRE_GRACE_S": "1"},
+            "--no-access-log")
         running.append(registry)
         vllm = services.start_vllm(work / "vllm", EngineSpec(
             model_dir=kit.base_dir, served_name=BASE, port=services.free_port(), max_loras=2,
@@ -95,10 +87,7 @@ def main() -> None:
         engine.dispose()
     finally:
         for service in reversed(running):
-            if service.log.name in ("vllm.log", "agent.log"):  # they lead process groups
-                services.stop_group(service)
-            else:
-                service.stop()
+            service.stop()
 
     ordered = sorted(latencies)
     metrics = {

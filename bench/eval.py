@@ -39,7 +39,6 @@ from sqlalchemy.orm import Session
 
 from loraplane.engine import EngineSpec
 from loraplane.task_kit import build_task_kit
-from registry import migrate
 from registry.auth import tokens
 from registry.auth.principal import Role
 from registry.db import make_engine
@@ -182,18 +181,10 @@ def main() -> None:
     running: list[services.Service] = []
     worker = engine = None
     try:
-        postgres = services.start_postgres(work / "postgres")
-        running.append(postgres)
-        database_url = services.create_database(postgres.url, "bench")
-        migrate.upgrade(database_url)
-        s3_server = services.start_s3(work / "s3")
-        running.append(s3_server)
-        services.s3_client(s3_server.url).create_bucket(Bucket=BUCKET)
+        database_url, s3_server = services.start_database_and_store(work, running, BUCKET)
         redis = services.start_redis(work / "redis")
         running.append(redis)
-        common = {"LORAPLANE_DATABASE_URL": database_url, "LORAPLANE_STORAGE": "s3",
-                  "LORAPLANE_S3_ENDPOINT_URL": s3_server.url, "LORAPLANE_S3_BUCKET": BUCKET,
-                  "LORAPLANE_BROKER_URL": redis.url}
+        common = {**services.registry_env(database_url, s3_server, BUCKET), "LORAPLANE_BROKER_URL": redis.url}
         registry = services.start_registry(work / "registry", common)
         running.append(registry)
         engine = services.start_vllm(work / "vllm", EngineSpec(

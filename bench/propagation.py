@@ -20,7 +20,6 @@ import resource
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -30,7 +29,6 @@ from sqlalchemy.orm import Session
 
 from bench import report
 from loraplane.tiny_model import build_adapter, build_base_model
-from registry import migrate
 from registry.auth import tokens
 from registry.auth.principal import Role
 from registry.db import make_engine
@@ -230,17 +228,9 @@ def main() -> None:
     work.chmod(0o755)
     running: list[services.Service] = []
     try:
-        postgres = services.start_postgres(work / "postgres")
-        running.append(postgres)
-        database_url = services.create_database(postgres.url, "bench")
-        migrate.upgrade(database_url)
-        s3_server = services.start_s3(work / "s3")
-        running.append(s3_server)
-        services.s3_client(s3_server.url).create_bucket(Bucket=BUCKET)
-        registry = services.start_registry(work / "registry", {
-            "LORAPLANE_DATABASE_URL": database_url, "LORAPLANE_STORAGE": "s3",
-            "LORAPLANE_S3_ENDPOINT_URL": s3_server.url, "LORAPLANE_S3_BUCKET": BUCKET},
-            "--no-access-log")
+        database_url, s3_server = services.start_database_and_store(work, running, BUCKET)
+        registry = services.start_registry(
+            work / "registry", services.registry_env(database_url, s3_server, BUCKET), "--no-access-log")
         running.append(registry)
         bare = start_bare(work / "bare")
         running.append(bare)

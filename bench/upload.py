@@ -30,7 +30,6 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from loraplane.push import push
-from registry import migrate
 from registry.auth import tokens
 from registry.auth.principal import Role
 from registry.db import make_engine
@@ -126,18 +125,10 @@ def main() -> None:
         adapter = synthesize_adapter(Path(tempfile.mkdtemp(dir=work)), args.rank)
         weights = adapter / "adapter_model.safetensors"
         size = weights.stat().st_size + (adapter / "adapter_config.json").stat().st_size
-        postgres = services.start_postgres(work / "postgres")
-        running.append(postgres)
-        database_url = services.create_database(postgres.url, "bench")
-        migrate.upgrade(database_url)
-        s3_server = services.start_s3(work / "s3")
-        running.append(s3_server)
+        database_url, s3_server = services.start_database_and_store(work, running, BUCKET)
         s3 = services.s3_client(s3_server.url)
-        s3.create_bucket(Bucket=BUCKET)
-        registry = services.start_registry(work / "registry", {
-            "LORAPLANE_DATABASE_URL": database_url, "LORAPLANE_STORAGE": "s3",
-            "LORAPLANE_S3_ENDPOINT_URL": s3_server.url, "LORAPLANE_S3_BUCKET": BUCKET,
-        })
+        registry = services.start_registry(work / "registry",
+                                           services.registry_env(database_url, s3_server, BUCKET))
         running.append(registry)
         engine = make_engine(database_url)
         with Session(engine) as session, session.begin():

@@ -7,7 +7,6 @@ shared between versions that have the same bytes.
 
 from __future__ import annotations
 
-from loraplane.digests import manifest_digest
 from registry.adapters.peft_config import FILE as CONFIG_FILE
 from registry.adapters.safetensors_check import FILE as WEIGHTS_FILE
 
@@ -22,8 +21,5 @@ def manifest(*, config_sha256: str, config_size: int, weights_sha256: str, weigh
         {"name": WEIGHTS_FILE, "sha256": weights_sha256, "size": weights_size},
     ]
 
-
-def digest_of(files: list[dict]) -> str:
-    return manifest_digest(files)
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from loraplane.digests import manifest_digest
 from registry import audit
 from registry.adapters import artifact, repository, validation
 from registry.adapters.lora_layout import LoraLayout
@@ -53,7 +54,7 @@ def record_version(session: Session, principal: Principal, target: UploadTarget,
     """Record a checked, stored version. Returns (version, created)."""
     adapter = repository.lock_or_create_adapter(session, target.tenant_id, target.name, target.base.id)
     _check_same_base(adapter, target.base, target.tenant, target.name)  # another upload may have won
-    digest = artifact.digest_of(manifest)
+    digest = manifest_digest(manifest)
     same = repository.version_by_digest(session, adapter.id, digest)
     if same is not None:
         return version_out(session, same), False

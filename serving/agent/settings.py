@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import socket
-from functools import lru_cache
 from pathlib import Path
 
 from pydantic import AnyHttpUrl, Field, SecretStr, field_validator
@@ -53,7 +52,3 @@ class AgentSettings(BaseSettings):
     def cache_dir(self) -> Path:
         return self.state_dir / "cache"
 
-
-@lru_cache
-def get_agent_settings() -> AgentSettings:
-    return AgentSettings()

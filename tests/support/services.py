@@ -37,13 +37,24 @@ class Service:
     env: dict[str, str] = field(default_factory=dict)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
+        """Stop the process; one started in a session of its own (vLLM, workers, agents) is
+        stopped with everything it started."""
+        if self.process.poll() is None and _leads_group(self.process.pid):
+            stop_group(self)
+        elif self.process.poll() is None:
             self.process.terminate()
             try:
                 self.process.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def _leads_group(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
 
 
 def wait_until(check, *, timeout_s: float, what: str, log: Path | None = None) -> None:
@@ -258,3 +269,24 @@ def start_agent(folder: Path, *, pool: str, vllm_url: str, registry_url: str, to
     wait_until(lambda: httpx.get(service.url + "/metrics").status_code == 200, timeout_s=30,
                what="agent", log=log)
     return service
+
+
+def start_database_and_store(work: Path, running: list[Service], bucket: str) -> tuple[str, Service]:
+    """PostgreSQL with a migrated database and an S3 server with a bucket, as the benchmarks run
+    them; both are appended to `running` for the caller to stop. Returns (database URL, S3)."""
+    from registry import migrate
+
+    postgres = start_postgres(work / "postgres")
+    running.append(postgres)
+    database_url = create_database(postgres.url, "bench")
+    migrate.upgrade(database_url)
+    s3 = start_s3(work / "s3")
+    running.append(s3)
+    s3_client(s3.url).create_bucket(Bucket=bucket)
+    return database_url, s3
+
+
+def registry_env(database_url: str, s3: Service, bucket: str) -> dict[str, str]:
+    """A registry on that database and bucket."""
+    return {"LORAPLANE_DATABASE_URL": database_url, "LORAPLANE_STORAGE": "s3",
+            "LORAPLANE_S3_ENDPOINT_URL": s3.url, "LORAPLANE_S3_BUCKET": bucket}

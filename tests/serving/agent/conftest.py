@@ -23,8 +23,8 @@ POOL = "node-pool"
 class Restartable:
     """A process a test may stop and start again on the same port."""
 
-    def __init__(self, start: Callable[[], services.Service], *, own_group: bool) -> None:
-        self._start, self._own_group = start, own_group
+    def __init__(self, start: Callable[[], services.Service]) -> None:
+        self._start = start
         self.service = start()
 
     @property
@@ -32,10 +32,7 @@ class Restartable:
         return self.service.url
 
     def stop(self) -> None:
-        if self._own_group:  # vLLM: its engine core is a child process
-            services.stop_group(self.service)
-        else:
-            self.service.stop()
+        self.service.stop()
 
     def restart(self) -> None:
         self.stop()
@@ -60,7 +57,7 @@ def node_vllm(service_dir: Path, task_kit) -> Iterator[Restartable]:
     spec = EngineSpec(model_dir=task_kit.base_dir, served_name=KIT_BASE, port=port, max_loras=2,
                       max_cpu_loras=8, max_lora_rank=16,
                       lora_modules=(("static-reverse", str(task_kit.adapters["reverse_words"])),))
-    node = Restartable(lambda: services.start_vllm(folder, spec), own_group=True)
+    node = Restartable(lambda: services.start_vllm(folder, spec))
     yield node
     node.stop()
     shutil.rmtree(folder / "cache", ignore_errors=True)
@@ -71,7 +68,7 @@ def second_node_vllm(service_dir: Path, task_kit) -> Iterator[Restartable]:
     port, folder = services.free_port(), service_dir / "node-vllm-2"
     spec = EngineSpec(model_dir=task_kit.base_dir, served_name=KIT_BASE, port=port, max_loras=2,
                       max_cpu_loras=8, max_lora_rank=16)
-    node = Restartable(lambda: services.start_vllm(folder, spec), own_group=True)
+    node = Restartable(lambda: services.start_vllm(folder, spec))
     yield node
     node.stop()
     shutil.rmtree(folder / "cache", ignore_errors=True)
@@ -83,8 +80,7 @@ def agent_registry(service_dir: Path, registry: services.Service) -> Iterator[Re
     env.pop("LORAPLANE_PUBLIC_URL", None)
     env.pop("LORAPLANE_DATA_DIR", None)
     port = services.free_port()
-    server = Restartable(lambda: services.start_registry(service_dir / "agent-registry", env, port=port),
-                         own_group=False)
+    server = Restartable(lambda: services.start_registry(service_dir / "agent-registry", env, port=port))
     yield server
     server.stop()
 
