@@ -127,6 +127,35 @@ def agent(
     run(settings)
 
 
+@app.command()
+def router(
+    pool: str = typer.Option(..., help="The pool to route for."),
+    registry: str = typer.Option(..., help="The registry's URL."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8090, help="Port of the OpenAI-compatible API."),
+):
+    """Run the OpenAI-compatible router for a pool.
+
+    Applications call it with an app key and model="tenant/name", "tenant/name:alias" or
+    "tenant/name@N". The router's own token (role router) comes from LORAPLANE_ROUTER_TOKEN, never
+    from the command line. Other settings (tiers, timeouts, metrics port) are LORAPLANE_ROUTER_*
+    variables.
+    """
+    from pydantic import ValidationError
+
+    from serving.router.main import run
+    from serving.router.settings import RouterSettings
+
+    try:
+        settings = RouterSettings(pool=pool, registry_url=registry, host=host, port=port)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        _fail(f"{where}: {first['msg']}", "The token goes in LORAPLANE_ROUTER_TOKEN (loraplane "
+              "token create --role router --pool POOL)." if where == "token" else "")
+    run(settings)
+
+
 @db_app.command("upgrade")
 def db_upgrade(revision: str = typer.Argument("head")):
     """Apply migrations up to REVISION (default: head)."""
@@ -160,14 +189,19 @@ def db_check():
 @token_app.command("create")
 def token_create(
     subject: str = typer.Option(..., help="The person or service the token is for."),
-    role: str = typer.Option(..., help="admin, uploader, reviewer or node."),
-    tenant: Optional[str] = typer.Option(None, help="Tenant scope; omit for a global admin or a node."),
-    pool: Optional[str] = typer.Option(None, help="A node token's pool (with --role node)."),
+    role: str = typer.Option(..., help="admin, uploader, reviewer, node, router, or app (an "
+                                        "application's key for the router)."),
+    tenant: Optional[str] = typer.Option(None, help="Tenant scope; omit for a global admin, a node "
+                                                    "or a router."),
+    pool: Optional[str] = typer.Option(None, help="The pool of a node or router token."),
+    tier: Optional[str] = typer.Option(None, help="An app key's SLO tier: interactive (default) or "
+                                                  "batch."),
 ):
     """Create a token. It is printed once; only its hash is stored."""
     from loraplane.tokens import create_token
 
-    _call(lambda: typer.echo(create_token(subject=subject, role=role, tenant=tenant, pool=pool)))
+    _call(lambda: typer.echo(create_token(subject=subject, role=role, tenant=tenant, pool=pool,
+                                          tier=tier)))
 
 
 @token_app.command("revoke")

@@ -10,14 +10,16 @@ from registry.errors import Unprocessable
 OPERATOR = "operator (cli)"
 
 
-def create_token(*, subject: str, role: str, tenant: str | None, pool: str | None = None) -> str:
+def create_token(*, subject: str, role: str, tenant: str | None, pool: str | None = None,
+                 tier: str | None = None) -> str:
     try:
         parsed = Role(role)
     except ValueError:
-        raise Unprocessable(f"unknown role {role!r}", hint="Use admin, uploader, reviewer or node.") from None
+        raise Unprocessable(f"unknown role {role!r}",
+                            hint=f"Use one of: {', '.join(Role)}.") from None
     with transaction() as session:
         _, plain = tokens.create_token(session, subject=subject, role=parsed, tenant=tenant,
-                                       pool=pool, actor=OPERATOR)
+                                       pool=pool, tier=tier, actor=OPERATOR)
     return plain
 
 

@@ -35,7 +35,8 @@ class ApiToken(Base):
     role: Mapped[str] = mapped_column(String(16))
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"), index=True)
     pool_id: Mapped[int | None] = mapped_column(
-        ForeignKey("pools.id", name="fk_api_tokens_pool_id"), index=True)  # a node token's pool
+        ForeignKey("pools.id", name="fk_api_tokens_pool_id"), index=True)  # a node or router token's pool
+    tier: Mapped[str | None] = mapped_column(String(16))  # an app key's SLO tier
     created_at: Mapped[datetime] = created_at_column()
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 

@@ -33,6 +33,8 @@ PRINCIPALS = {
     "acme_uploader": (Role.UPLOADER, "acme", None),
     "acme_reviewer": (Role.REVIEWER, "acme", None),
     "serving_node": (Role.NODE, None, SERVING_POOL),
+    "serving_router": (Role.ROUTER, None, SERVING_POOL),
+    "acme_app": (Role.APP, "acme", None),
     "globex_admin": (Role.ADMIN, "globex", None),
     "globex_uploader": (Role.UPLOADER, "globex", None),
 }

@@ -13,7 +13,7 @@ bodies = BodyCache()
 async def answer(pool: str, principal: Principal, known: int | None,
                  wait_s: float) -> tuple[int, int, bytes | None]:
     """(HTTP status, generation, body or None for a 304)."""
-    principal.require_node_of(pool)
+    principal.require_pool_reader(pool)
     current = WATCH.known(pool)
     if current is None or (known is not None and known > current):
         # A pool this process has not seen yet (or none: 404 from here), or a node that already

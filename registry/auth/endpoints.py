@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 
 from registry.auth import tokens
-from registry.auth.dependencies import authenticated
+from registry.auth.dependencies import any_token, authenticated
 from registry.auth.principal import Principal, Role
 from registry.auth.schemas import TokenCreate, TokenCreated, WhoAmI
 from registry.db import transaction
@@ -20,13 +20,13 @@ def create_token(spec: TokenCreate, principal: Principal = Depends(authenticated
     with transaction() as session:
         row, plain = tokens.create_token(
             session, subject=spec.subject, role=spec.role, tenant=spec.tenant, pool=spec.pool,
-            actor=principal.label,
+            tier=spec.tier, actor=principal.label,
         )
         return TokenCreated(id=row.id, subject=row.subject, role=spec.role, tenant=spec.tenant,
-                            pool=spec.pool, token=plain)
+                            pool=spec.pool, tier=row.tier, token=plain)
 
 
 @router.get("/whoami", response_model=WhoAmI)
-def whoami(principal: Principal = Depends(authenticated)):
+def whoami(principal: Principal = Depends(any_token)):
     return WhoAmI(subject=principal.subject, role=principal.role, tenant=principal.tenant,
-                  pool=principal.pool)
+                  pool=principal.pool, tier=principal.tier)

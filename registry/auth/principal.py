@@ -12,7 +12,15 @@ class Role(StrEnum):
     ADMIN = "admin"
     UPLOADER = "uploader"
     REVIEWER = "reviewer"
-    NODE = "node"
+    NODE = "node"  # a serving node's agent: reads its pool's active set, reports its status
+    ROUTER = "router"  # reads its pool's active set and rollout; reports nothing
+    APP = "app"  # an application calling the router; the registry only answers its /v1/whoami
+
+
+POOL_ROLES = (Role.NODE, Role.ROUTER)  # tokens of one pool and no tenant
+TIERS = ("interactive", "batch")  # an app key's SLO tier; the first is the default
+
+
 
 
 @dataclass(frozen=True)
@@ -20,8 +28,9 @@ class Principal:
     token_id: int
     subject: str
     role: Role
-    tenant: str | None  # None for a global admin and for node tokens
-    pool: str | None = None  # a node token's pool
+    tenant: str | None  # None for a global admin and for node and router tokens
+    pool: str | None = None  # a node or router token's pool
+    tier: str | None = None  # an app key's SLO tier
 
     @property
     def is_global_admin(self) -> bool:
@@ -51,14 +60,19 @@ class Principal:
     def require_global_admin(self) -> None:
         self.require(set())
 
-    def require_node_of(self, pool: str) -> None:
-        """Pass a global admin, or a node token issued for this pool."""
+    def require_node_of(self, pool: str, roles: tuple[Role, ...] = (Role.NODE,)) -> None:
+        """Pass a global admin, or a token of one of `roles` issued for this pool."""
         if self.is_global_admin:
             return
-        if self.role is not Role.NODE:
-            raise Forbidden(f"role '{self.role}' may not do this; it needs a node token of pool '{pool}'",
-                            hint="Use the node token issued for this pool (loraplane token create "
-                                 "--role node --pool POOL).")
+        wanted = " or ".join(roles)
+        if self.role not in roles:
+            raise Forbidden(f"role '{self.role}' may not do this; it needs a {wanted} token of pool "
+                            f"'{pool}'", hint=f"Use the token issued for this pool (loraplane token "
+                                              f"create --role {roles[0]} --pool POOL).")
         if self.pool != pool:
-            raise Forbidden(f"this node token belongs to pool '{self.pool}', not '{pool}'",
-                            hint="Use the node token issued for this pool.")
+            raise Forbidden(f"this {self.role} token belongs to pool '{self.pool}', not '{pool}'",
+                            hint="Use the token issued for this pool.")
+
+    def require_pool_reader(self, pool: str) -> None:
+        """Pass a global admin, or a node or router token of this pool."""
+        self.require_node_of(pool, (Role.NODE, Role.ROUTER))

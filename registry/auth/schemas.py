@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from registry.auth.principal import Role
@@ -13,7 +15,9 @@ class TokenCreate(BaseModel):
     role: Role
     tenant: str | None = Field(default=None, max_length=64)
     pool: str | None = Field(default=None, max_length=64, pattern=NAME_PATTERN.pattern,
-                             description="A node token's pool.")
+                             description="A node or router token's pool.")
+    tier: Literal["interactive", "batch"] | None = Field(
+        default=None, description="An app key's SLO tier (default interactive).")
 
 
 class TokenCreated(BaseModel):
@@ -22,6 +26,7 @@ class TokenCreated(BaseModel):
     role: Role
     tenant: str | None
     pool: str | None = None
+    tier: str | None = None
     token: str = Field(description="Shown once; only its hash is stored.")
 
 
@@ -30,3 +35,4 @@ class WhoAmI(BaseModel):
     role: Role
     tenant: str | None
     pool: str | None = None
+    tier: str | None = None

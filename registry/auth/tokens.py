@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry import audit
-from registry.auth.principal import Principal, Role
+from registry.auth.principal import POOL_ROLES, TIERS, Principal, Role
 from registry.errors import NotFound, Unauthorized, Unprocessable
 from registry.names import check_name
 from registry.tables import ApiToken, Pool, Tenant
@@ -35,15 +35,17 @@ def ensure_tenant(session: Session, name: str) -> Tenant:
 
 def create_token(
     session: Session, *, subject: str, role: Role, tenant: str | None, actor: str,
-    pool: str | None = None,
+    pool: str | None = None, tier: str | None = None,
 ) -> tuple[ApiToken, str]:
     """Return the stored row and the plain token, which is never stored or shown again.
-    Node tokens belong to one pool and no tenant: a pool serves every tenant's adapters."""
+    Node and router tokens belong to one pool and no tenant: a pool serves every tenant's
+    adapters. App keys belong to one tenant and carry an SLO tier."""
     if not subject.strip() or len(subject) > 128:
         raise Unprocessable("subject must be 1-128 characters", hint="Name the person or service.")
     pool_row = _node_pool(session, role, tenant, pool)
-    if tenant is None and role not in (Role.ADMIN, Role.NODE):
+    if tenant is None and role not in (Role.ADMIN, *POOL_ROLES):
         raise Unprocessable(f"a '{role}' token needs a tenant", hint="Pass --tenant NAME.")
+    tier = _tier(role, tier)
     tenant_row = ensure_tenant(session, tenant) if tenant is not None else None
     plain = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = ApiToken(
@@ -52,6 +54,7 @@ def create_token(
         role=role.value,
         tenant_id=tenant_row.id if tenant_row else None,
         pool_id=pool_row.id if pool_row else None,
+        tier=tier,
     )
     session.add(row)
     session.flush()
@@ -61,20 +64,33 @@ def create_token(
         action="token.create",
         subject=f"token/{row.id}",
         tenant_id=row.tenant_id,
-        after={"subject": row.subject, "role": row.role, "tenant": tenant, "pool": pool},
+        after={"subject": row.subject, "role": row.role, "tenant": tenant, "pool": pool, "tier": tier},
     )
     return row, plain
 
 
+def _tier(role: Role, tier: str | None) -> str | None:
+    if role is not Role.APP:
+        if tier is not None:
+            raise Unprocessable("only app keys have an SLO tier", code="invalid_token_scope",
+                                hint="Drop --tier, or use --role app.")
+        return None
+    if tier not in (None, *TIERS):
+        raise Unprocessable(f"unknown tier {tier!r}", code="invalid_token_scope",
+                            hint="Use interactive or batch.")
+    return tier or TIERS[0]
+
+
 def _node_pool(session: Session, role: Role, tenant: str | None, pool: str | None) -> Pool | None:
-    if role is not Role.NODE:
+    if role not in POOL_ROLES:
         if pool is not None:
-            raise Unprocessable("only node tokens belong to a pool", code="invalid_token_scope",
-                                hint="Drop --pool, or use --role node.")
+            raise Unprocessable("only node and router tokens belong to a pool",
+                                code="invalid_token_scope", hint="Drop --pool, or use --role node.")
         return None
     if pool is None or tenant is not None:
-        raise Unprocessable("a node token needs a pool and no tenant", code="invalid_token_scope",
-                            hint="Pass --role node --pool POOL: a pool serves every tenant's adapters.")
+        raise Unprocessable(f"a {role} token needs a pool and no tenant", code="invalid_token_scope",
+                            hint=f"Pass --role {role} --pool POOL: a pool serves every tenant's "
+                                 "adapters.")
     row = session.scalar(select(Pool).where(Pool.name == pool))
     if row is None:
         raise NotFound(f"pool {pool!r} does not exist", code="pool_not_found",
@@ -115,4 +131,4 @@ def authenticate(session: Session, plain: str | None) -> Principal:
     tenant = session.get(Tenant, row.tenant_id).name if row.tenant_id else None
     pool = session.get(Pool, row.pool_id).name if row.pool_id else None
     return Principal(token_id=row.id, subject=row.subject, role=Role(row.role), tenant=tenant,
-                     pool=pool)
+                     pool=pool, tier=row.tier)

@@ -54,6 +54,8 @@ class NodeOut(BaseModel):
     seconds_since_report: float
     drift: DriftOut
     failures: list[NodeFailure]
+    serving: list[str] = Field(description="Desired and loaded with the right digest: the names "
+                                           "a router may send to this node.")
     vllm_url: str | None = Field(description="Only for global admins and the pool's nodes: vLLM's "
                                              "runtime endpoints must stay private.")
     limits: dict[str, int] | None

@@ -55,16 +55,16 @@ def _upsert(session: Session, pool_id: int, node_id: str, fields: dict) -> NodeS
 
 
 def rollout(session: Session, principal: Principal, pool_name: str) -> RolloutOut:
-    if principal.role is not Role.NODE:
-        principal.require({Role.ADMIN, Role.REVIEWER, Role.UPLOADER})
+    if principal.role in (Role.NODE, Role.ROUTER):
+        principal.require_pool_reader(pool_name)
     else:
-        principal.require_node_of(pool_name)
+        principal.require({Role.ADMIN, Role.REVIEWER, Role.UPLOADER})
     pool = pool_by_name(session, pool_name)
     desired = desired_digests(session, pool.id)
     visible = _visible_to(principal)
     rows = session.scalars(select(NodeStatus).where(NodeStatus.pool_id == pool.id)
                            .order_by(NodeStatus.node_id)).all()
-    internals = principal.tenant is None  # global admins and the pool's own nodes
+    internals = principal.tenant is None  # global admins, the pool's own nodes and routers
     nodes = [_node_out(row, desired, pool.generation, visible, internals=internals) for row in rows]
     return RolloutOut(pool=pool.name, generation=pool.generation, nodes_total=len(nodes),
                       nodes_converged=sum(n.converged for n in nodes),
@@ -95,6 +95,7 @@ def _node_out(row: NodeStatus, desired: dict[str, str], generation: int, visible
                        extra=[n for n in drift.extra if visible(n)],
                        wrong_digest=[n for n in drift.wrong_digest if visible(n)]),
         failures=[NodeFailure(**f) for f in row.failures if visible(f["served_name"])],
+        serving=sorted(n for n, digest in desired.items() if loaded.get(n) == digest and visible(n)),
         vllm_url=row.vllm_url if internals else None, limits=row.limits if internals else None,
         reported_at=row.reported_at)
 

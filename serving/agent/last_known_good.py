@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from serving.agent.registry_client import ActiveSet
+from serving.registry_client import ActiveSet
 
 
 class LastKnownGood:

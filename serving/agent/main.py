@@ -20,7 +20,7 @@ from serving.agent import metrics
 from serving.agent.artifacts import AdapterCache
 from serving.agent.last_known_good import LastKnownGood
 from serving.agent.reconcile import Reconciler
-from serving.agent.registry_client import ActiveSet, RegistryClient, RegistryUnavailable
+from serving.registry_client import ActiveSet, RegistryClient, RegistryUnavailable
 from serving.agent.settings import AgentSettings
 from serving.agent.vllm_client import VllmClient, VllmUnavailable
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from serving.agent import metrics
 from serving.agent.artifacts import AdapterCache, DigestMismatch, DownloadFailed
-from serving.agent.registry_client import ActiveSet
+from serving.registry_client import ActiveSet
 from serving.agent.vllm_client import LoadRefused, VllmClient
 
 log = logging.getLogger(__name__)

@@ -21,8 +21,13 @@ counter = itertools.count()
 
 
 def expect(default: int, **overrides: int) -> dict[str, int]:
-    """Expected status per principal: 401 without a token, `default` unless overridden."""
-    return {"none": 401, **{p: default for p in PRINCIPALS}, **overrides}
+    """Expected status per principal: 401 without a token, `default` unless overridden. An app
+    key is refused everywhere but /v1/whoami; a router token gets what a node token gets, unless
+    overridden."""
+    expected = {"none": 401, **{p: default for p in PRINCIPALS}, "acme_app": 403, **overrides}
+    if "serving_router" not in overrides:
+        expected["serving_router"] = expected["serving_node"]
+    return expected
 
 
 READERS = expect(403, global_admin=200, acme_admin=200, acme_uploader=200, acme_reviewer=200)
@@ -46,7 +51,7 @@ def unique(prefix: str) -> str:
 
 
 ENDPOINTS = [
-    ("GET /v1/whoami", lambda w: ("GET", "/v1/whoami", {}), ANY_TOKEN),
+    ("GET /v1/whoami", lambda w: ("GET", "/v1/whoami", {}), expect(200, acme_app=200)),
     ("GET /v1/base-models", lambda w: ("GET", "/v1/base-models", {}), ANY_TOKEN),
     ("GET /v1/base-models/{name}", lambda w: ("GET", "/v1/base-models/tiny-llama", {}), ANY_TOKEN),
     ("POST /v1/base-models", lambda w: ("POST", "/v1/base-models", {
@@ -93,7 +98,7 @@ ENDPOINTS = [
      lambda w: ("PUT", "/v1/pools/serving/nodes/matrix-node/status", {"json": {
          "generation": 0, "loaded": [], "vllm_url": "http://10.1.2.3:8000",
          "limits": {"max_loras": 2, "max_cpu_loras": 4, "max_lora_rank": 16}}}),
-     expect(403, global_admin=200, serving_node=200)),
+     expect(403, global_admin=200, serving_node=200, serving_router=403)),
     ("GET /v1/pools/{p}/sizing", lambda w: ("GET", "/v1/pools/serving/sizing", {}),
      expect(200, serving_node=403)),
     ("GET /v1/pools/{p}/rollout", lambda w: ("GET", "/v1/pools/serving/rollout", {}), expect(200)),

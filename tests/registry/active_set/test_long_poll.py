@@ -58,7 +58,7 @@ def test_etag_if_none_match_and_304(registry, pool, node_token, promo_pools):
 def test_only_this_pools_nodes_and_global_admins_read_it(registry, pool, client_for, admin):
     path = f"/v1/pools/{pool}/active-set"
     assert_refused(client_for("none").get(path), 401, "unauthorized", "missing bearer token")
-    assert_refused(client_for("acme_admin").get(path), 403, "forbidden", "needs a node token of pool 'longpoll'")
+    assert_refused(client_for("acme_admin").get(path), 403, "forbidden", "needs a node or router token of pool 'longpoll'")
     assert_refused(client_for("serving_node").get(path), 403, "forbidden",
                    "this node token belongs to pool 'serving', not 'longpoll'")
     assert_refused(admin.get("/v1/pools/nowhere/active-set"), 404, "pool_not_found", "'nowhere'")

@@ -4,39 +4,18 @@ of its own (same database) that tests may stop and start again."""
 from __future__ import annotations
 
 import shutil
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from loraplane.engine import EngineSpec
 from tests.conftest import KIT_BASE
 from tests.support import services
-from tests.support.evals import create_suite, upload_dir
-from tests.support.promotions import evaluations_of, finish_evaluation, request_promotion
+from tests.support.evals import create_suite
+from tests.support.nodes import Restartable, promoter
 
 POOL = "node-pool"
-
-
-class Restartable:
-    """A process a test may stop and start again on the same port."""
-
-    def __init__(self, start: Callable[[], services.Service]) -> None:
-        self._start = start
-        self.service = start()
-
-    @property
-    def url(self) -> str:
-        return self.service.url
-
-    def stop(self) -> None:
-        self.service.stop()
-
-    def restart(self) -> None:
-        self.stop()
-        self.service = self._start()
 
 
 @pytest.fixture(scope="module")
@@ -107,43 +86,4 @@ def start_agent(service_dir, node_pool, node_vllm, agent_registry):
 @pytest.fixture(scope="module")
 def promote(admin, uploader, engine, node_pool):
     """Upload a kit adapter as acme/<name>, record a passed parity evaluation, promote and approve."""
-
-    def run(name: str, folder: Path, alias: str = "production") -> dict:
-        version = upload_dir(uploader, f"acme/{name}", folder)
-        if not evaluations_of(admin, version):
-            path = f"/v1/adapters/acme/{name}/versions/{version['number']}/evaluations"
-            assert admin.post(path, json={"suite": "node-parity"}).status_code in (200, 202)
-            for evaluation in evaluations_of(admin, version):
-                finish_evaluation(engine, evaluation["id"])
-        created = request_promotion(uploader, POOL, version, alias)
-        assert created.status_code == 201, created.text
-        approved = admin.post(f"/v1/promotions/{created.json()['id']}/approve", json={"comment": "ok"})
-        assert approved.status_code == 200, approved.text
-        return version
-
-    return run
-
-
-def served_adapters(vllm_url: str) -> dict[str, str]:
-    models = httpx.get(vllm_url + "/v1/models", timeout=10).json()["data"]
-    return {m["id"]: m.get("root", "") for m in models if m.get("parent")}
-
-
-def wait_for(check, *, timeout_s: float = 30, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except (httpx.HTTPError, OSError):
-            value = None
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def complete(vllm_url: str, model: str, prompt: str) -> str:
-    response = httpx.post(vllm_url + "/v1/completions", timeout=60, json={
-        "model": model, "prompt": prompt, "max_tokens": 16, "temperature": 0})
-    assert response.status_code == 200, response.text
-    return response.json()["choices"][0]["text"]
+    return promoter(admin, uploader, engine, POOL, "node-parity")

@@ -10,7 +10,8 @@ import httpx
 
 from tests.support import services
 from tests.support.evals import upload_dir
-from tests.serving.agent.conftest import POOL, complete, served_adapters, wait_for
+from tests.serving.agent.conftest import POOL
+from tests.support.nodes import complete, served_adapters, wait_for
 
 
 def rollout_node(admin, node_id: str) -> dict:

@@ -1,4 +1,5 @@
-"""The registry, as the agent sees it: the active-set long-poll and the status report."""
+"""The registry, as serving processes see it: the active-set long-poll, the node status report
+and the pool's rollout."""
 
 from __future__ import annotations
 
@@ -52,6 +53,17 @@ class RegistryClient:
             raise RegistryUnavailable(f"{type(error).__name__}: {error}") from error
         if response.status_code != 200:
             raise RegistryUnavailable(f"HTTP {response.status_code}: {response.text[:300]}")
+
+    async def rollout(self) -> list[dict[str, Any]]:
+        """Every node's last report, as the registry judges it (converged, stale, serving)."""
+        try:
+            response = await self._http.get(f"/v1/pools/{self.pool}/rollout")
+            response.raise_for_status()
+            return response.json()["nodes"]
+        except httpx.HTTPStatusError as error:
+            raise RegistryUnavailable(f"HTTP {error.response.status_code}: {error.response.text[:300]}") from error
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
+            raise RegistryUnavailable(f"{type(error).__name__}: {error}") from error
 
     async def close(self) -> None:
         await self._http.aclose()
