@@ -134,17 +134,26 @@ def _capacity(session: Session, t: Target) -> Gate:
                               .where(PoolAlias.pool_id == t.pool.id)).all()
     after = {row.version_id for row in aliases
              if (row.adapter_id, row.alias) != (t.adapter.id, t.alias)} | {t.version.id}
-    nodes = changes.live_nodes(session, t.pool.id)
-    reported = [n.limits.get("max_cpu_loras") for n in nodes if n.limits.get("max_cpu_loras")]
-    capacity = min([t.pool.max_cpu_loras, *reported])
-    source = "the smallest live node's max_cpu_loras" if capacity < t.pool.max_cpu_loras else "max_cpu_loras"
+    capacity, source = _pool_capacity(session, t.pool)
     if len(after) <= capacity:
         return Gate("capacity", True, f"{len(after)} of {capacity} adapter slots ({source})")
     return Gate("capacity", False,
-                f"the active set would hold {len(after)} adapters, more than the {capacity} each of "
-                f"pool {t.pool.name!r}'s nodes keeps resident ({source}); vLLM would evict and "
-                "reload adapters on every switch",
-                "Roll back or replace an alias in this pool first, or raise the pool's max_cpu_loras.")
+                f"the active set would hold {len(after)} adapters, more than the {capacity} that "
+                f"pool {t.pool.name!r} keeps resident ({source}); vLLM would evict and reload "
+                "adapters on every switch",
+                "Roll back or replace an alias in this pool first, add nodes, or raise the pool's "
+                "max_cpu_loras.")
+
+
+def _pool_capacity(session: Session, pool) -> tuple[int, str]:
+    """Adapters the pool keeps resident: each live node's slots (its max_cpu_loras, at most the
+    pool's) added up, since the router keeps each adapter on few nodes. With no live node, one
+    node's worth."""
+    nodes = changes.live_nodes(session, pool.id)
+    if not nodes:
+        return pool.max_cpu_loras, "max_cpu_loras of one node; no node is live"
+    slots = [min(pool.max_cpu_loras, n.limits.get("max_cpu_loras") or pool.max_cpu_loras) for n in nodes]
+    return sum(slots), f"max_cpu_loras summed over {len(nodes)} live node{'s' * (len(nodes) > 1)}"
 
 
 def four_eyes(session: Session, promotion: Promotion, approver: Principal) -> Gate:

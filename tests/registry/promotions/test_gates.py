@@ -119,3 +119,29 @@ def test_unknown_pool_version_and_other_tenants(engine, promo_pools, make_ready,
     assert_refused(request_promotion(client_for("serving_node"), promo_pools["open"], version), 403,
                    "forbidden", "role 'node' may not do this")
     assert stored(engine, promo_pools["open"]) == before
+
+
+def test_capacity_counts_every_live_node(admin, make_ready, uploader, second_reviewer):
+    """The router keeps each adapter on few nodes, so two live nodes of one slot hold two adapters."""
+    from tests.registry.conftest import PROMO_BASE
+
+    pool = "promo-two-nodes"
+    body = {"name": pool, "base_model": PROMO_BASE, "dtype": "float32", "max_loras": 1,
+            "max_cpu_loras": 1, "max_lora_rank": 16}
+    assert admin.post("/v1/pools", json=body).status_code == 201
+    first = request_promotion(uploader, pool, make_ready("node-slot-1"))
+    approve(second_reviewer, first.json()["id"])
+    waiting = make_ready("node-slot-2")
+    assert_refused(request_promotion(uploader, pool, waiting), 422, "gate_blocked",
+                   "more than the 1 that pool 'promo-two-nodes' keeps resident")
+
+    for node in ("slot-a", "slot-b"):
+        status = {"generation": 0, "loaded": [], "vllm_url": f"http://10.0.0.{len(node)}:8000",
+                  "limits": {"max_loras": 1, "max_cpu_loras": 4, "max_lora_rank": 16}}
+        assert admin.put(f"/v1/pools/{pool}/nodes/{node}/status", json=status).status_code == 200
+    second = request_promotion(uploader, pool, waiting)
+
+    assert second.status_code == 201, second.text
+    capacity = next(g for g in second.json()["gates"] if g["name"] == "capacity")
+    assert capacity["passed"]
+    assert capacity["message"] == "2 of 2 adapter slots (max_cpu_loras summed over 2 live nodes)"
