@@ -25,7 +25,6 @@ from serving.agent.settings import AgentSettings
 from serving.agent.vllm_client import VllmClient, VllmUnavailable
 
 log = logging.getLogger("loraplane.agent")
-HEARTBEAT_S = 20  # a report at least this often, though nothing changed: the node is alive
 
 
 class Agent:
@@ -99,7 +98,7 @@ class Agent:
                 metrics.FAILURES.labels("internal").inc()
                 continue
             status |= {"vllm_url": str(self.settings.vllm_url), "limits": self._limits()}
-            if status != last_report or loop.time() - last_sent > HEARTBEAT_S:
+            if status != last_report or loop.time() - last_sent > self.settings.heartbeat_s:
                 try:
                     await self.registry.report(self.settings.node_id, status)
                     last_report, last_sent = status, loop.time()

@@ -36,6 +36,9 @@ class AgentSettings(BaseSettings):
     resync_s: float = Field(default=2, gt=0, le=300, description=(
         "How often vLLM's own list of adapters is compared with the desired set, which is how "
         "a vLLM restart is noticed."))
+    heartbeat_s: float = Field(default=20, gt=0, le=3600, description=(
+        "A status report at least this often, though nothing changed; keep it well under the "
+        "registry's LORAPLANE_NODE_STALE_AFTER_S, after which a silent node counts as stale."))
     retry_failed_after_s: float = Field(default=60, gt=0, description=(
         "A version that failed to load (bad digest, vLLM refused it) is not tried again sooner."))
     request_timeout_s: float = Field(default=30, gt=0, le=600)
