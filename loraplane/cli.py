@@ -11,6 +11,7 @@ import typer
 from loraplane.cli_support import call as _call
 from loraplane.cli_support import console
 from loraplane.cli_support import fail as _fail
+from loraplane.cli_support import settings_or_fail
 from loraplane.cli_support import print_json as _print_json
 from loraplane.client import ClientSettings, checked, connect
 from loraplane.promotion_cli import audit_app, promotion_app
@@ -109,22 +110,14 @@ def agent(
     The node token comes from LORAPLANE_AGENT_NODE_TOKEN, never from the command line. Other
     settings (state dir, cache size, metrics port) are LORAPLANE_AGENT_* variables.
     """
-    from pydantic import ValidationError
-
     from serving.agent.main import run
     from serving.agent.settings import AgentSettings
 
     overrides = {"pool": pool, "vllm_url": vllm_url, "registry_url": registry}
     if node_id:
         overrides["node_id"] = node_id
-    try:
-        settings = AgentSettings(**overrides)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        _fail(f"{where}: {first['msg']}", "The token goes in LORAPLANE_AGENT_NODE_TOKEN."
-              if where == "node_token" else "")
-    run(settings)
+    run(settings_or_fail(lambda: AgentSettings(**overrides), "LORAPLANE_AGENT_", "node_token",
+                         "Set LORAPLANE_AGENT_NODE_TOKEN (loraplane token create --role node --pool POOL)."))
 
 
 @app.command()
@@ -141,19 +134,12 @@ def router(
     from the command line. Other settings (tiers, timeouts, metrics port) are LORAPLANE_ROUTER_*
     variables.
     """
-    from pydantic import ValidationError
-
     from serving.router.main import run
     from serving.router.settings import RouterSettings
 
-    try:
-        settings = RouterSettings(pool=pool, registry_url=registry, host=host, port=port)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        _fail(f"{where}: {first['msg']}", "The token goes in LORAPLANE_ROUTER_TOKEN (loraplane "
-              "token create --role router --pool POOL)." if where == "token" else "")
-    run(settings)
+    run(settings_or_fail(lambda: RouterSettings(pool=pool, registry_url=registry, host=host, port=port),
+                         "LORAPLANE_ROUTER_", "token",
+                         "Set LORAPLANE_ROUTER_TOKEN (loraplane token create --role router --pool POOL)."))
 
 
 @db_app.command("upgrade")

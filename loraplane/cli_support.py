@@ -6,6 +6,7 @@ import json
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from loraplane.client import RegistryError
 from registry.errors import LoraplaneError
@@ -14,10 +15,24 @@ console = Console(stderr=True)
 
 
 def fail(message: str, hint: str = "") -> None:
-    console.print(f"[red]error:[/red] {message}")
+    console.print(f"[red]error:[/red] {escape(message)}")
     if hint:
-        console.print(f"[yellow]hint:[/yellow] {hint}")
+        console.print(f"[yellow]hint:[/yellow] {escape(hint)}")
     raise typer.Exit(1)
+
+
+def settings_or_fail(make, prefix: str, token_field: str, token_hint: str):
+    """Build a settings object, or fail naming the variable or option that was wrong."""
+    from pydantic import ValidationError
+
+    try:
+        return make()
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        message = first["msg"].removeprefix("Value error, ")
+        fail(f"{field} ({prefix}{field.upper()}): {message}" if field else message,
+             token_hint if field == token_field else "")
 
 
 def call(request):

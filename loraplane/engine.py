@@ -29,6 +29,7 @@ class EngineSpec:
     kv_cache_gib: int = 1
     host: str = "127.0.0.1"
     lora_modules: tuple[tuple[str, str], ...] = ()  # (name, path) of adapters loaded at start
+    chat_template: str | None = None  # a Jinja file, for a base whose tokenizer has none
 
 
 def vllm_python() -> Path:
@@ -42,6 +43,8 @@ def command(spec: EngineSpec) -> list[str]:
             "--max-model-len", str(spec.max_model_len), "--disable-uvicorn-access-log",
             # TTFT and queue time in every response, so clients need not stream to time them.
             "--enable-per-request-metrics"]
+    if spec.chat_template:
+        args += ["--chat-template", spec.chat_template]
     if spec.enable_lora:
         args += ["--enable-lora", "--max-loras", str(spec.max_loras),
                  "--max-cpu-loras", str(spec.max_cpu_loras), "--max-lora-rank", str(spec.max_lora_rank)]

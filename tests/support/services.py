@@ -260,7 +260,9 @@ def start_agent(folder: Path, *, pool: str, vllm_url: str, registry_url: str, to
     env.update({"LORAPLANE_AGENT_NODE_TOKEN": token, "LORAPLANE_AGENT_STATE_DIR": str(folder / "state"),
                 "LORAPLANE_AGENT_METRICS_PORT": str(metrics_port), "LORAPLANE_AGENT_RESYNC_S": str(resync_s),
                 "LORAPLANE_AGENT_POLL_WAIT_S": "10", "LORAPLANE_AGENT_BACKOFF_MAX_S": "1",
-                "LORAPLANE_AGENT_RETRY_FAILED_AFTER_S": "600"})
+                "LORAPLANE_AGENT_RETRY_FAILED_AFTER_S": "600",
+                # Well under the test registry's LORAPLANE_NODE_STALE_AFTER_S of 3.
+                "LORAPLANE_AGENT_HEARTBEAT_S": "1"})
     process = subprocess.Popen(
         [str(VENV_BIN / "loraplane"), "agent", "--pool", pool, "--vllm-url", vllm_url,
          "--registry", registry_url, "--node-id", node_id],
@@ -290,3 +292,23 @@ def registry_env(database_url: str, s3: Service, bucket: str) -> dict[str, str]:
     """A registry on that database and bucket."""
     return {"LORAPLANE_DATABASE_URL": database_url, "LORAPLANE_STORAGE": "s3",
             "LORAPLANE_S3_ENDPOINT_URL": s3.url, "LORAPLANE_S3_BUCKET": bucket}
+
+
+def start_router(folder: Path, *, pool: str, registry_url: str, token: str,
+                 settings: dict[str, str] | None = None) -> Service:
+    """The router, exactly as `loraplane router` runs it; its token comes from the environment.
+    Service.url is the OpenAI API; env["METRICS_URL"] its /metrics."""
+    folder.mkdir(parents=True, exist_ok=True)
+    log, port, metrics_port = folder / "router.log", free_port(), free_port()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LORAPLANE_")}
+    env.update({"LORAPLANE_ROUTER_TOKEN": token, "LORAPLANE_ROUTER_METRICS_PORT": str(metrics_port),
+                **(settings or {})})
+    process = subprocess.Popen(
+        [str(VENV_BIN / "loraplane"), "router", "--pool", pool, "--registry", registry_url,
+         "--port", str(port)],
+        stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    service = Service(process, f"http://127.0.0.1:{port}", log,
+                      env={**env, "METRICS_URL": f"http://127.0.0.1:{metrics_port}/metrics"})
+    wait_until(lambda: httpx.get(service.url + "/healthz").status_code == 200, timeout_s=30,
+               what="router", log=log)
+    return service

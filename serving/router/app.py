@@ -1,0 +1,147 @@
+"""The router's ASGI app: POST /v1/completions and /v1/chat/completions (streaming passed
+through), GET /v1/models, GET /healthz. Plain ASGI, because every microsecond here is added to
+every request; the routing decisions live in catalog, fleet and admission."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+
+from starlette.types import Receive, Scope, Send
+
+from serving.router import metrics
+from serving.router.admission import Admission
+from serving.router.app_keys import AppKeys
+from serving.router.catalog import Catalog
+from serving.router.errors import RouterError
+from serving.router.forward import Forwarder
+from serving.router.requests import header, json_body, tier_of, wants_prompt_logprobs
+
+log = logging.getLogger("loraplane.router")
+PROXIED = ("/v1/completions", "/v1/chat/completions")
+ROUTES = "POST /v1/completions, POST /v1/chat/completions, GET /v1/models and GET /healthz"
+
+
+class RouterApp:
+    def __init__(self, pool: str, keys: AppKeys, admission: Admission, forwarder: Forwarder,
+                 max_body_bytes: int, retry_after_s: int) -> None:
+        self.pool, self.keys, self.admission, self.forwarder = pool, keys, admission, forwarder
+        self.max_body_bytes, self.retry_after_s = max_body_bytes, retry_after_s
+        self.catalog = Catalog(pool)  # replaced whole on each active set
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        started = _Started(send)
+        try:
+            if path in PROXIED:
+                _allow(method, "POST")
+                await self._proxy(scope, receive, started, path)
+            elif path == "/v1/models":
+                _allow(method, "GET")
+                await self._models(scope, started)
+            elif path == "/healthz":
+                await self._health(started)
+            else:
+                raise RouterError(404, "no_such_route", f"no route {path[:100]!r}", f"The router serves {ROUTES}.")
+        except RouterError as error:
+            metrics.ERRORS.labels(error.served_name, error.code).inc()
+            if not started.yes:
+                await _json(send, error.status, error.body(), error.headers())
+        except Exception:  # a broken node stream or a bug: the client sees the stream end
+            metrics.ERRORS.labels("", "internal" if not started.yes else "stream_broken").inc()
+            if not started.yes:
+                log.exception("request failed")
+                error = RouterError(500, "internal", "the router failed to handle this request",
+                                    "Retry; if it persists, see the router's log.")
+                await _json(send, 500, error.body(), error.headers())
+
+    async def _proxy(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+        app = await self.keys.authenticate(header(scope, b"authorization"))
+        tier = tier_of(app, scope)
+        payload = await json_body(scope, receive, self.max_body_bytes)
+        self._require_ready()
+        target = self.catalog.resolve(payload.get("model"), app.tenant)
+        payload["model"] = target.served_name
+        data = json.dumps(payload).encode()
+        queued = time.perf_counter()
+        async with self.admission.slot(tier):
+            metrics.QUEUED.labels(tier).observe(time.perf_counter() - queued)
+            metrics.INFLIGHT.labels(tier).inc()
+            try:
+                await _unless_disconnected(receive, self.forwarder.forward(
+                    target, path, data, send, serial=wants_prompt_logprobs(payload)))
+            except RouterError as error:
+                error.served_name = target.served_name
+                raise
+            finally:
+                metrics.INFLIGHT.labels(tier).dec()
+
+    async def _models(self, scope: Scope, send: Send) -> None:
+        app = await self.keys.authenticate(header(scope, b"authorization"))
+        self._require_ready()
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": app.tenant}
+                for name in self.catalog.names_for(app.tenant)]
+        await _json(send, 200, json.dumps({"object": "list", "data": data}).encode())
+
+    async def _health(self, send: Send) -> None:
+        ready = self.catalog.generation >= 0
+        body = {"ready": ready, "pool": self.pool, "generation": self.catalog.generation}
+        await _json(send, 200 if ready else 503, json.dumps(body).encode())
+
+    def _require_ready(self) -> None:
+        if self.catalog.generation < 0:
+            raise RouterError(503, "router_starting", "the router has not read the pool's active "
+                              "set yet", "Retry shortly.", retry_after_s=self.retry_after_s)
+
+
+class _Started:
+    """`send`, remembering whether the response has begun (after which no error page fits)."""
+
+    def __init__(self, send: Send) -> None:
+        self._send, self.yes = send, False
+
+    async def __call__(self, message) -> None:
+        self.yes = True
+        await self._send(message)
+
+
+async def _unless_disconnected(receive: Receive, work) -> None:
+    """Run `work`, cancelling it if the client hangs up, so a node stops generating for nobody."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnect(receive))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if not task.done():  # the client hung up first
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return
+    task.result()
+
+
+async def _disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _allow(method: str, allowed: str) -> None:
+    if method != allowed:
+        raise RouterError(405, "method_not_allowed", f"{method} is not allowed here", f"Use {allowed}.")
+
+
+async def _json(send: Send, status: int, body: bytes,
+                headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    headers = (headers or [(b"content-type", b"application/json")]) + [
+        (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,82 @@
+"""App keys, checked by the registry (`GET /v1/whoami` with the key itself) and trusted here for
+`key_cache_s`. The router stores no key: only their sha256 names cache entries.
+
+Concurrent requests with one unchecked key share a single lookup; a refused key is remembered
+for a moment, so a client retrying a bad key in a loop does not hammer the registry."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass
+
+import httpx
+from cachetools import TTLCache
+
+from serving.router.errors import RouterError
+
+REFUSAL_CACHE_S = 2.0
+TIERS = ("interactive", "batch")
+
+
+@dataclass(frozen=True)
+class App:
+    subject: str
+    tenant: str
+    tier: str
+
+
+class AppKeys:
+    def __init__(self, registry_url: str, ttl_s: float, timeout_s: float = 10) -> None:
+        self._http = httpx.AsyncClient(base_url=registry_url, timeout=timeout_s)
+        self._apps: TTLCache = TTLCache(maxsize=100_000, ttl=ttl_s or 1e-9)
+        self._refused: TTLCache = TTLCache(maxsize=100_000, ttl=min(REFUSAL_CACHE_S, ttl_s or 1e-9))
+        self._lookups: dict[bytes, asyncio.Future] = {}
+
+    async def authenticate(self, authorization: str | None) -> App:
+        if not authorization or not authorization.startswith("Bearer ") or len(authorization) > 512:
+            raise RouterError(401, "missing_api_key", "missing or malformed API key",
+                              "Send 'Authorization: Bearer <app key>' (loraplane token create --role app).")
+        key = hashlib.sha256(authorization.encode()).digest()
+        if (app := self._apps.get(key)) is not None:
+            return app
+        if (refusal := self._refused.get(key)) is not None:
+            raise refusal
+        lookup = self._lookups.get(key)
+        if lookup is None:
+            lookup = asyncio.ensure_future(self._check(authorization))
+            self._lookups[key] = lookup
+            lookup.add_done_callback(lambda done: self._keep(key, done))
+        return await asyncio.shield(lookup)
+
+    def _keep(self, key: bytes, done: asyncio.Future) -> None:
+        self._lookups.pop(key, None)
+        if done.cancelled():
+            return
+        error = done.exception()
+        if error is None:
+            self._apps[key] = done.result()
+        elif isinstance(error, RouterError) and error.status in (401, 403):
+            self._refused[key] = error
+
+    async def _check(self, authorization: str) -> App:
+        try:
+            response = await self._http.get("/v1/whoami", headers={"Authorization": authorization})
+        except httpx.HTTPError as error:
+            raise RouterError(503, "registry_unavailable", f"cannot check the API key: the registry "
+                              f"is unreachable ({type(error).__name__})", "Retry shortly.",
+                              retry_after_s=1) from error
+        if response.status_code == 401:
+            raise RouterError(401, "invalid_api_key", "invalid or revoked API key",
+                              "Ask your tenant's admin for an app key (loraplane token create --role app).")
+        if response.status_code != 200:
+            raise RouterError(503, "registry_unavailable", f"cannot check the API key: the registry "
+                              f"answered {response.status_code}", "Retry shortly.", retry_after_s=1)
+        who = response.json()
+        if who.get("role") != "app" or not who.get("tenant"):
+            raise RouterError(403, "not_an_app_key", f"a {who.get('role')} token cannot call the router",
+                              "Use an app key of your tenant (loraplane token create --role app --tenant T).")
+        return App(subject=who["subject"], tenant=who["tenant"], tier=who.get("tier") or TIERS[0])
+
+    async def close(self) -> None:
+        await self._http.aclose()

@@ -1,0 +1,118 @@
+"""The router process: follow the pool's active set (long-poll) and its nodes' reports, and serve
+the OpenAI API on them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import aiohttp
+import uvicorn
+from prometheus_client import start_http_server
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_random_exponential
+
+from serving.registry_client import RegistryClient, RegistryUnavailable
+from serving.router import metrics
+from serving.router.admission import Admission
+from serving.router.app import RouterApp
+from serving.router.app_keys import AppKeys
+from serving.router.catalog import Catalog
+from serving.router.fleet import Fleet
+from serving.router.forward import Forwarder
+from serving.router.settings import RouterSettings
+
+log = logging.getLogger("loraplane.router")
+CONVERGE_POLL_S = 0.1  # nodes' reports are read this often while they load a new generation
+CONVERGE_WINDOW_S = 10
+
+
+class Router:
+    def __init__(self, settings: RouterSettings) -> None:
+        self.settings = settings
+        self.registry = RegistryClient(str(settings.registry_url), settings.token.get_secret_value(),
+                                       settings.pool, timeout_s=10)
+        self.fleet = Fleet(settings.spill_outstanding)
+        self.keys = AppKeys(str(settings.registry_url), settings.key_cache_s)
+        self.new_generation = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        s = self.settings
+        timeout = aiohttp.ClientTimeout(total=s.upstream_timeout_s, sock_connect=s.connect_timeout_s)
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector,
+                                         auto_decompress=False) as http:
+            forwarder = Forwarder(self.fleet, http, cooldown_s=s.node_cooldown_s,
+                                  load_wait_s=s.load_wait_s, retry_after_s=s.retry_after_s)
+            self.app = RouterApp(s.pool, self.keys, Admission(s.max_inflight, s.batch_max_inflight,
+                                                              s.queue_timeout_s),
+                                 forwarder, s.max_body_bytes, s.retry_after_s)
+            server = uvicorn.Server(uvicorn.Config(
+                self.app, host=s.host, port=s.port, loop="none", http="httptools", lifespan="off",
+                log_level="warning", access_log=False, timeout_keep_alive=30))
+            server.install_signal_handlers = lambda: None  # the router handles its own signals
+            tasks = [asyncio.create_task(self._follow_active_set()),
+                     asyncio.create_task(self._follow_nodes()), asyncio.create_task(server.serve())]
+            log.info("router for pool %s on http://%s:%d", s.pool, s.host, s.port)
+            await stop.wait()
+            server.should_exit = True
+            await tasks[2]
+            for task in tasks[:2]:
+                task.cancel()
+            await asyncio.gather(*tasks[:2], return_exceptions=True)
+        await self.registry.close()
+        await self.keys.close()
+
+    async def _follow_active_set(self) -> None:
+        etag = None
+        retrying = AsyncRetrying(wait=wait_random_exponential(multiplier=0.5, max=30),
+                                 retry=retry_if_exception_type(RegistryUnavailable), stop=stop_never,
+                                 before_sleep=lambda state: log.warning(
+                                     "registry unavailable (%s); routing on what it said last",
+                                     state.outcome.exception()))
+        while True:
+            async for attempt in retrying:
+                with attempt:
+                    active = await self.registry.next_active_set(etag, self.settings.poll_wait_s)
+            if active is not None:
+                self.app.catalog = Catalog.from_active_set(self.settings.pool, active.generation,
+                                                           active.entries)
+                etag = active.etag
+                metrics.GENERATION.set(active.generation)
+                self.new_generation.set()
+
+    async def _follow_nodes(self) -> None:
+        """Poll the nodes' reports; quickly while they load a new generation."""
+        loop = asyncio.get_running_loop()
+        fast_until = 0.0
+        while True:
+            try:
+                self.fleet.update(await self.registry.rollout())
+            except RegistryUnavailable as error:
+                log.warning("cannot read the nodes' reports (%s); routing on the last ones", error)
+            if self.new_generation.is_set():
+                self.new_generation.clear()
+                fast_until = loop.time() + CONVERGE_WINDOW_S
+            pause = CONVERGE_POLL_S if loop.time() < fast_until else self.settings.nodes_poll_s
+            try:
+                await asyncio.wait_for(self.new_generation.wait(), pause)
+            except TimeoutError:
+                pass
+
+
+def run(settings: RouterSettings) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    if settings.metrics_port:
+        start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.REGISTRY)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await Router(settings).run(stop)
+
+    import uvloop
+
+    uvloop.run(main())

@@ -1,0 +1,30 @@
+"""Prometheus metrics per served name (`tenant/name@N`) and alias. Labels only ever hold names
+from the active set, node ids and fixed codes, never what a client typed."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry()
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+REQUESTS = Counter("loraplane_router_requests_total", "Requests answered by a node.",
+                   ["served_name", "alias", "node", "status"], registry=REGISTRY)
+TOKENS = Counter("loraplane_router_tokens_total", "Tokens: prompt and completion (streamed answers "
+                 "count their events as completion tokens).", ["served_name", "alias", "kind"],
+                 registry=REGISTRY)
+TTFT = Histogram("loraplane_router_ttft_seconds", "Time to the first byte of the answer.",
+                 ["served_name", "alias"], buckets=LATENCY_BUCKETS, registry=REGISTRY)
+LATENCY = Histogram("loraplane_router_latency_seconds", "Time to the end of the answer.",
+                    ["served_name", "alias"], buckets=LATENCY_BUCKETS, registry=REGISTRY)
+ERRORS = Counter("loraplane_router_errors_total", "Requests refused or failed, by code.",
+                 ["served_name", "code"], registry=REGISTRY)
+MISSES = Counter("loraplane_router_misses_total", "Requests sent to a node where the adapter was "
+                 "not resident (by the router's estimate), which makes vLLM load it.",
+                 ["served_name", "node"], registry=REGISTRY)
+RETRIES = Counter("loraplane_router_retries_total", "Requests tried again on another node because "
+                  "one failed before its first byte.", ["node", "reason"], registry=REGISTRY)
+QUEUED = Histogram("loraplane_router_queue_seconds", "Wait for an admission slot.", ["tier"],
+                   buckets=LATENCY_BUCKETS, registry=REGISTRY)
+INFLIGHT = Gauge("loraplane_router_inflight", "Requests being forwarded.", ["tier"], registry=REGISTRY)
+GENERATION = Gauge("loraplane_router_generation", "The active-set generation followed.", registry=REGISTRY)

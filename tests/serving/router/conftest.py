@@ -1,0 +1,117 @@
+"""A pool of two real vLLM nodes on CPU, each with its agent, and the router in front, all on
+the session's registry. Adapters of two tenants are promoted once for the module."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from loraplane.engine import EngineSpec
+from tests.conftest import KIT_BASE
+from tests.support import services
+from tests.support.evals import create_suite
+from tests.support.nodes import Restartable, complete, promoter, wait_for
+
+POOL = "router-pool"
+NODES = ("node-a", "node-b")
+# The kit's tokenizer has no chat template; this one sends the user's words as the prompt.
+CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+ROUTER_SETTINGS = {"LORAPLANE_ROUTER_MAX_INFLIGHT": "16", "LORAPLANE_ROUTER_BATCH_MAX_INFLIGHT": "2",
+                   "LORAPLANE_ROUTER_NODE_COOLDOWN_S": "2", "LORAPLANE_ROUTER_KEY_CACHE_S": "1",
+                   "LORAPLANE_ROUTER_LOAD_WAIT_S": "3", "LORAPLANE_ROUTER_NODES_POLL_S": "0.5"}
+
+
+@pytest.fixture(scope="module")
+def router_pool(admin, kit_base, task_kit) -> dict:
+    # max_lora_rank 32 while the nodes' vLLMs run with 16: a version no node can load.
+    body = {"name": POOL, "base_model": kit_base, "max_loras": 2, "max_cpu_loras": 8,
+            "max_lora_rank": 32, "dtype": "float32"}
+    assert admin.post("/v1/pools", json=body).status_code == 201
+    create_suite(admin, "router-parity", kit_base, task_kit.suites["digits_to_words"][:4],
+                 {"parity": {"max_logprob_diff": 0.01}})
+
+    def token(subject: str, **scope) -> str:
+        response = admin.post("/v1/tokens", json={"subject": subject, **scope})
+        assert response.status_code == 201, response.text
+        return response.json()["token"]
+
+    return {"name": POOL, "node_token": token("router-nodes", role="node", pool=POOL),
+            "router_token": token("router-1", role="router", pool=POOL),
+            "acme_batch": token("acme-nightly", role="app", tenant="acme", tier="batch"),
+            "globex_app": token("globex-app", role="app", tenant="globex")}
+
+
+@pytest.fixture(scope="module")
+def nodes(service_dir: Path, task_kit, router_pool, registry) -> Iterator[dict[str, Restartable]]:
+    template = service_dir / "chat-template.jinja"
+    template.write_text(CHAT_TEMPLATE)
+    started: dict[str, Restartable] = {}
+    agents = []
+    for node_id in NODES:
+        folder = service_dir / f"router-{node_id}"
+        spec = EngineSpec(model_dir=task_kit.base_dir, served_name=KIT_BASE, port=services.free_port(),
+                          max_loras=2, max_cpu_loras=8, max_lora_rank=16, chat_template=str(template))
+        started[node_id] = Restartable(lambda folder=folder, spec=spec: services.start_vllm(folder, spec))
+        agents.append(services.start_agent(
+            folder / "agent", pool=POOL, vllm_url=started[node_id].url, registry_url=registry.url,
+            token=router_pool["node_token"], node_id=node_id, metrics_port=services.free_port()))
+    yield started
+    for agent in agents:
+        agent.stop()
+    for node_id, node in started.items():
+        node.stop()
+        shutil.rmtree(service_dir / f"router-{node_id}" / "cache", ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def router(service_dir: Path, router_pool, registry, nodes) -> Iterator[services.Service]:
+    service = services.start_router(service_dir / "router", pool=POOL, registry_url=registry.url,
+                                    token=router_pool["router_token"], settings=ROUTER_SETTINGS)
+    yield service
+    service.stop()
+
+
+@pytest.fixture(scope="module")
+def promote(admin, uploader, engine, router_pool):
+    return promoter(admin, uploader, engine, POOL, "router-parity")
+
+
+@pytest.fixture(scope="module")
+def served(promote, task_kit, client_for, nodes, router, admin) -> dict[str, dict]:
+    """acme/digits and acme/reverse (different tasks), and globex/private; each with its answer
+    to one prompt, read straight from a node's vLLM under its served name."""
+    prompt = task_kit.suites["digits_to_words"][0]["prompt"]
+    promote("digits", task_kit.adapters["digits_to_words"])
+    promote("reverse", task_kit.adapters["reverse_words"])
+    promote("globex/private", task_kit.adapters["digits_to_words_v2"], client=client_for("globex_uploader"))
+    names = ("acme/digits@1", "acme/reverse@1", "globex/private@1")
+    wait_until_served(admin, set(names))
+    answers = {name: complete(nodes[NODES[0]].url, name, prompt) for name in names}
+    assert answers["acme/digits@1"] != answers["acme/reverse@1"], answers  # told apart
+    return {"prompt": prompt, "answers": answers}
+
+
+def wait_until_served(admin: httpx.Client, names: set[str], nodes: tuple[str, ...] = NODES,
+                      timeout_s: float = 60) -> None:
+    def serving() -> bool:
+        reports = {n["node_id"]: set(n["serving"]) for n in
+                   admin.get(f"/v1/pools/{POOL}/rollout").json()["nodes"]}
+        return all(names <= reports.get(node, set()) for node in nodes)
+
+    wait_for(serving, timeout_s=timeout_s, what=f"{sorted(names)} on {nodes}")
+
+
+def router_metric(router: services.Service, name: str, **labels: str) -> float:
+    """The sum of a router metric over the series whose labels include `labels`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    for family in text_string_to_metric_families(httpx.get(router.env["METRICS_URL"]).text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total

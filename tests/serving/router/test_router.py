@@ -1,0 +1,277 @@
+"""The router end to end: the official openai client, alias forms and canary splits, an alias
+swapped under traffic, a node killed under traffic, tenant isolation, and every refusal."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+import pytest
+
+from tests.serving.router.conftest import POOL, router_metric, wait_until_served
+from tests.support import services
+from tests.support.nodes import complete
+
+
+def client(router, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=router.url + "/v1", api_key=key, max_retries=0, timeout=60)
+
+
+def ask(router, key: str, model: str, prompt: str, **extra) -> httpx.Response:
+    return httpx.post(router.url + "/v1/completions", timeout=60, headers={"Authorization": f"Bearer {key}"},
+                      json={"model": model, "prompt": prompt, "max_tokens": 16, "temperature": 0, **extra})
+
+
+def forwarded(router) -> float:
+    return router_metric(router, "loraplane_router_requests_total")
+
+
+def test_the_openai_client_works_streaming_included(router, served, tokens, nodes):
+    app, prompt, answers = client(router, tokens["acme_app"]), served["prompt"], served["answers"]
+
+    plain = app.completions.create(model="acme/digits", prompt=prompt, max_tokens=16, temperature=0)
+    streamed = app.completions.create(model="acme/digits", prompt=prompt, max_tokens=16,
+                                      temperature=0, stream=True)
+
+    assert plain.model == "acme/digits@1" and plain.choices[0].text == answers["acme/digits@1"]
+    assert "".join(chunk.choices[0].text for chunk in streamed if chunk.choices) == answers["acme/digits@1"]
+    messages = [{"role": "user", "content": prompt}]
+    direct = httpx.post(nodes["node-a"].url + "/v1/chat/completions", timeout=60, json={
+        "model": "acme/reverse@1", "messages": messages, "max_tokens": 16, "temperature": 0}).json()
+    chat = app.chat.completions.create(model="acme/reverse", messages=messages, max_tokens=16,
+                                       temperature=0, stream=True)
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in chat if chunk.choices)
+    assert text == direct["choices"][0]["message"]["content"] and text
+
+
+def test_every_form_of_a_name_resolves_to_exactly_one_version(router, served, tokens):
+    app, prompt, answers = client(router, tokens["acme_app"]), served["prompt"], served["answers"]
+    for model in ("acme/reverse", "acme/reverse:production", "acme/reverse@1"):
+        answer = app.completions.create(model=model, prompt=prompt, max_tokens=16, temperature=0)
+        assert (answer.model, answer.choices[0].text) == ("acme/reverse@1", answers["acme/reverse@1"])
+
+
+def test_models_lists_only_the_callers_names(router, served, tokens, router_pool):
+    acme = {m.id for m in client(router, tokens["acme_app"]).models.list()}
+    globex = {m.id for m in client(router, router_pool["globex_app"]).models.list()}
+
+    assert {"acme/digits", "acme/digits:production", "acme/digits@1", "acme/reverse@1"} <= acme
+    assert not any(name.startswith("globex/") for name in acme)
+    assert globex == {"globex/private", "globex/private:production", "globex/private@1"}
+
+
+def test_a_tenant_never_reaches_another_tenants_adapters(router, served, tokens, router_pool):
+    before = forwarded(router)
+    for key, model, mine in ((tokens["acme_app"], "globex/private@1", "acme/"),
+                             (router_pool["globex_app"], "acme/digits", "globex/")):
+        refused = ask(router, key, model, served["prompt"])
+        assert refused.status_code == 404, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "model_not_found" and error["type"] == "not_found_error"
+        assert f"model '{model}' is not served in pool '{POOL}'" in error["message"]
+        assert error["available"] and all(name.startswith(mine) for name in error["available"])
+    assert forwarded(router) == before
+
+
+LARGE = "x" * (1024 * 1024 + 1)
+
+
+@pytest.mark.parametrize(("auth", "body", "headers", "status", "code", "message"), [
+    (None, {"model": "acme/digits"}, {}, 401, "missing_api_key", "missing or malformed API key"),
+    ("lpt_not-a-key", {"model": "acme/digits"}, {}, 401, "invalid_api_key", "invalid or revoked API key"),
+    ("uploader", {"model": "acme/digits"}, {}, 403, "not_an_app_key", "a uploader token cannot call the router"),
+    ("app", b"{not json", {}, 400, "invalid_json", "the body is not valid JSON"),
+    ("app", b"[1, 2]", {}, 400, "invalid_json", "the body must be a JSON object"),
+    ("app", {"model": "acme/digits", "prompt": LARGE}, {}, 413, "body_too_large", "larger than 1048576 bytes"),
+    ("app", {"prompt": "hi"}, {}, 400, "invalid_model", "'model' must be a string"),
+    ("app", {"model": "acme/nothing-here"}, {}, 404, "model_not_found", "'acme/nothing-here' is not served"),
+    ("app", {"model": "tiny-task-llama"}, {}, 404, "model_not_found", "'tiny-task-llama' is not served"),
+    ("app", {"model": "acme/digits"}, {"X-Loraplane-Tier": "urgent"}, 400, "invalid_tier", "unknown tier 'urgent'"),
+    ("batch", {"model": "acme/digits"}, {"X-Loraplane-Tier": "interactive"}, 403, "tier_not_allowed",
+     "this app key is limited to the batch tier"),
+])
+def test_refusals_say_what_was_wrong_and_forward_nothing(router, served, tokens, router_pool, auth,
+                                                        body, headers, status, code, message):
+    key = {"app": tokens["acme_app"], "batch": router_pool["acme_batch"], "uploader": tokens["acme_uploader"]}.get(auth, auth)
+    if key:
+        headers = {**headers, "Authorization": f"Bearer {key}"}
+    content = body if isinstance(body, bytes) else httpx.Request("POST", "/", json=body).content
+    before = forwarded(router)
+
+    response = httpx.post(router.url + "/v1/completions", content=content, timeout=30,
+                          headers={"Content-Type": "application/json", **headers})
+
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code and message in error["message"] and error["hint"]
+    assert forwarded(router) == before
+
+
+def test_wrong_routes_and_methods(router, tokens):
+    auth = {"Authorization": f"Bearer {tokens['acme_app']}"}
+    wrong_method = httpx.get(router.url + "/v1/completions", headers=auth)
+    no_route = httpx.post(router.url + "/v1/embeddings", headers=auth, json={})
+    assert (wrong_method.status_code, wrong_method.json()["error"]["code"]) == (405, "method_not_allowed")
+    assert (no_route.status_code, no_route.json()["error"]["code"]) == (404, "no_such_route")
+    assert "POST /v1/completions" in no_route.json()["error"]["hint"]
+
+
+def test_a_name_loaded_nowhere_gets_503_with_retry_after_never_another_adapter(router, served, promote,
+                                                                              tokens, task_kit, tmp_path):
+    from loraplane.tiny_model import build_adapter
+    from tests.conftest import KIT_BASE
+
+    # Rank 32: the pool allows it, the nodes' vLLMs (max rank 16) refuse it.
+    promote("too-wide", build_adapter(task_kit.base_dir, tmp_path / "wide", r=32, seed=9,
+                                      base_model_name=KIT_BASE))
+    app = client(router, tokens["acme_app"])
+    deadline = time.monotonic() + 20
+    while "acme/too-wide" not in {m.id for m in app.models.list()} and time.monotonic() < deadline:
+        time.sleep(0.2)
+    before = forwarded(router)
+
+    refused = ask(router, tokens["acme_app"], "acme/too-wide", served["prompt"])
+
+    assert refused.status_code == 503, refused.text
+    assert refused.headers["retry-after"] == "1"
+    assert refused.json()["error"]["code"] == "adapter_not_loaded"
+    assert "acme/too-wide@1 is approved but not loaded on any node yet" in refused.json()["error"]["message"]
+    assert forwarded(router) == before
+
+
+def test_a_canary_split_follows_its_weight(router, served, promote, tokens, task_kit, admin, nodes):
+    promote("digits", task_kit.adapters["digits_to_words_v2"], alias="canary", weight=50)
+    wait_until_served(admin, {"acme/digits@2"})
+    answers = {**served["answers"], "acme/digits@2": complete(nodes["node-a"].url, "acme/digits@2", served["prompt"])}
+    app = client(router, tokens["acme_app"])
+    time.sleep(1)  # the router reads the same reports
+
+    picks = [app.completions.create(model="acme/digits", prompt=served["prompt"], max_tokens=16,
+                                    temperature=0) for _ in range(40)]
+    canary = [app.completions.create(model="acme/digits:canary", prompt=served["prompt"],
+                                     max_tokens=16, temperature=0) for _ in range(3)]
+
+    assert all(p.choices[0].text == answers[p.model] for p in picks + canary)
+    counts = {name: sum(p.model == name for p in picks) for name in ("acme/digits@1", "acme/digits@2")}
+    assert sum(counts.values()) == 40 and min(counts.values()) >= 8, counts  # 50/50, not 0/100
+    assert {c.model for c in canary} == {"acme/digits@2"}
+
+
+def send_traffic(router, key: str, models: list[str], prompt: str, stop: threading.Event,
+                 workers: int = 4, stream_every: int = 2) -> list[tuple[int, str, str]]:
+    """(status, served name, text) of every request sent until `stop`."""
+    results: list[tuple[int, str, str]] = []
+
+    def worker(index: int) -> None:
+        n = 0
+        with httpx.Client(timeout=60, headers={"Authorization": f"Bearer {key}"}) as http:
+            while not stop.is_set():
+                n += 1
+                model = models[(index + n) % len(models)]
+                stream = n % stream_every == 0
+                body = {"model": model, "prompt": prompt, "max_tokens": 16, "temperature": 0, "stream": stream}
+                with http.stream("POST", router.url + "/v1/completions", json=body) as response:
+                    results.append((response.status_code, response.headers.get("x-loraplane-served-name", ""),
+                                    _text(response, stream)))
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(worker, range(workers)))
+    return results
+
+
+def _text(response: httpx.Response, stream: bool) -> str:
+    import json
+
+    response.read()
+    if response.status_code != 200:
+        return response.text
+    if not stream:
+        return response.json()["choices"][0]["text"]
+    events = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
+    return "".join(json.loads(e)["choices"][0]["text"] for e in events if e != "[DONE]" and json.loads(e)["choices"])
+
+
+def test_swapping_an_alias_under_traffic_never_answers_with_the_wrong_version(
+        router, served, promote, tokens, task_kit, admin, nodes):
+    prompt = served["prompt"]
+    promote("swap", task_kit.adapters["digits_to_words"])
+    wait_until_served(admin, {"acme/swap@1"})
+    answers = {"acme/swap@1": complete(nodes["node-a"].url, "acme/swap@1", prompt)}
+    stop, results = threading.Event(), []
+    traffic = threading.Thread(target=lambda: results.extend(
+        send_traffic(router, tokens["acme_app"], ["acme/swap"], prompt, stop)))
+    traffic.start()
+    time.sleep(1.5)
+
+    promote("swap", task_kit.adapters["reverse_words"])  # version 2 takes production
+    wait_until_served(admin, {"acme/swap@2"})
+    answers["acme/swap@2"] = complete(nodes["node-a"].url, "acme/swap@2", prompt)
+    time.sleep(2.5)
+    stop.set()
+    traffic.join()
+
+    assert answers["acme/swap@1"] != answers["acme/swap@2"]  # outputs that can be told apart
+    assert results and all(status == 200 for status, _, _ in results), {r[0] for r in results}
+    wrong = [(name, text) for _, name, text in results if text != answers.get(name)]
+    assert not wrong, wrong[:3]
+    names = [name for _, name, _ in results]
+    assert names[0] == "acme/swap@1" and "acme/swap@2" in names
+    assert set(names[-8:]) == {"acme/swap@2"}  # the swap holds
+
+
+def test_a_node_killed_under_traffic_costs_no_request(router, served, tokens, nodes, admin):
+    prompt, answers = served["prompt"], served["answers"]
+    retries_before = router_metric(router, "loraplane_router_retries_total")
+    stop, results = threading.Event(), []
+    traffic = threading.Thread(target=lambda: results.extend(send_traffic(
+        router, tokens["acme_app"], ["acme/digits@1", "acme/reverse@1"], prompt, stop, stream_every=10**6)))
+    traffic.start()
+    time.sleep(1.5)
+
+    services.stop_group(nodes["node-b"].service, sig=9)  # SIGKILL: no goodbye to anyone
+    time.sleep(3)
+    stop.set()
+    traffic.join()
+
+    assert results and all(status == 200 for status, _, _ in results), [r for r in results if r[0] != 200][:3]
+    assert all(text == answers[name] for _, name, text in results)
+    assert router_metric(router, "loraplane_router_retries_total") > retries_before
+    nodes["node-b"].restart()  # and it comes back: its agent reloads the set
+    wait_until_served(admin, {"acme/digits@1", "acme/reverse@1"}, timeout_s=90)
+
+
+def test_prompt_logprob_requests_are_sent_to_a_node_one_at_a_time(router, served, tokens, nodes):
+    # vLLM 0.32 on CPU kills its engine core when one step holds two such requests.
+    body = {"echo": True, "logprobs": 1, "max_tokens": 1}
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda m: ask(router, tokens["acme_app"], m, served["prompt"], **body),
+                                ["acme/digits@1", "acme/reverse@1"] * 2))
+    assert [a.status_code for a in answers] == [200] * 4, [a.text for a in answers]
+    assert all(a.json()["choices"][0]["logprobs"]["token_logprobs"] for a in answers)
+    for node in nodes.values():
+        assert httpx.get(node.url + "/health").status_code == 200
+
+
+def test_batch_traffic_is_capped_and_metrics_are_kept_per_version(router, served, router_pool, tokens):
+    batch_key = router_pool["acme_batch"]
+    peak = 0
+    with ThreadPoolExecutor(6) as pool:
+        pending = [pool.submit(ask, router, batch_key, "acme/digits@1", served["prompt"], max_tokens=48)
+                   for _ in range(6)]
+        while not all(p.done() for p in pending):
+            peak = max(peak, router_metric(router, "loraplane_router_inflight", tier="batch"))
+            time.sleep(0.02)
+        interactive = ask(router, tokens["acme_app"], "acme/digits@1", served["prompt"])
+    assert all(p.result().status_code == 200 for p in pending) and interactive.status_code == 200
+    assert 1 <= peak <= 2  # LORAPLANE_ROUTER_BATCH_MAX_INFLIGHT
+    assert router_metric(router, "loraplane_router_queue_seconds_count", tier="batch") >= 6
+
+    labels = {"served_name": "acme/digits@1", "alias": "pinned"}
+    assert router_metric(router, "loraplane_router_requests_total", **labels, status="200") >= 7
+    assert router_metric(router, "loraplane_router_ttft_seconds_count", **labels) >= 7
+    assert router_metric(router, "loraplane_router_tokens_total", **labels, kind="completion") > 0
+    assert router_metric(router, "loraplane_router_misses_total", served_name="acme/digits@1") >= 1
+    assert router_metric(router, "loraplane_router_errors_total", code="model_not_found") >= 1

@@ -1,0 +1,118 @@
+"""The router's decisions on their own: name resolution, node choice, admission by tier.
+Plain objects and a real event loop; no servers needed."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+
+import pytest
+
+from serving.router.admission import Admission
+from serving.router.catalog import Catalog
+from serving.router.errors import RouterError
+from serving.router.fleet import Fleet
+
+ENTRIES = [
+    {"tenant": "acme", "adapter": "chat", "served_name": "acme/chat@1",
+     "aliases": [{"alias": "production", "weight": 80}], "retiring": False},
+    {"tenant": "acme", "adapter": "chat", "served_name": "acme/chat@2",
+     "aliases": [{"alias": "canary", "weight": 20}], "retiring": False},
+    {"tenant": "acme", "adapter": "chat", "served_name": "acme/chat@0", "aliases": [], "retiring": True},
+    {"tenant": "globex", "adapter": "chat", "served_name": "globex/chat@3",
+     "aliases": [{"alias": "production", "weight": 100}], "retiring": False},
+]
+
+
+def test_names_resolve_to_one_served_version_and_never_across_tenants():
+    catalog = Catalog.from_active_set("p", 7, ENTRIES)
+    rng = random.Random(1)
+    picks = Counter(catalog.resolve("acme/chat", "acme", rng).served_name for _ in range(2000))
+    assert set(picks) == {"acme/chat@1", "acme/chat@2"} and 300 < picks["acme/chat@2"] < 500
+    assert catalog.resolve("acme/chat:canary", "acme").served_name == "acme/chat@2"
+    assert catalog.resolve("acme/chat:production", "acme").served_name == "acme/chat@1"
+    assert catalog.resolve("acme/chat@0", "acme").alias == "pinned"  # retiring, still served
+    for model, tenant in (("globex/chat", "acme"), ("acme/chat@9", "acme"), ("acme/chat:beta", "acme"),
+                          ("acme/chat", "globex"), ("tiny-base", "acme")):
+        with pytest.raises(RouterError) as refused:
+            catalog.resolve(model, tenant)
+        assert refused.value.status == 404
+        assert all(n.startswith(tenant + "/") for n in refused.value.extra["available"])
+
+
+def reports(*nodes: tuple[str, list[str]], capacity: int = 2) -> list[dict]:
+    return [{"node_id": node_id, "vllm_url": f"http://{node_id}:8000", "stale": False,
+             "limits": {"max_cpu_loras": capacity}, "serving": serving} for node_id, serving in nodes]
+
+
+def test_an_adapter_sticks_to_the_node_that_holds_it_and_spreads_only_into_free_slots():
+    everything = ["a@1", "b@1", "c@1", "d@1"]
+    fleet = Fleet(spill_outstanding=4)
+    fleet.update(reports(("n1", everything), ("n2", everything)))
+    homes = {}
+    for name in everything:
+        node = fleet.choose(name)
+        node.touch(name)
+        homes[name] = node.node_id
+    assert Counter(homes.values()) == {"n1": 2, "n2": 2}  # free slots fill first
+    assert all(fleet.choose(name).node_id == homes[name] for name in everything for _ in range(5))
+
+    hot = fleet.nodes[homes["a@1"]]
+    hot.outstanding = 10  # busy, but the other node has no free slot: no eviction for a spill
+    assert fleet.choose("a@1") is hot
+    assert fleet.choose("a@1", exclude={hot.node_id}).node_id != hot.node_id  # a retry goes elsewhere
+
+
+def test_only_nodes_that_report_the_name_and_are_up_get_it():
+    fleet = Fleet(spill_outstanding=4)
+    fleet.update(reports(("n1", ["a@1"]), ("n2", [])))
+    assert fleet.choose("a@1").node_id == "n1" and fleet.choose("b@1") is None
+    fleet.mark_down(fleet.nodes["n1"], 60)
+    assert fleet.choose("a@1") is None
+
+
+def test_a_node_whose_report_is_stale_gets_a_name_only_when_no_fresh_node_has_it():
+    fleet = Fleet(spill_outstanding=4)
+    fleet.update([{**reports(("n1", ["a@1", "b@1"]))[0], "stale": True}, *reports(("n2", ["a@1"]))])
+    assert {fleet.choose("a@1").node_id for _ in range(5)} == {"n2"}
+    assert fleet.choose("b@1").node_id == "n1"  # its vLLM still holds b@1; a 404 would retry
+
+
+def test_interactive_requests_are_admitted_before_queued_batch_ones():
+    async def scenario() -> list[str]:
+        admission = Admission(max_inflight=2, batch_max_inflight=1, queue_timeout_s=5)
+        order, release = [], asyncio.Event()
+
+        async def request(tier: str, name: str) -> None:
+            async with admission.slot(tier):
+                order.append(name)
+                await release.wait()
+
+        tasks = [asyncio.create_task(request("batch", "b1"))]
+        await asyncio.sleep(0)
+        tasks += [asyncio.create_task(request("batch", "b2"))]  # over the batch cap: waits
+        await asyncio.sleep(0)
+        tasks += [asyncio.create_task(request("interactive", "i1"))]  # the free slot is its
+        await asyncio.sleep(0)
+        tasks += [asyncio.create_task(request("interactive", "i2"))]  # total cap: waits
+        await asyncio.sleep(0.01)
+        assert order == ["b1", "i1"] and admission.inflight == {"interactive": 1, "batch": 1}
+        release.set()
+        await asyncio.gather(*tasks)
+        return order
+
+    assert asyncio.run(scenario()) == ["b1", "i1", "i2", "b2"]
+
+
+def test_a_request_that_waits_too_long_gets_503_and_gives_its_place_back():
+    async def scenario() -> None:
+        admission = Admission(max_inflight=1, batch_max_inflight=1, queue_timeout_s=0.05)
+        async with admission.slot("interactive"):
+            with pytest.raises(RouterError) as refused:
+                async with admission.slot("batch"):
+                    pass
+        assert refused.value.status == 503 and refused.value.retry_after_s == 1
+        assert admission.inflight == {"interactive": 0, "batch": 0} and not admission.waiting["batch"]
+
+    asyncio.run(scenario())
