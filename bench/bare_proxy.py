@@ -31,8 +31,9 @@ def make_app(upstreams: list[str]):
         if scope["type"] != "http":
             return
         if not session:
-            session.append(aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                                 auto_decompress=False))
+            # The router's keep-alive: idle connections closed before vLLM's own 5 s does.
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=2)
+            session.append(aiohttp.ClientSession(connector=connector, auto_decompress=False))
         body, more = b"", True
         while more:
             message = await receive()

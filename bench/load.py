@@ -19,6 +19,7 @@ class Sample:
     ttft_s: float
     latency_s: float
     served: str
+    error: str = ""  # the start of the body of a failed request
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,10 @@ class Phase:
     @property
     def failures(self) -> int:
         return sum(s.status != 200 for s in self.samples)
+
+    def failure_summary(self) -> str:
+        failed = [f"{s.status} {s.error}" for s in self.samples if s.status != 200]
+        return f"{len(failed)} of {len(self.samples)} failed, e.g. {failed[:3]}"
 
 
 async def run_phase(url: str, key: str, model_for: Callable[[int], str], *, n: int,
@@ -58,11 +63,32 @@ async def run_phase(url: str, key: str, model_for: Callable[[int], str], *, n: i
     return Phase(samples, wall)
 
 
+async def run_interleaved(endpoints: dict[str, tuple[str, str, str]], *, rotations: int, prompt: str,
+                          max_tokens: int) -> dict[tuple[str, bool], list[Sample]]:
+    """One request at a time, taking each (endpoint, streamed or not) in turn, `rotations` times:
+    on a noisy machine, neighbouring requests see the same conditions, whatever the drift.
+    `endpoints` maps a name to (url, model, key)."""
+    ways = [(name, stream) for stream in (True, False) for name in endpoints]
+    samples: dict[tuple[str, bool], list[Sample]] = {way: [] for way in ways}
+    timeout = aiohttp.ClientTimeout(total=300)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as http:
+        for rotation in range(rotations):
+            for name, stream in ways[rotation % len(ways):] + ways[:rotation % len(ways)]:
+                url, model, key = endpoints[name]
+                body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens,
+                                   "temperature": 0, "stream": stream, "ignore_eos": True}).encode()
+                headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+                samples[(name, stream)].append(await _one(http, url, body, headers, stream))
+    return samples
+
+
 async def _one(http: aiohttp.ClientSession, url: str, body: bytes, headers: dict, stream: bool) -> Sample:
     started = time.perf_counter()
     first = None
     async with http.post(url + "/v1/completions", data=body, headers=headers) as response:
-        if stream:
+        if response.status != 200:
+            error = (await response.read())[:300].decode(errors="replace")
+        elif stream:
             async for line in response.content:
                 if first is None and line.startswith(b"data: {"):
                     first = time.perf_counter()
@@ -70,4 +96,5 @@ async def _one(http: aiohttp.ClientSession, url: str, body: bytes, headers: dict
             await response.read()
         end = time.perf_counter()
         served = response.headers.get("x-loraplane-served-name", "")
-        return Sample(response.status, (first or end) - started, end - started, served)
+        return Sample(response.status, (first or end) - started, end - started, served,
+                      error if response.status != 200 else "")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -20,9 +19,10 @@ from serving.agent import metrics
 from serving.agent.artifacts import AdapterCache
 from serving.agent.last_known_good import LastKnownGood
 from serving.agent.reconcile import Reconciler
-from serving.registry_client import ActiveSet, RegistryClient, RegistryUnavailable
 from serving.agent.settings import AgentSettings
 from serving.agent.vllm_client import VllmClient, VllmUnavailable
+from serving.process import configure_logging, until_signalled
+from serving.registry_client import ActiveSet, RegistryClient, RegistryUnavailable
 
 log = logging.getLogger("loraplane.agent")
 
@@ -136,14 +136,5 @@ def _registry_away(error: BaseException | None) -> None:
 
 
 def run(settings: AgentSettings) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request, and URLs that sign
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await Agent(settings).run(stop)
-
-    asyncio.run(main())
+    configure_logging()
+    asyncio.run(until_signalled(lambda stop: Agent(settings).run(stop)))

@@ -50,6 +50,8 @@ class RouterApp:
                 raise RouterError(404, "no_such_route", f"no route {path[:100]!r}", f"The router serves {ROUTES}.")
         except RouterError as error:
             metrics.ERRORS.labels(error.served_name, error.code).inc()
+            if error.status >= 500:
+                log.warning("%d %s: %s", error.status, error.code, error.message)
             if not started.yes:
                 await _json(send, error.status, error.body(), error.headers())
         except Exception:  # a broken node stream or a bug: the client sees the stream end

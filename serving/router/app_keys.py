@@ -1,5 +1,7 @@
 """App keys, checked by the registry (`GET /v1/whoami` with the key itself) and trusted here for
-`key_cache_s`. The router stores no key: only their sha256 names cache entries.
+`key_cache_s`; past half of that, a request still uses the cached answer while the key is checked
+again in the background, so steady traffic never waits for the registry. The router stores no
+key: only their sha256 names cache entries.
 
 Concurrent requests with one unchecked key share a single lookup; a refused key is remembered
 for a moment, so a client retrying a bad key in a loop does not hammer the registry."""
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from dataclasses import dataclass
 
 import httpx
@@ -29,7 +32,8 @@ class App:
 class AppKeys:
     def __init__(self, registry_url: str, ttl_s: float, timeout_s: float = 10) -> None:
         self._http = httpx.AsyncClient(base_url=registry_url, timeout=timeout_s)
-        self._apps: TTLCache = TTLCache(maxsize=100_000, ttl=ttl_s or 1e-9)
+        self._ttl_s = ttl_s
+        self._apps: TTLCache = TTLCache(maxsize=100_000, ttl=ttl_s or 1e-9)  # key -> (App, checked at)
         self._refused: TTLCache = TTLCache(maxsize=100_000, ttl=min(REFUSAL_CACHE_S, ttl_s or 1e-9))
         self._lookups: dict[bytes, asyncio.Future] = {}
 
@@ -38,16 +42,23 @@ class AppKeys:
             raise RouterError(401, "missing_api_key", "missing or malformed API key",
                               "Send 'Authorization: Bearer <app key>' (loraplane token create --role app).")
         key = hashlib.sha256(authorization.encode()).digest()
-        if (app := self._apps.get(key)) is not None:
+        if (known := self._apps.get(key)) is not None:
+            app, checked_at = known
+            if time.monotonic() - checked_at > self._ttl_s / 2:
+                self._lookup(key, authorization)  # refresh ahead, off the request's path
             return app
         if (refusal := self._refused.get(key)) is not None:
             raise refusal
+        return await asyncio.shield(self._lookup(key, authorization))
+
+    def _lookup(self, key: bytes, authorization: str) -> asyncio.Future:
+        """The check of this key under way, or a new one."""
         lookup = self._lookups.get(key)
         if lookup is None:
             lookup = asyncio.ensure_future(self._check(authorization))
             self._lookups[key] = lookup
             lookup.add_done_callback(lambda done: self._keep(key, done))
-        return await asyncio.shield(lookup)
+        return lookup
 
     def _keep(self, key: bytes, done: asyncio.Future) -> None:
         self._lookups.pop(key, None)
@@ -55,8 +66,9 @@ class AppKeys:
             return
         error = done.exception()
         if error is None:
-            self._apps[key] = done.result()
+            self._apps[key] = (done.result(), time.monotonic())
         elif isinstance(error, RouterError) and error.status in (401, 403):
+            self._apps.pop(key, None)  # revoked: refused from now on
             self._refused[key] = error
 
     async def _check(self, authorization: str) -> App:

@@ -1,8 +1,8 @@
 """The pool's nodes as the router sees them, and which one gets a request.
 
 A node may get a served name only when its agent reports it loaded with the right digest; a node
-whose report is stale only when no fresh one has it, and a node that just failed not for a short
-cooldown. Among those, the router prefers nodes where the adapter is resident in vLLM's CPU cache
+whose report is stale only when no fresh one has it, and a node that just failed only when no
+other has it, for a short cooldown. Among those, the router prefers nodes where the adapter is resident in vLLM's CPU cache
 (its own estimate: the last `max_cpu_loras` names it sent there), and the fewest outstanding
 requests.
 An adapter resident nowhere goes to a node with a free slot, else to its rendezvous-hash
@@ -79,11 +79,13 @@ class Fleet:
 
     def choose(self, served_name: str, exclude: set[str] = frozenset()) -> Node | None:
         now = time.monotonic()
-        holders = [n for n in self.nodes.values() if served_name in n.serving
-                   and n.node_id not in exclude and now >= n.down_until]
+        holders = [n for n in self.nodes.values() if served_name in n.serving and n.node_id not in exclude]
+        up = [n for n in holders if now >= n.down_until]
         # A stale report (its agent or the registry is away) still names what that vLLM holds,
         # and a served name is one immutable version: use such nodes only when no other has it.
-        candidates = [n for n in holders if not n.stale] or holders
+        # A node cooling down after a failure is the last resort, so that one failed connection
+        # does not turn into refusals for the whole cooldown when it is the only holder.
+        candidates = [n for n in up if not n.stale] or up or holders
         if not candidates:
             return None
         resident = [n for n in candidates if served_name in n.resident]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 
 import aiohttp
@@ -19,7 +20,9 @@ from serving.router.catalog import Target
 from serving.router.errors import RouterError
 from serving.router.fleet import Fleet, Node
 
+log = logging.getLogger("loraplane.router")
 JSON_HEADERS = {"Content-Type": "application/json"}
+STALE_CONNECTION_RETRIES = 2
 RETRIABLE_STATUS = (404, 502, 503)  # 404: the node lost the name since its last report
 
 
@@ -54,6 +57,8 @@ class Forwarder:
                     await self._attempt(node, target, path, data, send)
                 return
             except NodeFailed as failure:
+                log.warning("node %s failed before answering %s: %s", node.node_id,
+                            target.served_name, failure.reason)
                 failures.append(f"{node.node_id}: {failure.reason}")
                 metrics.RETRIES.labels(node.node_id, failure.reason.split(":")[0]).inc()
             finally:
@@ -80,11 +85,7 @@ class Forwarder:
 
     async def _attempt(self, node: Node, target: Target, path: str, data: bytes, send: Send) -> None:
         started = time.perf_counter()
-        try:
-            upstream = await self.http.post(node.url + path, data=data, headers=JSON_HEADERS)
-        except (aiohttp.ClientError, TimeoutError) as error:
-            self.fleet.mark_down(node, self.cooldown_s)
-            raise NodeFailed(f"connect: {type(error).__name__}") from error
+        upstream = await self._post(node, path, data)
         async with upstream:
             if upstream.status in RETRIABLE_STATUS:
                 body = await _read_quietly(upstream)
@@ -110,6 +111,22 @@ class Forwarder:
         metrics.REQUESTS.labels(*labels, node.node_id, str(upstream.status)).inc()
         metrics.TTFT.labels(*labels).observe(ttft)
         metrics.LATENCY.labels(*labels).observe(time.perf_counter() - started)
+
+    async def _post(self, node: Node, path: str, data: bytes) -> aiohttp.ClientResponse:
+        url = node.url + path
+        try:
+            for _ in range(STALE_CONNECTION_RETRIES):
+                try:
+                    return await self.http.post(url, data=data, headers=JSON_HEADERS)
+                except aiohttp.ClientConnectorError:
+                    raise  # refused or unreachable: the node is down
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                    # A kept-alive connection the node had just closed: again, on another one.
+                    metrics.RETRIES.labels(node.node_id, "stale_connection").inc()
+            return await self.http.post(url, data=data, headers=JSON_HEADERS)
+        except (aiohttp.ClientError, TimeoutError) as error:
+            self.fleet.mark_down(node, self.cooldown_s)
+            raise NodeFailed(f"connect: {type(error).__name__}: {error}"[:300]) from error
 
 
 async def _relay_stream(upstream: aiohttp.ClientResponse, first: bytes, send: Send) -> int:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 
 import aiohttp
 import uvicorn
 from prometheus_client import start_http_server
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_random_exponential
 
+from serving.process import configure_logging, until_signalled
 from serving.registry_client import RegistryClient, RegistryUnavailable
 from serving.router import metrics
 from serving.router.admission import Admission
@@ -25,6 +25,7 @@ from serving.router.settings import RouterSettings
 log = logging.getLogger("loraplane.router")
 CONVERGE_POLL_S = 0.1  # nodes' reports are read this often while they load a new generation
 CONVERGE_WINDOW_S = 10
+UPSTREAM_KEEPALIVE_S = 2
 
 
 class Router:
@@ -39,7 +40,9 @@ class Router:
     async def run(self, stop: asyncio.Event) -> None:
         s = self.settings
         timeout = aiohttp.ClientTimeout(total=s.upstream_timeout_s, sock_connect=s.connect_timeout_s)
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
+        # Idle connections are closed here before vLLM's own keep-alive (5 s) closes them under
+        # a request; aiohttp may keep one up to twice this long.
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=UPSTREAM_KEEPALIVE_S)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector,
                                          auto_decompress=False) as http:
             forwarder = Forwarder(self.fleet, http, cooldown_s=s.node_cooldown_s,
@@ -101,18 +104,9 @@ class Router:
 
 
 def run(settings: RouterSettings) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    if settings.metrics_port:
-        start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.REGISTRY)
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await Router(settings).run(stop)
-
     import uvloop
 
-    uvloop.run(main())
+    configure_logging()
+    if settings.metrics_port:
+        start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.REGISTRY)
+    uvloop.run(until_signalled(lambda stop: Router(settings).run(stop)))

@@ -275,3 +275,27 @@ def test_batch_traffic_is_capped_and_metrics_are_kept_per_version(router, served
     assert router_metric(router, "loraplane_router_tokens_total", **labels, kind="completion") > 0
     assert router_metric(router, "loraplane_router_misses_total", served_name="acme/digits@1") >= 1
     assert router_metric(router, "loraplane_router_errors_total", code="model_not_found") >= 1
+
+
+def test_a_revoked_app_key_stops_working_within_the_key_cache_time(router, served, admin, engine):
+    from sqlalchemy.orm import Session
+
+    from registry.auth import tokens as token_service
+
+    created = admin.post("/v1/tokens", json={"subject": "short-lived-app", "role": "app", "tenant": "acme"})
+    key, prompt = created.json()["token"], served["prompt"]
+    assert ask(router, key, "acme/digits@1", prompt).status_code == 200
+    time.sleep(0.6)  # past half the key cache (1 s): the next request also checks in the background
+    assert ask(router, key, "acme/digits@1", prompt).status_code == 200
+    with Session(engine) as session, session.begin():
+        token_service.revoke_token(session, created.json()["id"], actor="tests")
+    before = forwarded(router)
+
+    deadline = time.monotonic() + 5  # LORAPLANE_ROUTER_KEY_CACHE_S is 1 here
+    while (answer := ask(router, key, "acme/digits@1", prompt)).status_code == 200:
+        assert time.monotonic() < deadline, "the revoked key still works"
+        before += 1
+        time.sleep(0.2)
+
+    assert answer.status_code == 401 and answer.json()["error"]["code"] == "invalid_api_key"
+    assert forwarded(router) == before  # the refused request reached no node

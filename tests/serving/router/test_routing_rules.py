@@ -66,10 +66,12 @@ def test_an_adapter_sticks_to_the_node_that_holds_it_and_spreads_only_into_free_
 
 def test_only_nodes_that_report_the_name_and_are_up_get_it():
     fleet = Fleet(spill_outstanding=4)
-    fleet.update(reports(("n1", ["a@1"]), ("n2", [])))
-    assert fleet.choose("a@1").node_id == "n1" and fleet.choose("b@1") is None
+    fleet.update(reports(("n1", ["a@1", "b@1"]), ("n2", ["b@1"])))
+    assert fleet.choose("a@1").node_id == "n1" and fleet.choose("c@1") is None
     fleet.mark_down(fleet.nodes["n1"], 60)
-    assert fleet.choose("a@1") is None
+    assert {fleet.choose("b@1").node_id for _ in range(5)} == {"n2"}  # n1 cools down
+    assert fleet.choose("a@1").node_id == "n1"  # but, the only holder, is still tried
+    assert fleet.choose("a@1", exclude={"n1"}) is None
 
 
 def test_a_node_whose_report_is_stale_gets_a_name_only_when_no_fresh_node_has_it():
