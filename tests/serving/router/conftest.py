@@ -82,16 +82,17 @@ def promote(admin, uploader, engine, router_pool):
 
 @pytest.fixture(scope="module")
 def served(promote, task_kit, client_for, nodes, router, admin) -> dict[str, dict]:
-    """acme/digits and acme/reverse (different tasks), and globex/private; each with its answer
+    """acme/r-digits and acme/r-reverse (different tasks), and globex/r-private; each with its answer
     to one prompt, read straight from a node's vLLM under its served name."""
     prompt = task_kit.suites["digits_to_words"][0]["prompt"]
-    promote("digits", task_kit.adapters["digits_to_words"])
-    promote("reverse", task_kit.adapters["reverse_words"])
-    promote("globex/private", task_kit.adapters["digits_to_words_v2"], client=client_for("globex_uploader"))
-    names = ("acme/digits@1", "acme/reverse@1", "globex/private@1")
+    promote("r-digits", task_kit.adapters["digits_to_words"])
+    promote("r-reverse", task_kit.adapters["reverse_words"])
+    promote("globex/r-private", task_kit.adapters["digits_to_words_v2"],
+            client=client_for("globex_uploader"))
+    names = ("acme/r-digits@1", "acme/r-reverse@1", "globex/r-private@1")
     wait_until_served(admin, set(names))
     answers = {name: complete(nodes[NODES[0]].url, name, prompt) for name in names}
-    assert answers["acme/digits@1"] != answers["acme/reverse@1"], answers  # told apart
+    assert answers["acme/r-digits@1"] != answers["acme/r-reverse@1"], answers  # told apart
     return {"prompt": prompt, "answers": answers}
 
 

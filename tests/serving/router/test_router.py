@@ -32,16 +32,16 @@ def forwarded(router) -> float:
 def test_the_openai_client_works_streaming_included(router, served, tokens, nodes):
     app, prompt, answers = client(router, tokens["acme_app"]), served["prompt"], served["answers"]
 
-    plain = app.completions.create(model="acme/digits", prompt=prompt, max_tokens=16, temperature=0)
-    streamed = app.completions.create(model="acme/digits", prompt=prompt, max_tokens=16,
+    plain = app.completions.create(model="acme/r-digits", prompt=prompt, max_tokens=16, temperature=0)
+    streamed = app.completions.create(model="acme/r-digits", prompt=prompt, max_tokens=16,
                                       temperature=0, stream=True)
 
-    assert plain.model == "acme/digits@1" and plain.choices[0].text == answers["acme/digits@1"]
-    assert "".join(chunk.choices[0].text for chunk in streamed if chunk.choices) == answers["acme/digits@1"]
+    assert plain.model == "acme/r-digits@1" and plain.choices[0].text == answers["acme/r-digits@1"]
+    assert "".join(chunk.choices[0].text for chunk in streamed if chunk.choices) == answers["acme/r-digits@1"]
     messages = [{"role": "user", "content": prompt}]
     direct = httpx.post(nodes["node-a"].url + "/v1/chat/completions", timeout=60, json={
-        "model": "acme/reverse@1", "messages": messages, "max_tokens": 16, "temperature": 0}).json()
-    chat = app.chat.completions.create(model="acme/reverse", messages=messages, max_tokens=16,
+        "model": "acme/r-reverse@1", "messages": messages, "max_tokens": 16, "temperature": 0}).json()
+    chat = app.chat.completions.create(model="acme/r-reverse", messages=messages, max_tokens=16,
                                        temperature=0, stream=True)
     text = "".join(chunk.choices[0].delta.content or "" for chunk in chat if chunk.choices)
     assert text == direct["choices"][0]["message"]["content"] and text
@@ -49,24 +49,24 @@ def test_the_openai_client_works_streaming_included(router, served, tokens, node
 
 def test_every_form_of_a_name_resolves_to_exactly_one_version(router, served, tokens):
     app, prompt, answers = client(router, tokens["acme_app"]), served["prompt"], served["answers"]
-    for model in ("acme/reverse", "acme/reverse:production", "acme/reverse@1"):
+    for model in ("acme/r-reverse", "acme/r-reverse:production", "acme/r-reverse@1"):
         answer = app.completions.create(model=model, prompt=prompt, max_tokens=16, temperature=0)
-        assert (answer.model, answer.choices[0].text) == ("acme/reverse@1", answers["acme/reverse@1"])
+        assert (answer.model, answer.choices[0].text) == ("acme/r-reverse@1", answers["acme/r-reverse@1"])
 
 
 def test_models_lists_only_the_callers_names(router, served, tokens, router_pool):
     acme = {m.id for m in client(router, tokens["acme_app"]).models.list()}
     globex = {m.id for m in client(router, router_pool["globex_app"]).models.list()}
 
-    assert {"acme/digits", "acme/digits:production", "acme/digits@1", "acme/reverse@1"} <= acme
+    assert {"acme/r-digits", "acme/r-digits:production", "acme/r-digits@1", "acme/r-reverse@1"} <= acme
     assert not any(name.startswith("globex/") for name in acme)
-    assert globex == {"globex/private", "globex/private:production", "globex/private@1"}
+    assert globex == {"globex/r-private", "globex/r-private:production", "globex/r-private@1"}
 
 
 def test_a_tenant_never_reaches_another_tenants_adapters(router, served, tokens, router_pool):
     before = forwarded(router)
-    for key, model, mine in ((tokens["acme_app"], "globex/private@1", "acme/"),
-                             (router_pool["globex_app"], "acme/digits", "globex/")):
+    for key, model, mine in ((tokens["acme_app"], "globex/r-private@1", "acme/"),
+                             (router_pool["globex_app"], "acme/r-digits", "globex/")):
         refused = ask(router, key, model, served["prompt"])
         assert refused.status_code == 404, refused.text
         error = refused.json()["error"]
@@ -80,17 +80,17 @@ LARGE = "x" * (1024 * 1024 + 1)
 
 
 @pytest.mark.parametrize(("auth", "body", "headers", "status", "code", "message"), [
-    (None, {"model": "acme/digits"}, {}, 401, "missing_api_key", "missing or malformed API key"),
-    ("lpt_not-a-key", {"model": "acme/digits"}, {}, 401, "invalid_api_key", "invalid or revoked API key"),
-    ("uploader", {"model": "acme/digits"}, {}, 403, "not_an_app_key", "a uploader token cannot call the router"),
+    (None, {"model": "acme/r-digits"}, {}, 401, "missing_api_key", "missing or malformed API key"),
+    ("lpt_not-a-key", {"model": "acme/r-digits"}, {}, 401, "invalid_api_key", "invalid or revoked API key"),
+    ("uploader", {"model": "acme/r-digits"}, {}, 403, "not_an_app_key", "a uploader token cannot call the router"),
     ("app", b"{not json", {}, 400, "invalid_json", "the body is not valid JSON"),
     ("app", b"[1, 2]", {}, 400, "invalid_json", "the body must be a JSON object"),
-    ("app", {"model": "acme/digits", "prompt": LARGE}, {}, 413, "body_too_large", "larger than 1048576 bytes"),
+    ("app", {"model": "acme/r-digits", "prompt": LARGE}, {}, 413, "body_too_large", "larger than 1048576 bytes"),
     ("app", {"prompt": "hi"}, {}, 400, "invalid_model", "'model' must be a string"),
     ("app", {"model": "acme/nothing-here"}, {}, 404, "model_not_found", "'acme/nothing-here' is not served"),
     ("app", {"model": "tiny-task-llama"}, {}, 404, "model_not_found", "'tiny-task-llama' is not served"),
-    ("app", {"model": "acme/digits"}, {"X-Loraplane-Tier": "urgent"}, 400, "invalid_tier", "unknown tier 'urgent'"),
-    ("batch", {"model": "acme/digits"}, {"X-Loraplane-Tier": "interactive"}, 403, "tier_not_allowed",
+    ("app", {"model": "acme/r-digits"}, {"X-Loraplane-Tier": "urgent"}, 400, "invalid_tier", "unknown tier 'urgent'"),
+    ("batch", {"model": "acme/r-digits"}, {"X-Loraplane-Tier": "interactive"}, 403, "tier_not_allowed",
      "this app key is limited to the batch tier"),
 ])
 def test_refusals_say_what_was_wrong_and_forward_nothing(router, served, tokens, router_pool, auth,
@@ -125,39 +125,39 @@ def test_a_name_loaded_nowhere_gets_503_with_retry_after_never_another_adapter(r
     from tests.conftest import KIT_BASE
 
     # Rank 32: the pool allows it, the nodes' vLLMs (max rank 16) refuse it.
-    promote("too-wide", build_adapter(task_kit.base_dir, tmp_path / "wide", r=32, seed=9,
+    promote("r-too-wide", build_adapter(task_kit.base_dir, tmp_path / "wide", r=32, seed=9,
                                       base_model_name=KIT_BASE))
     app = client(router, tokens["acme_app"])
     deadline = time.monotonic() + 20
-    while "acme/too-wide" not in {m.id for m in app.models.list()} and time.monotonic() < deadline:
+    while "acme/r-too-wide" not in {m.id for m in app.models.list()} and time.monotonic() < deadline:
         time.sleep(0.2)
     before = forwarded(router)
 
-    refused = ask(router, tokens["acme_app"], "acme/too-wide", served["prompt"])
+    refused = ask(router, tokens["acme_app"], "acme/r-too-wide", served["prompt"])
 
     assert refused.status_code == 503, refused.text
     assert refused.headers["retry-after"] == "1"
     assert refused.json()["error"]["code"] == "adapter_not_loaded"
-    assert "acme/too-wide@1 is approved but not loaded on any node yet" in refused.json()["error"]["message"]
+    assert "acme/r-too-wide@1 is approved but not loaded on any node yet" in refused.json()["error"]["message"]
     assert forwarded(router) == before
 
 
 def test_a_canary_split_follows_its_weight(router, served, promote, tokens, task_kit, admin, nodes):
-    promote("digits", task_kit.adapters["digits_to_words_v2"], alias="canary", weight=50)
-    wait_until_served(admin, {"acme/digits@2"})
-    answers = {**served["answers"], "acme/digits@2": complete(nodes["node-a"].url, "acme/digits@2", served["prompt"])}
+    promote("r-digits", task_kit.adapters["digits_to_words_v2"], alias="canary", weight=50)
+    wait_until_served(admin, {"acme/r-digits@2"})
+    answers = {**served["answers"], "acme/r-digits@2": complete(nodes["node-a"].url, "acme/r-digits@2", served["prompt"])}
     app = client(router, tokens["acme_app"])
     time.sleep(1)  # the router reads the same reports
 
-    picks = [app.completions.create(model="acme/digits", prompt=served["prompt"], max_tokens=16,
+    picks = [app.completions.create(model="acme/r-digits", prompt=served["prompt"], max_tokens=16,
                                     temperature=0) for _ in range(40)]
-    canary = [app.completions.create(model="acme/digits:canary", prompt=served["prompt"],
+    canary = [app.completions.create(model="acme/r-digits:canary", prompt=served["prompt"],
                                      max_tokens=16, temperature=0) for _ in range(3)]
 
     assert all(p.choices[0].text == answers[p.model] for p in picks + canary)
-    counts = {name: sum(p.model == name for p in picks) for name in ("acme/digits@1", "acme/digits@2")}
+    counts = {name: sum(p.model == name for p in picks) for name in ("acme/r-digits@1", "acme/r-digits@2")}
     assert sum(counts.values()) == 40 and min(counts.values()) >= 8, counts  # 50/50, not 0/100
-    assert {c.model for c in canary} == {"acme/digits@2"}
+    assert {c.model for c in canary} == {"acme/r-digits@2"}
 
 
 def send_traffic(router, key: str, models: list[str], prompt: str, stop: threading.Event,
@@ -197,29 +197,29 @@ def _text(response: httpx.Response, stream: bool) -> str:
 def test_swapping_an_alias_under_traffic_never_answers_with_the_wrong_version(
         router, served, promote, tokens, task_kit, admin, nodes):
     prompt = served["prompt"]
-    promote("swap", task_kit.adapters["digits_to_words"])
-    wait_until_served(admin, {"acme/swap@1"})
-    answers = {"acme/swap@1": complete(nodes["node-a"].url, "acme/swap@1", prompt)}
+    promote("r-swap", task_kit.adapters["digits_to_words"])
+    wait_until_served(admin, {"acme/r-swap@1"})
+    answers = {"acme/r-swap@1": complete(nodes["node-a"].url, "acme/r-swap@1", prompt)}
     stop, results = threading.Event(), []
     traffic = threading.Thread(target=lambda: results.extend(
-        send_traffic(router, tokens["acme_app"], ["acme/swap"], prompt, stop)))
+        send_traffic(router, tokens["acme_app"], ["acme/r-swap"], prompt, stop)))
     traffic.start()
     time.sleep(1.5)
 
-    promote("swap", task_kit.adapters["reverse_words"])  # version 2 takes production
-    wait_until_served(admin, {"acme/swap@2"})
-    answers["acme/swap@2"] = complete(nodes["node-a"].url, "acme/swap@2", prompt)
+    promote("r-swap", task_kit.adapters["reverse_words"])  # version 2 takes production
+    wait_until_served(admin, {"acme/r-swap@2"})
+    answers["acme/r-swap@2"] = complete(nodes["node-a"].url, "acme/r-swap@2", prompt)
     time.sleep(2.5)
     stop.set()
     traffic.join()
 
-    assert answers["acme/swap@1"] != answers["acme/swap@2"]  # outputs that can be told apart
+    assert answers["acme/r-swap@1"] != answers["acme/r-swap@2"]  # outputs that can be told apart
     assert results and all(status == 200 for status, _, _ in results), {r[0] for r in results}
     wrong = [(name, text) for _, name, text in results if text != answers.get(name)]
     assert not wrong, wrong[:3]
     names = [name for _, name, _ in results]
-    assert names[0] == "acme/swap@1" and "acme/swap@2" in names
-    assert set(names[-8:]) == {"acme/swap@2"}  # the swap holds
+    assert names[0] == "acme/r-swap@1" and "acme/r-swap@2" in names
+    assert set(names[-8:]) == {"acme/r-swap@2"}  # the swap holds
 
 
 def test_a_node_killed_under_traffic_costs_no_request(router, served, tokens, nodes, admin):
@@ -227,7 +227,7 @@ def test_a_node_killed_under_traffic_costs_no_request(router, served, tokens, no
     retries_before = router_metric(router, "loraplane_router_retries_total")
     stop, results = threading.Event(), []
     traffic = threading.Thread(target=lambda: results.extend(send_traffic(
-        router, tokens["acme_app"], ["acme/digits@1", "acme/reverse@1"], prompt, stop, stream_every=10**6)))
+        router, tokens["acme_app"], ["acme/r-digits@1", "acme/r-reverse@1"], prompt, stop, stream_every=10**6)))
     traffic.start()
     time.sleep(1.5)
 
@@ -240,7 +240,7 @@ def test_a_node_killed_under_traffic_costs_no_request(router, served, tokens, no
     assert all(text == answers[name] for _, name, text in results)
     assert router_metric(router, "loraplane_router_retries_total") > retries_before
     nodes["node-b"].restart()  # and it comes back: its agent reloads the set
-    wait_until_served(admin, {"acme/digits@1", "acme/reverse@1"}, timeout_s=90)
+    wait_until_served(admin, {"acme/r-digits@1", "acme/r-reverse@1"}, timeout_s=90)
 
 
 def test_prompt_logprob_requests_are_sent_to_a_node_one_at_a_time(router, served, tokens, nodes):
@@ -248,7 +248,7 @@ def test_prompt_logprob_requests_are_sent_to_a_node_one_at_a_time(router, served
     body = {"echo": True, "logprobs": 1, "max_tokens": 1}
     with ThreadPoolExecutor(4) as pool:
         answers = list(pool.map(lambda m: ask(router, tokens["acme_app"], m, served["prompt"], **body),
-                                ["acme/digits@1", "acme/reverse@1"] * 2))
+                                ["acme/r-digits@1", "acme/r-reverse@1"] * 2))
     assert [a.status_code for a in answers] == [200] * 4, [a.text for a in answers]
     assert all(a.json()["choices"][0]["logprobs"]["token_logprobs"] for a in answers)
     for node in nodes.values():
@@ -259,22 +259,25 @@ def test_batch_traffic_is_capped_and_metrics_are_kept_per_version(router, served
     batch_key = router_pool["acme_batch"]
     peak = 0
     with ThreadPoolExecutor(6) as pool:
-        pending = [pool.submit(ask, router, batch_key, "acme/digits@1", served["prompt"], max_tokens=48)
+        pending = [pool.submit(ask, router, batch_key, "acme/r-digits@1", served["prompt"], max_tokens=48,
+                               ignore_eos=True)  # long enough to be seen in flight
                    for _ in range(6)]
         while not all(p.done() for p in pending):
             peak = max(peak, router_metric(router, "loraplane_router_inflight", tier="batch"))
             time.sleep(0.02)
-        interactive = ask(router, tokens["acme_app"], "acme/digits@1", served["prompt"])
+        interactive = ask(router, tokens["acme_app"], "acme/r-digits@1", served["prompt"])
     assert all(p.result().status_code == 200 for p in pending) and interactive.status_code == 200
     assert 1 <= peak <= 2  # LORAPLANE_ROUTER_BATCH_MAX_INFLIGHT
     assert router_metric(router, "loraplane_router_queue_seconds_count", tier="batch") >= 6
 
-    labels = {"served_name": "acme/digits@1", "alias": "pinned"}
+    labels = {"served_name": "acme/r-digits@1", "alias": "pinned"}
     assert router_metric(router, "loraplane_router_requests_total", **labels, status="200") >= 7
     assert router_metric(router, "loraplane_router_ttft_seconds_count", **labels) >= 7
     assert router_metric(router, "loraplane_router_tokens_total", **labels, kind="completion") > 0
-    assert router_metric(router, "loraplane_router_misses_total", served_name="acme/digits@1") >= 1
-    assert router_metric(router, "loraplane_router_errors_total", code="model_not_found") >= 1
+    assert router_metric(router, "loraplane_router_misses_total", served_name="acme/r-digits@1") >= 1
+    not_found = router_metric(router, "loraplane_router_errors_total", code="model_not_found")
+    assert ask(router, tokens["acme_app"], "acme/nothing-here", served["prompt"]).status_code == 404
+    assert router_metric(router, "loraplane_router_errors_total", code="model_not_found") == not_found + 1
 
 
 def test_a_revoked_app_key_stops_working_within_the_key_cache_time(router, served, admin, engine):
@@ -284,15 +287,15 @@ def test_a_revoked_app_key_stops_working_within_the_key_cache_time(router, serve
 
     created = admin.post("/v1/tokens", json={"subject": "short-lived-app", "role": "app", "tenant": "acme"})
     key, prompt = created.json()["token"], served["prompt"]
-    assert ask(router, key, "acme/digits@1", prompt).status_code == 200
+    assert ask(router, key, "acme/r-digits@1", prompt).status_code == 200
     time.sleep(0.6)  # past half the key cache (1 s): the next request also checks in the background
-    assert ask(router, key, "acme/digits@1", prompt).status_code == 200
+    assert ask(router, key, "acme/r-digits@1", prompt).status_code == 200
     with Session(engine) as session, session.begin():
         token_service.revoke_token(session, created.json()["id"], actor="tests")
     before = forwarded(router)
 
     deadline = time.monotonic() + 5  # LORAPLANE_ROUTER_KEY_CACHE_S is 1 here
-    while (answer := ask(router, key, "acme/digits@1", prompt)).status_code == 200:
+    while (answer := ask(router, key, "acme/r-digits@1", prompt)).status_code == 200:
         assert time.monotonic() < deadline, "the revoked key still works"
         before += 1
         time.sleep(0.2)
