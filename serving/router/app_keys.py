@@ -38,7 +38,8 @@ class AppKeys:
         self._lookups: dict[bytes, asyncio.Future] = {}
 
     async def authenticate(self, authorization: str | None) -> App:
-        if not authorization or not authorization.startswith("Bearer ") or len(authorization) > 512:
+        if not authorization or not authorization.startswith("Bearer ") or len(authorization) > 512 \
+                or not authorization.isascii():
             raise RouterError(401, "missing_api_key", "missing or malformed API key",
                               "Send 'Authorization: Bearer <app key>' (loraplane token create --role app).")
         key = hashlib.sha256(authorization.encode()).digest()
@@ -48,7 +49,7 @@ class AppKeys:
                 self._lookup(key, authorization)  # refresh ahead, off the request's path
             return app
         if (refusal := self._refused.get(key)) is not None:
-            raise refusal
+            raise refusal.copy()  # a fresh error: re-raising one object grows its traceback
         return await asyncio.shield(self._lookup(key, authorization))
 
     def _lookup(self, key: bytes, authorization: str) -> asyncio.Future:

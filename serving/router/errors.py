@@ -19,6 +19,10 @@ class RouterError(Exception):
         self.extra = extra
         self.served_name = ""  # set once the model resolved, for metrics
 
+    def copy(self) -> "RouterError":
+        return RouterError(self.status, self.code, self.message, self.hint,
+                           retry_after_s=self.retry_after_s, **self.extra)
+
     def body(self) -> bytes:
         error = {"message": self.message, "type": TYPES.get(self.status, "server_error"),
                  "code": self.code, "param": "model" if "model" in self.code else None,

@@ -56,6 +56,9 @@ async def json_body(scope: Scope, receive: Receive, limit: int) -> dict[str, Any
     except (ValueError, UnicodeDecodeError) as error:
         raise RouterError(400, "invalid_json", f"the body is not valid JSON: {error}",
                           "Send a JSON object, as the OpenAI API expects.") from None
+    except RecursionError:
+        raise RouterError(400, "invalid_json", "the body is nested too deeply",
+                          "Send a JSON object, as the OpenAI API expects.") from None
     if not isinstance(body, dict):
         raise RouterError(400, "invalid_json", "the body must be a JSON object",
                           "Send a JSON object, as the OpenAI API expects.")
