@@ -2,11 +2,11 @@
 
 A node may get a served name only when its agent reports it loaded with the right digest; a node
 whose report is stale only when no fresh one has it, and a node that just failed only when no
-other has it, for a short cooldown. Among those, the router prefers nodes where the adapter is resident in vLLM's CPU cache
-(its own estimate: the last `max_cpu_loras` names it sent there), and the fewest outstanding
-requests.
-An adapter resident nowhere goes to a node with a free slot, else to its rendezvous-hash
-favourite, so each adapter keeps to few nodes and nodes do not evict each other's working sets.
+other has it, for a short cooldown. Among those, the router prefers nodes where the adapter is
+resident in vLLM's CPU cache (its own estimate: the last `max_cpu_loras` names it sent there),
+and the fewest outstanding requests. An adapter resident nowhere goes to a node with a free slot,
+else to its rendezvous-hash favourite, so each adapter keeps to few nodes and nodes do not evict
+each other's working sets.
 """
 
 from __future__ import annotations
@@ -73,9 +73,6 @@ class Fleet:
         self.nodes = seen
         self._updated.set()
         self._updated = asyncio.Event()
-
-    def holders(self, served_name: str) -> list[Node]:
-        return [n for n in self.nodes.values() if served_name in n.serving]
 
     def choose(self, served_name: str, exclude: set[str] = frozenset()) -> Node | None:
         now = time.monotonic()
