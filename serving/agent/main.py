@@ -21,7 +21,7 @@ from serving.agent.last_known_good import LastKnownGood
 from serving.agent.reconcile import Reconciler
 from serving.agent.settings import AgentSettings
 from serving.agent.vllm_client import VllmClient, VllmUnavailable
-from serving.process import configure_logging, until_signalled
+from serving.process import configure_logging, keep_running, until_signalled
 from serving.registry_client import ActiveSet, RegistryClient, RegistryUnavailable
 
 log = logging.getLogger("loraplane.agent")
@@ -47,7 +47,8 @@ class Agent:
             log.info("serving the last-known-good set (generation %d) until the registry answers",
                      self.desired.generation)
             self.changed.set()
-        tasks = [asyncio.create_task(self._follow()), asyncio.create_task(self._converge())]
+        tasks = [asyncio.create_task(keep_running("following the active set", self._follow)),
+                 asyncio.create_task(keep_running("converging", self._converge))]
         http = self._http_server()
         serving = asyncio.create_task(http.serve()) if http else None
         await stop.wait()

@@ -15,7 +15,7 @@ GiB = 1024**3
 
 def default_node_id() -> str:
     name = re.sub(r"[^a-z0-9_-]", "-", socket.gethostname().lower()).strip("-_")
-    return name[:64] or "node"
+    return name[:64].strip("-_") or "node"
 
 
 class AgentSettings(BaseSettings):
@@ -26,7 +26,8 @@ class AgentSettings(BaseSettings):
     vllm_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8000")
     node_token: SecretStr = Field(description="A node token of the pool (loraplane token create "
                                               "--role node --pool POOL).")
-    node_id: str = Field(default_factory=default_node_id, pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
+    # The registry's rule for names: it refuses reports from any other node id.
+    node_id: str = Field(default_factory=default_node_id, pattern=r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$")
     state_dir: Path = Field(default=Path.home() / ".loraplane-agent", description=(
         "The adapter cache and the last-known-good active set."))
     cache_max_bytes: int = Field(default=20 * GiB, ge=1024**2, description=(

@@ -1,14 +1,17 @@
 """SLO tiers. At most `max_inflight` requests are forwarded at once, and at most
 `batch_max_inflight` of them batch; the rest wait in line. A freed slot goes to the oldest
 interactive request first, so interactive requests never queue behind batch ones, and the nodes'
-own queues never fill with batch work that interactive requests would wait behind."""
+own queues never fill with batch work that interactive requests would wait behind.
+
+One tenant may hold at most `tenant_max_inflight` requests in the router at once, forwarded or
+waiting; past that it gets a 429 at once, so that no tenant can fill the line for the others."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
-from collections.abc import AsyncIterator
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Iterator
 
 from serving.router.errors import RouterError
 
@@ -16,11 +19,29 @@ INTERACTIVE, BATCH = "interactive", "batch"
 
 
 class Admission:
-    def __init__(self, max_inflight: int, batch_max_inflight: int, queue_timeout_s: float) -> None:
+    def __init__(self, max_inflight: int, batch_max_inflight: int, queue_timeout_s: float,
+                 tenant_max_inflight: int | None = None) -> None:
         self.max_inflight, self.batch_max = max_inflight, batch_max_inflight
         self.queue_timeout_s = queue_timeout_s
+        self.tenant_max = tenant_max_inflight  # None: no cap
         self.inflight = {INTERACTIVE: 0, BATCH: 0}
         self.waiting: dict[str, deque[asyncio.Future]] = {INTERACTIVE: deque(), BATCH: deque()}
+        self.by_tenant: Counter[str] = Counter()
+
+    @contextlib.contextmanager
+    def tenant_share(self, tenant: str) -> Iterator[None]:
+        """Count one request of `tenant` from now until it is answered, or refuse it."""
+        if self.tenant_max is not None and self.by_tenant[tenant] >= self.tenant_max:
+            raise RouterError(429, "tenant_busy", f"tenant {tenant} already has {self.tenant_max} "
+                              "requests in flight here", "Wait for some to finish, or send fewer "
+                              "at once (LORAPLANE_ROUTER_TENANT_MAX_INFLIGHT).", retry_after_s=1)
+        self.by_tenant[tenant] += 1
+        try:
+            yield
+        finally:
+            self.by_tenant[tenant] -= 1
+            if not self.by_tenant[tenant]:
+                del self.by_tenant[tenant]
 
     @contextlib.asynccontextmanager
     async def slot(self, tier: str) -> AsyncIterator[None]:

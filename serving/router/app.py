@@ -5,17 +5,17 @@ every request; the routing decisions live in catalog, fleet and admission."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
+from collections.abc import Awaitable
 
 from starlette.types import Receive, Scope, Send
 
 from serving.router import metrics
 from serving.router.admission import Admission
 from serving.router.app_keys import AppKeys
-from serving.router.catalog import Catalog
+from serving.router.catalog import Catalog, Target
 from serving.router.errors import RouterError
 from serving.router.forward import Forwarder
 from serving.router.requests import header, json_body, tier_of, wants_prompt_logprobs
@@ -36,50 +36,57 @@ class RouterApp:
         if scope["type"] != "http":
             return
         path, method = scope["path"], scope["method"]
-        started = _Started(send)
+        response = _Response(send)
         try:
             if path in PROXIED:
                 _allow(method, "POST")
-                await self._proxy(scope, receive, started, path)
+                await self._proxy(scope, receive, response, path)
             elif path == "/v1/models":
                 _allow(method, "GET")
-                await self._models(scope, started)
+                await self._models(scope, response)
             elif path == "/healthz":
-                await self._health(started)
+                await self._health(response)
             else:
                 raise RouterError(404, "no_such_route", f"no route {path[:100]!r}", f"The router serves {ROUTES}.")
         except RouterError as error:
             metrics.ERRORS.labels(error.served_name, error.code).inc()
             if error.status >= 500:
                 log.warning("%d %s: %s", error.status, error.code, error.message)
-            if not started.yes:
+            if not response.started:
                 await _json(send, error.status, error.body(), error.headers())
         except Exception:  # a broken node stream or a bug: the client sees the stream end
-            metrics.ERRORS.labels("", "internal" if not started.yes else "stream_broken").inc()
-            if not started.yes:
+            metrics.ERRORS.labels("", "internal" if not response.started else "stream_broken").inc()
+            if not response.started:
                 log.exception("request failed")
                 error = RouterError(500, "internal", "the router failed to handle this request",
                                     "Retry; if it persists, see the router's log.")
                 await _json(send, 500, error.body(), error.headers())
 
-    async def _proxy(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+    async def _proxy(self, scope: Scope, receive: Receive, send: _Response, path: str) -> None:
         app = await self.keys.authenticate(header(scope, b"authorization"))
         tier = tier_of(app, scope)
         payload = await json_body(scope, receive, self.max_body_bytes)
         self._require_ready()
         target = self.catalog.resolve(payload.get("model"), app.tenant)
         payload["model"] = target.served_name
-        data = json.dumps(payload).encode()
+        data, serial = json.dumps(payload).encode(), wants_prompt_logprobs(payload)
+        with self.admission.tenant_share(app.tenant):
+            try:
+                await _unless_disconnected(receive, send, self._admit_and_forward(
+                    target, tier, path, data, send, serial))
+            except RouterError as error:
+                error.served_name = target.served_name
+                raise
+
+    async def _admit_and_forward(self, target: Target, tier: str, path: str, data: bytes,
+                                 send: Send, serial: bool) -> None:
+        await self.forwarder.wait_for_holder(target)
         queued = time.perf_counter()
         async with self.admission.slot(tier):
             metrics.QUEUED.labels(tier).observe(time.perf_counter() - queued)
             metrics.INFLIGHT.labels(tier).inc()
             try:
-                await _unless_disconnected(receive, self.forwarder.forward(
-                    target, path, data, send, serial=wants_prompt_logprobs(payload)))
-            except RouterError as error:
-                error.served_name = target.served_name
-                raise
+                await self.forwarder.forward(target, path, data, send, serial=serial)
             finally:
                 metrics.INFLIGHT.labels(tier).dec()
 
@@ -101,39 +108,41 @@ class RouterApp:
                               "set yet", "Retry shortly.", retry_after_s=self.retry_after_s)
 
 
-class _Started:
-    """`send`, remembering whether the response has begun (after which no error page fits)."""
+class _Response:
+    """`send`, remembering whether the response has begun (after which no error page fits) and
+    whether it is complete."""
 
     def __init__(self, send: Send) -> None:
-        self._send, self.yes = send, False
+        self._send, self.started, self.finished = send, False, False
 
     async def __call__(self, message) -> None:
-        self.yes = True
+        self.started = True
+        self.finished = message["type"] == "http.response.body" and not message.get("more_body")
         await self._send(message)
 
 
-async def _unless_disconnected(receive: Receive, work) -> None:
-    """Run `work`, cancelling it if the client hangs up, so a node stops generating for nobody."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnect(receive))
+async def _unless_disconnected(receive: Receive, response: _Response, work: Awaitable[None]) -> None:
+    """Await `work` in this task, cancelling it if the client hangs up before its answer is
+    complete (while it waits in line, or while a node generates), so no node works for nobody."""
+    handler = asyncio.current_task()
+    hung_up = False
+
+    async def watch() -> None:
+        nonlocal hung_up
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not response.finished:
+            hung_up = True
+            handler.cancel()
+
+    watcher = asyncio.create_task(watch())
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        task.cancel()
-        raise
+        await work
+    except asyncio.CancelledError:
+        if not hung_up or handler.uncancel() > 0:
+            raise  # cancelled for another reason too, such as shutdown
     finally:
         watcher.cancel()
-    if not task.done():  # the client hung up first
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        return
-    task.result()
-
-
-async def _disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 def _allow(method: str, allowed: str) -> None:

@@ -4,12 +4,15 @@ again in the background, so steady traffic never waits for the registry. The rou
 key: only their sha256 names cache entries.
 
 Concurrent requests with one unchecked key share a single lookup; a refused key is remembered
-for a moment, so a client retrying a bad key in a loop does not hammer the registry."""
+for a moment, so a client retrying a bad key in a loop does not hammer the registry. A value that
+cannot be a key is refused without asking, and at most `MAX_LOOKUPS` keys are checked at once,
+so a flood of made-up keys costs the registry a bounded trickle of lookups."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import time
 from dataclasses import dataclass
 
@@ -19,7 +22,10 @@ from cachetools import TTLCache
 from serving.router.errors import RouterError
 
 REFUSAL_CACHE_S = 2.0
+MAX_LOOKUPS = 16
 TIERS = ("interactive", "batch")
+# The shape of the registry's tokens: "lpt_" and 32 random bytes in URL-safe base64.
+KEY_SHAPE = re.compile(r"Bearer lpt_[A-Za-z0-9_-]{43}")
 
 
 @dataclass(frozen=True)
@@ -36,10 +42,10 @@ class AppKeys:
         self._apps: TTLCache = TTLCache(maxsize=100_000, ttl=ttl_s or 1e-9)  # key -> (App, checked at)
         self._refused: TTLCache = TTLCache(maxsize=100_000, ttl=min(REFUSAL_CACHE_S, ttl_s or 1e-9))
         self._lookups: dict[bytes, asyncio.Future] = {}
+        self._lookup_slots = asyncio.Semaphore(MAX_LOOKUPS)
 
     async def authenticate(self, authorization: str | None) -> App:
-        if not authorization or not authorization.startswith("Bearer ") or len(authorization) > 512 \
-                or not authorization.isascii():
+        if not authorization or not KEY_SHAPE.fullmatch(authorization):
             raise RouterError(401, "missing_api_key", "missing or malformed API key",
                               "Send 'Authorization: Bearer <app key>' (loraplane token create --role app).")
         key = hashlib.sha256(authorization.encode()).digest()
@@ -74,7 +80,8 @@ class AppKeys:
 
     async def _check(self, authorization: str) -> App:
         try:
-            response = await self._http.get("/v1/whoami", headers={"Authorization": authorization})
+            async with self._lookup_slots:
+                response = await self._http.get("/v1/whoami", headers={"Authorization": authorization})
         except httpx.HTTPError as error:
             raise RouterError(503, "registry_unavailable", f"cannot check the API key: the registry "
                               f"is unreachable ({type(error).__name__})", "Retry shortly.",

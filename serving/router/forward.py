@@ -1,8 +1,13 @@
 """Send a resolved request to a node and pass its answer through, streaming included.
 
-A node that fails before the first byte of its answer (refused connection, reset, timeout, or a
-404 because it no longer holds the name) is skipped and the request tried on another holder.
-Once a byte has reached the client nothing is retried: the client sees the stream end."""
+A node that fails before the first byte of its answer (refused or timed-out connection, reset, or
+a 404 because it no longer holds the name) is skipped and the request tried on another holder.
+A node that took the request but did not answer within `upstream_timeout_s` is not: the request
+gets a 504, since sending it again would double the work on a pool that is already slow. Once a
+byte has reached the client nothing is retried: the client sees the stream end.
+
+What went wrong on a node is logged with its detail; the client is told only node ids and a
+fixed reason, never node addresses or a node's own error text."""
 
 from __future__ import annotations
 
@@ -27,57 +32,71 @@ RETRIABLE_STATUS = (404, 502, 503)  # 404: the node lost the name since its last
 
 
 class NodeFailed(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    """A node failed before answering. `reason` is one of a few fixed codes, safe to show a
+    client and to use as a metric label; `detail` is for the log only."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
 
 
 class Forwarder:
     def __init__(self, fleet: Fleet, http: aiohttp.ClientSession, *, cooldown_s: float,
-                 load_wait_s: float, retry_after_s: int) -> None:
+                 load_wait_s: float, retry_after_s: int, serial_wait_s: float = 30) -> None:
         self.fleet, self.http = fleet, http
         self.cooldown_s, self.load_wait_s, self.retry_after_s = cooldown_s, load_wait_s, retry_after_s
+        self.serial_wait_s = serial_wait_s
 
     async def forward(self, target: Target, path: str, data: bytes, send: Send, *,
                       serial: bool) -> None:
         tried: set[str] = set()
         failures: list[str] = []
-        while True:
-            node = self.fleet.choose(target.served_name, tried)
-            if node is None and not tried:
-                node = await self._wait_for_holder(target)
-            if node is None:
-                raise self._nowhere(target, failures)
+        while (node := self.fleet.choose(target.served_name, tried)) is not None:
             tried.add(node.node_id)
             if not node.touch(target.served_name):
                 metrics.MISSES.labels(target.served_name, node.node_id).inc()
             node.outstanding += 1
             try:
-                async with node.prompt_logprobs if serial else contextlib.nullcontext():
+                async with self._one_at_a_time(node) if serial else contextlib.nullcontext():
                     await self._attempt(node, target, path, data, send)
                 return
             except NodeFailed as failure:
                 log.warning("node %s failed before answering %s: %s", node.node_id,
-                            target.served_name, failure.reason)
-                failures.append(f"{node.node_id}: {failure.reason}")
-                metrics.RETRIES.labels(node.node_id, failure.reason.split(":")[0]).inc()
+                            target.served_name, failure)
+                failures.append(f"{node.node_id} ({failure.reason})")
+                metrics.RETRIES.labels(node.node_id, failure.reason).inc()
             finally:
                 node.outstanding -= 1
+        raise self._nowhere(target, failures)
 
-    async def _wait_for_holder(self, target: Target) -> Node | None:
-        """A name just promoted is known before its nodes report it loaded: wait a little."""
+    async def wait_for_holder(self, target: Target) -> None:
+        """A name just promoted is known before its nodes report it loaded: wait a little for
+        one that does. Called before the request takes an admission slot, so that waiting
+        here does not hold back requests that could go now."""
         deadline = time.monotonic() + self.load_wait_s
-        while (left := deadline - time.monotonic()) > 0:
+        while self.fleet.choose(target.served_name) is None \
+                and (left := deadline - time.monotonic()) > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.fleet.changed(), left)
-            if (node := self.fleet.choose(target.served_name)) is not None:
-                return node
-        return None
+
+    @contextlib.asynccontextmanager
+    async def _one_at_a_time(self, node: Node):
+        try:
+            await asyncio.wait_for(node.prompt_logprobs.acquire(), self.serial_wait_s)
+        except TimeoutError:
+            raise RouterError(503, "overloaded", f"prompt-logprob requests go to a node one at a "
+                              f"time, and none finished within {self.serial_wait_s:g} s",
+                              "Retry later, or send fewer prompt-logprob requests at once.",
+                              retry_after_s=self.retry_after_s) from None
+        try:
+            yield
+        finally:
+            node.prompt_logprobs.release()
 
     def _nowhere(self, target: Target, failures: list[str]) -> RouterError:
         if failures:
             return RouterError(503, "nodes_failed", f"every node holding {target.served_name} failed "
-                               f"before answering: {'; '.join(failures)[:500]}", "Retry shortly.",
+                               f"before answering: {', '.join(failures)}", "Retry shortly.",
                                retry_after_s=self.retry_after_s)
         return RouterError(503, "adapter_not_loaded", f"{target.served_name} is approved but not "
                            "loaded on any node yet", "Retry after the Retry-After seconds; the "
@@ -91,13 +110,15 @@ class Forwarder:
                 body = await _read_quietly(upstream)
                 if upstream.status == 404:
                     node.serving = node.serving - {target.served_name}
-                raise NodeFailed(f"status {upstream.status}: {body[:200]!r}")
+                raise NodeFailed(f"status_{upstream.status}", repr(body[:200]))
             streaming = upstream.content_type == "text/event-stream"
             try:
                 first = await (upstream.content.readany() if streaming else upstream.read())
-            except (aiohttp.ClientError, TimeoutError) as error:
+            except TimeoutError as error:
+                raise self._timed_out(node) from error
+            except aiohttp.ClientError as error:
                 self.fleet.mark_down(node, self.cooldown_s)
-                raise NodeFailed(f"first byte: {type(error).__name__}") from error
+                raise NodeFailed("answer_broken", f"{type(error).__name__}: {error}") from error
             ttft = time.perf_counter() - started
             await send({"type": "http.response.start", "status": upstream.status,
                         "headers": _headers(upstream, target, node, None if streaming else len(first))})
@@ -118,15 +139,28 @@ class Forwarder:
             for _ in range(STALE_CONNECTION_RETRIES):
                 try:
                     return await self.http.post(url, data=data, headers=JSON_HEADERS)
-                except aiohttp.ClientConnectorError:
-                    raise  # refused or unreachable: the node is down
+                except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
+                    raise  # refused, unreachable or silent: the node is down
                 except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
                     # A kept-alive connection the node had just closed: again, on another one.
                     metrics.RETRIES.labels(node.node_id, "stale_connection").inc()
             return await self.http.post(url, data=data, headers=JSON_HEADERS)
-        except (aiohttp.ClientError, TimeoutError) as error:
+        except aiohttp.ConnectionTimeoutError as error:
             self.fleet.mark_down(node, self.cooldown_s)
-            raise NodeFailed(f"connect: {type(error).__name__}: {error}"[:300]) from error
+            raise NodeFailed("connect_failed", f"{type(error).__name__}: {error}") from error
+        except TimeoutError as error:  # sent, but no answer in time
+            raise self._timed_out(node) from error
+        except aiohttp.ClientError as error:
+            self.fleet.mark_down(node, self.cooldown_s)
+            reason = "connect_failed" if isinstance(error, aiohttp.ClientConnectorError) else "connection_lost"
+            raise NodeFailed(reason, f"{type(error).__name__}: {error}") from error
+
+
+    def _timed_out(self, node: Node) -> RouterError:
+        limit = self.http.timeout.total
+        log.warning("node %s took the request but did not answer within %g s", node.node_id, limit)
+        return RouterError(504, "upstream_timeout", f"the node did not answer within {limit:g} s",
+                           "Ask for fewer tokens, or retry when the pool is less busy.")
 
 
 async def _relay_stream(upstream: aiohttp.ClientResponse, first: bytes, send: Send) -> int:

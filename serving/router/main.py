@@ -11,7 +11,7 @@ import uvicorn
 from prometheus_client import start_http_server
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_random_exponential
 
-from serving.process import configure_logging, until_signalled
+from serving.process import configure_logging, keep_running, until_signalled
 from serving.registry_client import RegistryClient, RegistryUnavailable
 from serving.router import metrics
 from serving.router.admission import Admission
@@ -46,16 +46,19 @@ class Router:
         async with aiohttp.ClientSession(timeout=timeout, connector=connector,
                                          auto_decompress=False) as http:
             forwarder = Forwarder(self.fleet, http, cooldown_s=s.node_cooldown_s,
-                                  load_wait_s=s.load_wait_s, retry_after_s=s.retry_after_s)
-            self.app = RouterApp(s.pool, self.keys, Admission(s.max_inflight, s.batch_max_inflight,
-                                                              s.queue_timeout_s),
-                                 forwarder, s.max_body_bytes, s.retry_after_s)
+                                  load_wait_s=s.load_wait_s, retry_after_s=s.retry_after_s,
+                                  serial_wait_s=s.queue_timeout_s)
+            admission = Admission(s.max_inflight, s.batch_max_inflight, s.queue_timeout_s,
+                                  s.tenant_max_inflight)
+            self.app = RouterApp(s.pool, self.keys, admission, forwarder, s.max_body_bytes,
+                                 s.retry_after_s)
             server = uvicorn.Server(uvicorn.Config(
                 self.app, host=s.host, port=s.port, loop="none", http="httptools", lifespan="off",
                 log_level="warning", access_log=False, timeout_keep_alive=30))
             server.install_signal_handlers = lambda: None  # the router handles its own signals
-            tasks = [asyncio.create_task(self._follow_active_set()),
-                     asyncio.create_task(self._follow_nodes()), asyncio.create_task(server.serve())]
+            tasks = [asyncio.create_task(keep_running("following the active set", self._follow_active_set)),
+                     asyncio.create_task(keep_running("following the nodes", self._follow_nodes)),
+                     asyncio.create_task(server.serve())]
             log.info("router for pool %s on http://%s:%d", s.pool, s.host, s.port)
             await stop.wait()
             server.should_exit = True

@@ -1,14 +1,18 @@
-"""Odd requests get a clear 4xx, never a 500: keys that are not ASCII, bodies nested too deeply,
-and the same bad key again and again (each refusal a fresh error, so none grows a traceback)."""
+"""Odd requests get a clear 4xx, never a 500, and cost the registry little: values that cannot be
+keys are refused without asking it, a flood of made-up keys is checked a few at a time, the same
+bad key again and again is remembered (each refusal a fresh error, so none grows a traceback),
+and bodies nested too deeply are refused."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import secrets
 
 import pytest
+from aiohttp import web
 
-from serving.router.app_keys import AppKeys
+from serving.router.app_keys import MAX_LOOKUPS, AppKeys
 from serving.router.errors import RouterError
 from serving.router.requests import json_body
 
@@ -19,10 +23,51 @@ def refusal(coroutine) -> RouterError:
     return refused.value
 
 
-def test_a_key_that_is_not_ascii_is_refused_without_asking_the_registry():
+@pytest.mark.parametrize("authorization", [
+    "Bearer lpt_\u00e9t\u00e9", "Bearer lpt_short", "Bearer xyz_" + "a" * 43, "Basic lpt_" + "a" * 43,
+    "Bearer lpt_" + "a" * 42 + "!", "Bearer lpt_" + "a" * 44, "",
+])
+def test_a_value_that_cannot_be_a_key_is_refused_without_asking_the_registry(authorization):
     keys = AppKeys("http://127.0.0.1:9", ttl_s=10)  # nothing listens: asking would give 503
-    error = refusal(keys.authenticate("Bearer lpt_\u00e9t\u00e9"))
+    error = refusal(keys.authenticate(authorization))
     assert (error.status, error.code, error.message) == (401, "missing_api_key", "missing or malformed API key")
+    assert not keys._lookups and not keys._apps
+
+
+def test_a_flood_of_made_up_keys_is_checked_a_few_at_a_time_and_then_remembered():
+    # The registry's side is a small HTTP server that refuses every key slowly and counts how
+    # many checks it holds at once, which the real registry does not report.
+    asking = {"now": 0, "most": 0, "total": 0}
+
+    async def whoami(_request: web.Request) -> web.Response:
+        asking["now"] += 1
+        asking["total"] += 1
+        asking["most"] = max(asking["most"], asking["now"])
+        await asyncio.sleep(0.02)
+        asking["now"] -= 1
+        return web.json_response({"detail": "invalid token"}, status=401)
+
+    async def scenario() -> list:
+        registry = web.Application()
+        registry.router.add_get("/v1/whoami", whoami)
+        runner = web.AppRunner(registry)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        keys = AppKeys(f"http://127.0.0.1:{port}", ttl_s=10)
+        made_up = [f"Bearer lpt_{secrets.token_urlsafe(32)}" for _ in range(100)]
+        try:
+            first = await asyncio.gather(*(keys.authenticate(k) for k in made_up), return_exceptions=True)
+            again = await asyncio.gather(*(keys.authenticate(k) for k in made_up), return_exceptions=True)
+        finally:
+            await keys.close()
+            await runner.cleanup()
+        return first + again
+
+    errors = asyncio.run(scenario())
+    assert all(isinstance(e, RouterError) and (e.status, e.code) == (401, "invalid_api_key") for e in errors)
+    assert asking["total"] == 100 and asking["most"] == MAX_LOOKUPS  # again: remembered, not asked
 
 
 def test_a_body_nested_too_deeply_is_refused():
@@ -43,7 +88,8 @@ async def _pop(messages: list[dict]) -> dict:
 def test_a_remembered_refusal_is_raised_fresh_each_time():
     keys = AppKeys("http://127.0.0.1:9", ttl_s=10)
     remembered = RouterError(401, "invalid_api_key", "invalid or revoked API key", "hint")
-    keys._refused[hashlib.sha256(b"Bearer lpt_bad").digest()] = remembered
-    first, second = (refusal(keys.authenticate("Bearer lpt_bad")) for _ in range(2))
+    bad_key = "Bearer lpt_" + "b" * 43
+    keys._refused[hashlib.sha256(bad_key.encode()).digest()] = remembered
+    first, second = (refusal(keys.authenticate(bad_key)) for _ in range(2))
     assert first is not remembered and second is not first
     assert (second.status, second.code) == (401, "invalid_api_key") and remembered.__traceback__ is None

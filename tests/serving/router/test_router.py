@@ -81,7 +81,8 @@ LARGE = "x" * (1024 * 1024 + 1)
 
 @pytest.mark.parametrize(("auth", "body", "headers", "status", "code", "message"), [
     (None, {"model": "acme/r-digits"}, {}, 401, "missing_api_key", "missing or malformed API key"),
-    ("lpt_not-a-key", {"model": "acme/r-digits"}, {}, 401, "invalid_api_key", "invalid or revoked API key"),
+    ("lpt_not-a-key", {"model": "acme/r-digits"}, {}, 401, "missing_api_key", "missing or malformed API key"),
+    ("lpt_" + "x" * 43, {"model": "acme/r-digits"}, {}, 401, "invalid_api_key", "invalid or revoked API key"),
     ("uploader", {"model": "acme/r-digits"}, {}, 403, "not_an_app_key", "a uploader token cannot call the router"),
     ("app", b"{not json", {}, 400, "invalid_json", "the body is not valid JSON"),
     ("app", b"[1, 2]", {}, 400, "invalid_json", "the body must be a JSON object"),

@@ -118,3 +118,29 @@ def test_a_request_that_waits_too_long_gets_503_and_gives_its_place_back():
         assert admission.inflight == {"interactive": 0, "batch": 0} and not admission.waiting["batch"]
 
     asyncio.run(scenario())
+
+
+def test_one_tenant_cannot_fill_the_line_for_the_others():
+    async def scenario() -> None:
+        admission = Admission(max_inflight=2, batch_max_inflight=1, queue_timeout_s=5, tenant_max_inflight=3)
+        release = asyncio.Event()
+
+        async def request(tenant: str) -> None:
+            with admission.tenant_share(tenant):
+                async with admission.slot("interactive"):
+                    await release.wait()
+
+        acme = [asyncio.create_task(request("acme")) for _ in range(3)]  # 2 forwarded, 1 waiting
+        await asyncio.sleep(0.01)
+        with pytest.raises(RouterError) as refused:
+            await request("acme")
+        globex = asyncio.create_task(request("globex"))  # waits in line, not refused
+        await asyncio.sleep(0.01)
+        assert (refused.value.status, refused.value.code, refused.value.retry_after_s) == (429, "tenant_busy", 1)
+        assert refused.value.message == "tenant acme already has 3 requests in flight here"
+        assert admission.by_tenant == {"acme": 3, "globex": 1} and not globex.done()
+        release.set()
+        await asyncio.gather(*acme, globex)
+        assert not admission.by_tenant and admission.inflight == {"interactive": 0, "batch": 0}
+
+    asyncio.run(scenario())

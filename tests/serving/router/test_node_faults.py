@@ -1,0 +1,129 @@
+"""How the forwarder treats a node that fails, request by request:
+
+- a kept-alive connection the node closes just as the router reuses it (vLLM's server closes idle
+  ones after 5 s) costs no request, and the node stays in rotation;
+- a node that refuses connections is taken out for a cooldown, and the client's 503 names node
+  ids and fixed reasons, never node addresses;
+- a node that took the request but does not answer in time gives a 504: the request is not sent
+  again elsewhere (that would double the work on a pool that is already slow) and the node stays;
+- prompt-logprob requests wait their turn at a node for a bounded time only.
+
+The nodes here are small HTTP servers, not vLLM, because what they stand for cannot be brought
+about on demand in a real one."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from serving.router import metrics
+from serving.router.catalog import Target
+from serving.router.errors import RouterError
+from serving.router.fleet import Fleet
+from serving.router.forward import Forwarder
+from tests.serving.router.stand_in_node import ANSWER, StandInNode, read_request
+from tests.support.services import free_port
+
+TARGET = Target("acme/chat@1", "acme/chat", "production")
+
+
+async def one_answer_per_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    if await read_request(reader):
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: keep-alive\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(ANSWER), ANSWER))
+        await writer.drain()
+        await read_request(reader)  # the next request on this connection is never answered
+    writer.close()
+
+
+async def forward(forwarder: Forwarder, serial: bool = False) -> list[dict]:
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await forwarder.forward(TARGET, "/v1/completions", b'{"model": "acme/chat@1"}', send, serial=serial)
+    return sent
+
+
+def make_fleet(*urls: str) -> Fleet:
+    fleet = Fleet(spill_outstanding=8)
+    fleet.update([{"node_id": f"n{i}", "vllm_url": url, "stale": False, "limits": {"max_cpu_loras": 4},
+                   "serving": [TARGET.served_name]} for i, url in enumerate(urls, 1)])
+    return fleet
+
+
+def retries(reason: str) -> float:
+    return metrics.REGISTRY.get_sample_value("loraplane_router_retries_total",
+                                             {"node": "n1", "reason": reason}) or 0.0
+
+
+def test_a_connection_closed_under_a_request_is_replaced_and_the_node_kept():
+    async def scenario() -> None:
+        server = await asyncio.start_server(one_answer_per_connection, "127.0.0.1", 0)
+        fleet = make_fleet(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        before = retries("stale_connection")
+        async with server, aiohttp.ClientSession() as http:
+            forwarder = Forwarder(fleet, http, cooldown_s=60, load_wait_s=0, retry_after_s=1)
+            answers = [await forward(forwarder) for _ in range(3)]
+        for sent in answers:
+            assert sent[0]["status"] == 200 and sent[-1]["body"] == ANSWER
+        assert retries("stale_connection") - before == 2  # the 2nd and 3rd reused a closed one
+        assert fleet.choose(TARGET.served_name).down_until == 0  # still in rotation
+
+    asyncio.run(scenario())
+
+
+def test_a_node_that_refuses_connections_cools_down_and_the_client_is_not_told_its_address():
+    async def scenario() -> None:
+        fleet = make_fleet(f"http://127.0.0.1:{free_port()}")  # nothing listens there
+        before = retries("connect_failed")
+        async with aiohttp.ClientSession() as http:
+            forwarder = Forwarder(fleet, http, cooldown_s=60, load_wait_s=0, retry_after_s=1)
+            with pytest.raises(RouterError) as failed:
+                await forward(forwarder)
+        assert (failed.value.status, failed.value.code) == (503, "nodes_failed")
+        assert failed.value.message == "every node holding acme/chat@1 failed before answering: n1 (connect_failed)"
+        assert b"127.0.0.1" not in failed.value.body()
+        assert fleet.nodes["n1"].down_until > 0 and retries("connect_failed") == before + 1
+
+    asyncio.run(scenario())
+
+
+def test_a_node_that_takes_the_request_but_answers_too_late_gives_504_and_no_second_try():
+    async def scenario() -> None:
+        async with StandInNode(answers=False) as first, StandInNode(answers=False) as second:
+            fleet = make_fleet(first.url, second.url)
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.3)) as http:
+                forwarder = Forwarder(fleet, http, cooldown_s=60, load_wait_s=0, retry_after_s=1)
+                with pytest.raises(RouterError) as failed:
+                    await forward(forwarder)
+            assert (failed.value.status, failed.value.code) == (504, "upstream_timeout")
+            assert failed.value.message == "the node did not answer within 0.3 s"
+            assert first.received + second.received == 1
+            assert all(node.down_until == 0 and node.outstanding == 0 for node in fleet.nodes.values())
+
+    asyncio.run(scenario())
+
+
+def test_a_prompt_logprob_request_waits_its_turn_at_a_node_for_a_bounded_time():
+    async def scenario() -> None:
+        async with StandInNode() as node:
+            fleet = make_fleet(node.url)
+            async with aiohttp.ClientSession() as http:
+                forwarder = Forwarder(fleet, http, cooldown_s=60, load_wait_s=0, retry_after_s=1,
+                                      serial_wait_s=0.1)
+                async with fleet.nodes["n1"].prompt_logprobs:  # another one is at the node
+                    with pytest.raises(RouterError) as refused:
+                        await forward(forwarder, serial=True)
+                    assert (await forward(forwarder))[-1]["body"] == ANSWER  # others still go
+                answered = await forward(forwarder, serial=True)  # its turn, now it is free
+            assert (refused.value.status, refused.value.code) == (503, "overloaded")
+            assert refused.value.message == ("prompt-logprob requests go to a node one at a time, "
+                                             "and none finished within 0.1 s")
+            assert answered[-1]["body"] == ANSWER and node.received == 2
+            assert fleet.nodes["n1"].outstanding == 0
+
+    asyncio.run(scenario())

@@ -1,0 +1,36 @@
+"""A background loop of the agent or the router that fails on something unforeseen is logged and
+started again, instead of dying silently while the process looks healthy."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from serving.process import keep_running
+
+
+def test_a_failing_loop_is_logged_and_started_again(caplog):
+    runs = []
+
+    async def flaky_loop() -> None:
+        runs.append(len(runs))
+        if len(runs) < 3:
+            raise KeyError("node_id")  # say, a report the loop did not expect
+
+    with caplog.at_level(logging.ERROR, logger="loraplane"):
+        asyncio.run(asyncio.wait_for(keep_running("following the nodes", flaky_loop, backoff_max_s=0.1), 10))
+
+    assert runs == [0, 1, 2]
+    failures = [r for r in caplog.records if r.getMessage() == "following the nodes failed; starting it again"]
+    assert len(failures) == 2 and all(r.exc_info[0] is KeyError for r in failures)
+
+
+def test_cancelling_the_loop_stops_it_at_once():
+    async def scenario() -> None:
+        task = asyncio.create_task(keep_running("waiting", asyncio.Event().wait))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert task.cancelled()
+
+    asyncio.run(asyncio.wait_for(scenario(), 5))
