@@ -64,10 +64,10 @@ async def run_phase(url: str, key: str, model_for: Callable[[int], str], *, n: i
 
 
 async def run_interleaved(endpoints: dict[str, tuple[str, str, str]], *, rotations: int, prompt: str,
-                          max_tokens: int) -> dict[tuple[str, bool], list[Sample]]:
+                          max_tokens: int, gap_s: float = 0) -> dict[tuple[str, bool], list[Sample]]:
     """One request at a time, taking each (endpoint, streamed or not) in turn, `rotations` times:
     on a noisy machine, neighbouring requests see the same conditions, whatever the drift.
-    `endpoints` maps a name to (url, model, key)."""
+    `endpoints` maps a name to (url, model, key); `gap_s` is a pause after each request."""
     ways = [(name, stream) for stream in (True, False) for name in endpoints]
     samples: dict[tuple[str, bool], list[Sample]] = {way: [] for way in ways}
     timeout = aiohttp.ClientTimeout(total=300)
@@ -79,6 +79,7 @@ async def run_interleaved(endpoints: dict[str, tuple[str, str, str]], *, rotatio
                                    "temperature": 0, "stream": stream, "ignore_eos": True}).encode()
                 headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
                 samples[(name, stream)].append(await _one(http, url, body, headers, stream))
+                await asyncio.sleep(gap_s)
     return samples
 
 

