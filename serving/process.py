@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import signal
+import time
 from collections.abc import Awaitable, Callable
-
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_random_exponential
 
 log = logging.getLogger("loraplane")
 
@@ -27,15 +27,20 @@ async def until_signalled(work: Callable[[asyncio.Event], Awaitable[None]]) -> N
     await work(stop)
 
 
-async def keep_running(name: str, loop: Callable[[], Awaitable[None]], backoff_max_s: float = 30) -> None:
+async def keep_running(name: str, loop: Callable[[], Awaitable[None]], backoff_max_s: float = 30,
+                       healthy_after_s: float = 60) -> None:
     """Run the endless `loop`. Should it fail on something unforeseen, log the failure and start
     it again after a pause: a bug in one pass must not silently stop a process's background work
-    while the rest of the process looks healthy."""
-    def failed(state) -> None:
-        log.error("%s failed; starting it again", name, exc_info=state.outcome.exception())
-
-    async for attempt in AsyncRetrying(wait=wait_random_exponential(multiplier=0.5, max=backoff_max_s),
-                                       retry=retry_if_exception_type(Exception), stop=stop_never,
-                                       before_sleep=failed):
-        with attempt:
+    while the rest of the process looks healthy. Pauses grow while failures come quickly, and
+    start small again after a run that lasted `healthy_after_s`."""
+    failures = 0
+    while True:
+        started = time.monotonic()
+        try:
             await loop()
+            return
+        except Exception:
+            failures = 1 if time.monotonic() - started >= healthy_after_s else failures + 1
+            pause = random.uniform(0, min(backoff_max_s, 0.5 * 2**failures))
+            log.exception("%s failed; starting it again in %.1f s", name, pause)
+            await asyncio.sleep(pause)

@@ -20,10 +20,11 @@ INTERACTIVE, BATCH = "interactive", "batch"
 
 class Admission:
     def __init__(self, max_inflight: int, batch_max_inflight: int, queue_timeout_s: float,
-                 tenant_max_inflight: int | None = None) -> None:
+                 tenant_max_inflight: int | None = None, retry_after_s: int = 1) -> None:
         self.max_inflight, self.batch_max = max_inflight, batch_max_inflight
         self.queue_timeout_s = queue_timeout_s
         self.tenant_max = tenant_max_inflight  # None: no cap
+        self.retry_after_s = retry_after_s
         self.inflight = {INTERACTIVE: 0, BATCH: 0}
         self.waiting: dict[str, deque[asyncio.Future]] = {INTERACTIVE: deque(), BATCH: deque()}
         self.by_tenant: Counter[str] = Counter()
@@ -34,7 +35,7 @@ class Admission:
         if self.tenant_max is not None and self.by_tenant[tenant] >= self.tenant_max:
             raise RouterError(429, "tenant_busy", f"tenant {tenant} already has {self.tenant_max} "
                               "requests in flight here", "Wait for some to finish, or send fewer "
-                              "at once (LORAPLANE_ROUTER_TENANT_MAX_INFLIGHT).", retry_after_s=1)
+                              "at once (LORAPLANE_ROUTER_TENANT_MAX_INFLIGHT).", retry_after_s=self.retry_after_s)
         self.by_tenant[tenant] += 1
         try:
             yield
@@ -65,7 +66,8 @@ class Admission:
         turn = asyncio.get_running_loop().create_future()
         self.waiting[tier].append(turn)
         try:
-            await asyncio.wait_for(asyncio.shield(turn), self.queue_timeout_s)
+            async with asyncio.timeout(self.queue_timeout_s):  # unlike wait_for, never drops a cancellation
+                await asyncio.shield(turn)
         except (TimeoutError, asyncio.CancelledError) as error:
             if turn.done() and not turn.cancelled():  # granted as we gave up: hand it on
                 self.inflight[tier] -= 1
@@ -76,7 +78,7 @@ class Admission:
             if isinstance(error, TimeoutError):
                 raise RouterError(503, "overloaded", f"no {tier} slot freed within "
                                   f"{self.queue_timeout_s:g} s", "Retry later, or send fewer "
-                                  "requests at once.", retry_after_s=1) from None
+                                  "requests at once.", retry_after_s=self.retry_after_s) from None
             raise
 
     def _wake(self) -> None:

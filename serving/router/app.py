@@ -141,6 +141,9 @@ async def _unless_disconnected(receive: Receive, response: _Response, work: Awai
     except asyncio.CancelledError:
         if not hung_up or handler.uncancel() > 0:
             raise  # cancelled for another reason too, such as shutdown
+    else:
+        if hung_up:  # the work finished without meeting the cancellation: take it back
+            handler.uncancel()
     finally:
         watcher.cancel()
 

@@ -38,7 +38,7 @@ class App:
 class AppKeys:
     def __init__(self, registry_url: str, ttl_s: float, timeout_s: float = 10) -> None:
         self._http = httpx.AsyncClient(base_url=registry_url, timeout=timeout_s)
-        self._ttl_s = ttl_s
+        self._ttl_s, self._timeout_s = ttl_s, timeout_s
         self._apps: TTLCache = TTLCache(maxsize=100_000, ttl=ttl_s or 1e-9)  # key -> (App, checked at)
         self._refused: TTLCache = TTLCache(maxsize=100_000, ttl=min(REFUSAL_CACHE_S, ttl_s or 1e-9))
         self._lookups: dict[bytes, asyncio.Future] = {}
@@ -80,8 +80,11 @@ class AppKeys:
 
     async def _check(self, authorization: str) -> App:
         try:
-            async with self._lookup_slots:
+            async with asyncio.timeout(self._timeout_s), self._lookup_slots:  # a flood waits no longer
                 response = await self._http.get("/v1/whoami", headers={"Authorization": authorization})
+        except TimeoutError:
+            raise RouterError(503, "registry_unavailable", "cannot check the API key: the registry "
+                              "did not answer in time", "Retry shortly.", retry_after_s=1) from None
         except httpx.HTTPError as error:
             raise RouterError(503, "registry_unavailable", f"cannot check the API key: the registry "
                               f"is unreachable ({type(error).__name__})", "Retry shortly.",

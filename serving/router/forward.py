@@ -51,7 +51,7 @@ class Forwarder:
                       serial: bool) -> None:
         tried: set[str] = set()
         failures: list[str] = []
-        while (node := self.fleet.choose(target.served_name, tried)) is not None:
+        while (node := self._choose(target, tried, serial)) is not None:
             tried.add(node.node_id)
             if not node.touch(target.served_name):
                 metrics.MISSES.labels(target.served_name, node.node_id).inc()
@@ -69,6 +69,14 @@ class Forwarder:
                 node.outstanding -= 1
         raise self._nowhere(target, failures)
 
+    def _choose(self, target: Target, tried: set[str], serial: bool) -> Node | None:
+        """A prompt-logprob request goes to a holder that is not busy with another, if any."""
+        if serial:
+            busy = {n.node_id for n in self.fleet.nodes.values() if n.prompt_logprobs.locked()}
+            if (free := self.fleet.choose(target.served_name, tried | busy)) is not None:
+                return free
+        return self.fleet.choose(target.served_name, tried)
+
     async def wait_for_holder(self, target: Target) -> None:
         """A name just promoted is known before its nodes report it loaded: wait a little for
         one that does. Called before the request takes an admission slot, so that waiting
@@ -77,12 +85,14 @@ class Forwarder:
         while self.fleet.choose(target.served_name) is None \
                 and (left := deadline - time.monotonic()) > 0:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.fleet.changed(), left)
+                async with asyncio.timeout(left):  # unlike wait_for, never drops a cancellation
+                    await self.fleet.changed()
 
     @contextlib.asynccontextmanager
     async def _one_at_a_time(self, node: Node):
         try:
-            await asyncio.wait_for(node.prompt_logprobs.acquire(), self.serial_wait_s)
+            async with asyncio.timeout(self.serial_wait_s):
+                await node.prompt_logprobs.acquire()
         except TimeoutError:
             raise RouterError(503, "overloaded", f"prompt-logprob requests go to a node one at a "
                               f"time, and none finished within {self.serial_wait_s:g} s",
@@ -158,8 +168,9 @@ class Forwarder:
 
     def _timed_out(self, node: Node) -> RouterError:
         limit = self.http.timeout.total
-        log.warning("node %s took the request but did not answer within %g s", node.node_id, limit)
-        return RouterError(504, "upstream_timeout", f"the node did not answer within {limit:g} s",
+        within = f"within {limit:g} s" if limit else "in time"
+        log.warning("node %s did not answer %s", node.node_id, within)
+        return RouterError(504, "upstream_timeout", f"the node did not answer {within}",
                            "Ask for fewer tokens, or retry when the pool is less busy.")
 
 

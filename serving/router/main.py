@@ -49,7 +49,7 @@ class Router:
                                   load_wait_s=s.load_wait_s, retry_after_s=s.retry_after_s,
                                   serial_wait_s=s.queue_timeout_s)
             admission = Admission(s.max_inflight, s.batch_max_inflight, s.queue_timeout_s,
-                                  s.tenant_max_inflight)
+                                  s.tenant_max_inflight, s.retry_after_s)
             self.app = RouterApp(s.pool, self.keys, admission, forwarder, s.max_body_bytes,
                                  s.retry_after_s)
             server = uvicorn.Server(uvicorn.Config(

@@ -29,9 +29,9 @@ class RouterSettings(BaseSettings):
     batch_max_inflight: int = Field(default=8, ge=1, le=100_000, description=(
         "Batch-tier requests forwarded at once, so that they cannot fill the nodes' queues "
         "ahead of interactive ones."))
-    tenant_max_inflight: int = Field(default=128, ge=1, le=1_000_000, description=(
-        "One tenant's requests in the router at once, forwarded or waiting; more get a 429, so "
-        "that one tenant cannot fill the line for the others."))
+    tenant_max_inflight: int = Field(default=48, ge=1, le=1_000_000, description=(
+        "One tenant's requests in the router at once, forwarded or waiting; more get a 429. "
+        "Below MAX_INFLIGHT, so that one tenant cannot take every slot."))
     queue_timeout_s: float = Field(default=30, gt=0, le=3600, description=(
         "The longest a request waits for a slot, or for its turn at a node (prompt-logprob "
         "requests go one at a time), before a 503."))

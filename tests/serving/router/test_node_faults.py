@@ -6,7 +6,9 @@
   ids and fixed reasons, never node addresses;
 - a node that took the request but does not answer in time gives a 504: the request is not sent
   again elsewhere (that would double the work on a pool that is already slow) and the node stays;
-- prompt-logprob requests wait their turn at a node for a bounded time only.
+- a node that never completes the connection is taken out, and another holder answers;
+- prompt-logprob requests go to a holder not busy with another, and wait their turn at a node
+  for a bounded time only.
 
 The nodes here are small HTTP servers, not vLLM, because what they stand for cannot be brought
 about on demand in a real one."""
@@ -14,6 +16,7 @@ about on demand in a real one."""
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import aiohttp
 import pytest
@@ -125,5 +128,58 @@ def test_a_prompt_logprob_request_waits_its_turn_at_a_node_for_a_bounded_time():
                                              "and none finished within 0.1 s")
             assert answered[-1]["body"] == ANSWER and node.received == 2
             assert fleet.nodes["n1"].outstanding == 0
+
+    asyncio.run(scenario())
+
+
+def silent_listener() -> tuple[socket.socket, list[socket.socket]]:
+    """A port that takes no more connections: its one-place backlog is full and nothing accepts,
+    so the kernel drops further SYNs and a connect waits in silence, as to a hung host."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    fillers = []
+    for _ in range(2):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(listener.getsockname())
+        fillers.append(filler)
+    return listener, fillers
+
+
+def test_a_node_that_never_completes_the_connection_is_taken_out_and_another_answers():
+    async def scenario() -> None:
+        listener, fillers = silent_listener()
+        silent_url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        try:
+            async with StandInNode() as healthy:
+                fleet = make_fleet(silent_url, healthy.url)
+                fleet.nodes["n2"].outstanding = 1  # so that the silent node is tried first
+                timeout = aiohttp.ClientTimeout(total=30, sock_connect=0.3)
+                async with aiohttp.ClientSession(timeout=timeout) as http:
+                    forwarder = Forwarder(fleet, http, cooldown_s=60, load_wait_s=0, retry_after_s=1)
+                    sent = await forward(forwarder)
+                assert sent[-1]["body"] == ANSWER and healthy.received == 1
+                assert (sent[0]["status"], dict(sent[0]["headers"])[b"x-loraplane-node"]) == (200, b"n2")
+                assert fleet.nodes["n1"].down_until > 0 and fleet.nodes["n2"].down_until == 0
+        finally:
+            for s in (listener, *fillers):
+                s.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_prompt_logprob_request_goes_to_a_holder_that_is_not_busy_with_another():
+    async def scenario() -> None:
+        async with StandInNode() as first, StandInNode() as second:
+            fleet = make_fleet(first.url, second.url)
+            async with aiohttp.ClientSession() as http:
+                forwarder = Forwarder(fleet, http, cooldown_s=60, load_wait_s=0, retry_after_s=1,
+                                      serial_wait_s=0.1)
+                async with fleet.nodes["n1"].prompt_logprobs:
+                    fleet.nodes["n2"].outstanding = 5  # busier, but free of prompt-logprob work
+                    sent = await forward(forwarder, serial=True)
+            assert dict(sent[0]["headers"])[b"x-loraplane-node"] == b"n2"
+            assert (first.received, second.received) == (0, 1)
 
     asyncio.run(scenario())

@@ -93,3 +93,36 @@ def test_a_remembered_refusal_is_raised_fresh_each_time():
     first, second = (refusal(keys.authenticate(bad_key)) for _ in range(2))
     assert first is not remembered and second is not first
     assert (second.status, second.code) == (401, "invalid_api_key") and remembered.__traceback__ is None
+
+
+def test_key_checks_that_wait_too_long_for_the_registry_get_503_instead_of_queueing_forever():
+    # The registry's side is a server that never answers, as a registry stalled by a flood would.
+    release = None
+
+    async def stalled(_request: web.Request) -> web.Response:
+        await release.wait()
+        return web.json_response({})
+
+    async def scenario() -> list:
+        nonlocal release
+        release = asyncio.Event()
+        registry = web.Application()
+        registry.router.add_get("/v1/whoami", stalled)
+        runner = web.AppRunner(registry)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        keys = AppKeys(f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}", ttl_s=10, timeout_s=0.3)
+        made_up = [f"Bearer lpt_{secrets.token_urlsafe(32)}" for _ in range(MAX_LOOKUPS * 2)]
+        try:
+            return await asyncio.wait_for(asyncio.gather(
+                *(keys.authenticate(k) for k in made_up), return_exceptions=True), 5)
+        finally:
+            release.set()
+            await keys.close()
+            await runner.cleanup()
+
+    errors = asyncio.run(scenario())
+    assert all(isinstance(e, RouterError) and (e.status, e.code, e.message) == (
+        503, "registry_unavailable", "cannot check the API key: the registry did not answer in time")
+        for e in errors), errors[:3]

@@ -1,6 +1,7 @@
 """Waiting costs the other requests nothing: a request for a name no node holds yet waits for
 one without holding an admission slot, and a client that hangs up while its request waits in line
-takes the request out of the line, so it never reaches a node.
+takes the request out of the line, so it never reaches a node; one that hangs up while a node
+works for it cancels the node's request.
 
 The router's ASGI app runs in the test's event loop, with its parts as the router assembles them;
 the node is a small HTTP server that holds its answers until released, which vLLM cannot do on
@@ -101,6 +102,7 @@ def test_a_client_that_hangs_up_while_in_line_never_reaches_a_node():
             node.release.set()
             assert await first.status() == 200
             assert node.received == 1  # the second request was never forwarded
+            assert second.task.cancelling() == 0  # the hang-up's cancellation was taken back
             assert app.admission.inflight == {"interactive": 0, "batch": 0} and not app.admission.by_tenant
 
     asyncio.run(asyncio.wait_for(scenario(), 20))
@@ -119,5 +121,22 @@ def test_a_request_waiting_for_a_node_to_load_its_name_holds_no_slot():
             report(fleet, node, *NAMES)  # the node has loaded it
             assert await asyncio.wait_for(waiting.status(), 5) == 200
             assert node.received == 2
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+def test_a_client_that_hangs_up_while_a_node_works_cancels_the_node_request():
+    async def scenario() -> None:
+        async with StandInNode() as node, aiohttp.ClientSession() as http:
+            fleet = fleet_serving(node, *NAMES)
+            app = make_app(http, fleet, load_wait_s=0)
+            node.release.clear()
+            client = Client(app, "acme/chat")
+            await until(lambda: node.received == 1)
+            client.hang_up()
+            await asyncio.wait_for(client.task, 5)
+            assert client.sent == [] and client.task.cancelling() == 0  # no cancellation left over
+            assert fleet.nodes["n1"].outstanding == 0 and app.admission.inflight["interactive"] == 0
+            assert not app.admission.by_tenant
 
     asyncio.run(asyncio.wait_for(scenario(), 20))
