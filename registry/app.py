@@ -32,6 +32,7 @@ from registry.sizing.endpoints import router as sizing
 from registry.storage import get_store
 from registry.storage.endpoints import router as artifacts
 from registry.webhooks.endpoints import router as webhooks
+from web.routes import STATIC, router as dashboard
 
 
 @asynccontextmanager
@@ -57,8 +58,9 @@ def create_app() -> FastAPI:
         lifespan=lifespan,
     )
     for router in (auth, base_models, pools, eval_suites, adapters, evaluations, promotions,
-                   active_set, nodes, sizing, webhooks, audit, artifacts, ops):
+                   active_set, nodes, sizing, webhooks, audit, artifacts, ops, dashboard):
         app.include_router(router)
+    app.mount("/ui/static", STATIC, name="dashboard-static")
     app.add_middleware(BodySizeLimitMiddleware, max_upload_bytes=get_settings().max_upload_bytes)
     app.add_middleware(ControlCharacterGuard)
     app.add_middleware(MetricsMiddleware)

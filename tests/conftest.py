@@ -251,3 +251,8 @@ def stored_state(engine: Engine, s3_client) -> Callable[[], dict]:
         return {**counts, "s3_keys": sorted(obj["Key"] for obj in listing.get("Contents", []))}
 
     return snapshot
+
+
+# The evaluation stack's session fixtures, shared by every folder (imported last: it reads this
+# module's constants).
+from tests.support.eval_stack import eval_engine, eval_worker  # noqa: E402, F401

@@ -1,4 +1,1 @@
-"""The review dashboard, rendered from the registry's services.
-
-Empty for now.
-"""
+"""The review dashboard: server-rendered pages over the registry's services, under /ui."""

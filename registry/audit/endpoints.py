@@ -3,15 +3,15 @@ from __future__ import annotations
 from datetime import datetime
 
 from fastapi import APIRouter, Depends, Query
-from sqlalchemy import select
 
+from registry.audit import reading
+from registry.audit.reading import AuditFilters
 from registry.audit.schemas import AuditEventOut, ChainReportOut, ProblemOut
 from registry.audit.verify import verify_chain
 from registry.auth.dependencies import authenticated
-from registry.auth.principal import Principal, Role
+from registry.auth.principal import Principal
 from registry.db import transaction
-from registry.pagination import Page, fetch_page
-from registry.tables import AuditEvent, Tenant
+from registry.pagination import Page
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
 
@@ -29,26 +29,11 @@ def list_audit_events(
     principal: Principal = Depends(authenticated),
 ):
     """Oldest first. Tenant admins see their tenant's events; global admins see all."""
-    principal.require({Role.ADMIN}, tenant)
-    scope = principal.tenant or tenant
+    filters = AuditFilters(action=action, actor=actor, subject=subject, tenant=tenant, since=since,
+                           until=until)
     with transaction() as session:
-        query = select(AuditEvent)
-        if scope is not None:
-            tenant_id = select(Tenant.id).where(Tenant.name == scope).scalar_subquery()
-            query = query.where(AuditEvent.tenant_id == tenant_id)
-        if action is not None:
-            query = query.where(AuditEvent.action == action)
-        if actor is not None:
-            query = query.where(AuditEvent.actor.contains(actor, autoescape=True))
-        if subject is not None:
-            query = query.where(AuditEvent.subject.startswith(subject, autoescape=True))
-        if since is not None:
-            query = query.where(AuditEvent.at >= since)
-        if until is not None:
-            query = query.where(AuditEvent.at < until)
-        rows, next_cursor = fetch_page(session, query, AuditEvent.id, limit=limit, cursor=cursor)
-        return Page(items=[AuditEventOut.model_validate(r, from_attributes=True) for r in rows],
-                    next_cursor=next_cursor)
+        items, next_cursor = reading.list_page(session, principal, filters, limit=limit, cursor=cursor)
+        return Page(items=items, next_cursor=next_cursor)
 
 
 @router.get("/verify", response_model=ChainReportOut)

@@ -125,7 +125,16 @@ def authenticate(session: Session, plain: str | None) -> Principal:
         raise Unauthorized(
             "missing bearer token", hint="Send 'Authorization: Bearer <token>' (loraplane token create)."
         )
-    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(plain)))
+    return _principal(session, session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(plain))))
+
+
+def principal_by_id(session: Session, token_id: int) -> Principal:
+    """The token's principal, for a dashboard session that holds the token's id, not the token:
+    a revoked token ends its sessions too."""
+    return _principal(session, session.get(ApiToken, token_id))
+
+
+def _principal(session: Session, row: ApiToken | None) -> Principal:
     if row is None or row.revoked_at is not None:
         raise Unauthorized("invalid or revoked token", hint="Ask an admin for a new token.")
     tenant = session.get(Tenant, row.tenant_id).name if row.tenant_id else None

@@ -11,7 +11,7 @@ import httpx
 from tests.loraplane.test_cli import cli, start_up
 from tests.support import services
 from tests.support.evals import create_suite, upload_dir, wait_finished
-from tests.workers.conftest import KIT_BASE, Worker
+from tests.support.eval_stack import KIT_BASE, Worker
 
 
 def test_an_evaluation_runs_end_to_end_on_the_embedded_default(task_kit, eval_engine, tmp_path):

@@ -15,7 +15,7 @@ from registry.tables import AuditEvent, Evaluation, EvaluationExample
 from tests.support import services
 from tests.support.evals import create_suite, request_evaluation, upload_dir, wait_finished, wait_idle
 from tests.conftest import register_base
-from tests.workers.conftest import KIT_BASE, Worker, worker_env
+from tests.support.eval_stack import KIT_BASE, Worker, worker_env
 
 
 def evaluation_row(engine, evaluation_id: int) -> Evaluation:

@@ -1,4 +1,5 @@
-"""The evaluation stack: the trained task kit, a real vLLM eval engine on CPU, and a worker."""
+"""The evaluation stack: a real vLLM eval engine on CPU and a worker. Its fixtures are made
+session-wide in tests/conftest.py, so every folder that evaluates shares one engine."""
 
 from __future__ import annotations
 

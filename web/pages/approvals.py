@@ -1,0 +1,84 @@
+"""The approval queue, one promotion with its evidence, and the decision on it."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Form, Path, Request
+from fastapi.responses import Response
+from pydantic import ValidationError
+
+from registry.db import transaction
+from registry.errors import LoraplaneError, Unprocessable
+from registry.promotions import service as promotions
+from registry.promotions.rules import AWAITING
+from registry.promotions.schemas import Decision
+from web.pages.versions import version_view
+from web.rendering import PageRoute, page, see_other
+from web.session import Visit, check_csrf, viewer
+
+router = APIRouter(route_class=PageRoute)
+PromotionId = Path(ge=1, le=2**31 - 1)
+QUEUE_LIMIT = 200
+
+
+@router.get("/ui/")
+def home() -> Response:
+    return see_other("/ui/approvals")
+
+
+@router.get("/ui/approvals")
+def queue(request: Request, visit: Visit = Depends(viewer)) -> Response:
+    return page(request, visit, "approvals.html", **_queue(visit))
+
+
+@router.get("/ui/approvals/live")
+def queue_live(request: Request, visit: Visit = Depends(viewer)) -> Response:
+    """The queue alone, for the page's periodic refresh."""
+    return page(request, visit, "_queue.html", **_queue(visit))
+
+
+def _queue(visit: Visit) -> dict:
+    with transaction() as session:
+        waiting, more = promotions.list_page(session, visit.principal, pool=None, state=AWAITING,
+                                             tenant=None, limit=QUEUE_LIMIT, cursor=None)
+    return {"waiting": waiting, "more": more is not None}
+
+
+@router.get("/ui/promotions/{promotion_id}")
+def promotion_page(request: Request, promotion_id: int = PromotionId,
+                   visit: Visit = Depends(viewer)) -> Response:
+    return _promotion_page(request, visit, promotion_id)
+
+
+def _promotion_page(request: Request, visit: Visit, promotion_id: int, *, status: int = 200,
+                    error: LoraplaneError | None = None, comment: str = "") -> Response:
+    with transaction() as session:
+        promotion = promotions.get(session, visit.principal, promotion_id)
+        version = version_view(session, visit.principal, promotion.tenant, promotion.adapter,
+                               promotion.version)
+    viewer_ = visit.principal
+    may_reject = viewer_.is_global_admin or (viewer_.role in promotions.DECIDERS
+                                             and viewer_.tenant == promotion.tenant)
+    return page(request, visit, "promotion.html", status=status, promotion=promotion,
+                may_reject=may_reject, error=error, comment=comment, **version)
+
+
+@router.post("/ui/promotions/{promotion_id}/decide")
+def decide(request: Request, promotion_id: int = PromotionId, decision: str = Form(..., max_length=16),
+           comment: str = Form("", max_length=4000), csrf_token: str = Form("", max_length=128),
+           visit: Visit = Depends(viewer)) -> Response:
+    check_csrf(visit, csrf_token)
+    try:
+        if decision not in ("approve", "reject"):
+            raise Unprocessable(f"unknown decision {decision[:16]!r}", hint="Use Approve or Reject.")
+        try:
+            why = Decision(comment=comment).comment
+        except ValidationError:
+            raise Unprocessable("a decision needs a comment that says why (at most 2000 characters)",
+                                code="comment_required", hint="Write why in the comment box.") from None
+        decide_with = promotions.approve if decision == "approve" else promotions.reject
+        with transaction() as session:
+            decide_with(session, visit.principal, promotion_id, why)
+    except LoraplaneError as error:
+        return _promotion_page(request, visit, promotion_id, status=error.status, error=error,
+                               comment=comment)
+    return see_other(f"/ui/promotions/{promotion_id}?decided={decision}")

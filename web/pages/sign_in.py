@@ -1,0 +1,58 @@
+"""Sign in with an API token, and sign out."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import Response
+
+from registry.errors import LoraplaneError
+from web.rendering import PageRoute, page, see_other
+from web.session import (Visit, check_csrf, end_session, remember_nonce, sign_in, start_session,
+                         visit_of, with_nonce)
+
+router = APIRouter(route_class=PageRoute)
+
+
+def safe_next(target: str | None) -> str:
+    """Only a dashboard path: never another site (an open redirect)."""
+    if target and target.startswith("/ui/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/ui/approvals"
+
+
+def _form(request: Request, visit: Visit, next: str | None, *, status: int = 200,
+          error: LoraplaneError | None = None) -> Response:
+    response = page(request, visit, "sign_in.html", status=status, next=safe_next(next), error=error)
+    remember_nonce(request, response, visit)
+    return response
+
+
+@router.get("/ui/sign-in")
+def sign_in_form(request: Request, next: str | None = None) -> Response:
+    visit = visit_of(request)
+    if visit.principal is not None:
+        return see_other(safe_next(next))
+    return _form(request, with_nonce(visit), next)
+
+
+@router.post("/ui/sign-in")
+def sign_in_submit(request: Request, token: str = Form("", max_length=512),
+                   csrf_token: str = Form("", max_length=128),
+                   next: str = Form("", max_length=300)) -> Response:
+    visit = visit_of(request)
+    check_csrf(visit, csrf_token)
+    try:
+        principal = sign_in(token)
+    except LoraplaneError as error:
+        return _form(request, with_nonce(visit), next, status=error.status, error=error)
+    response = see_other(safe_next(next))
+    start_session(request, response, principal)
+    return response
+
+
+@router.post("/ui/sign-out")
+def sign_out(request: Request, csrf_token: str = Form("", max_length=128)) -> Response:
+    check_csrf(visit_of(request), csrf_token)
+    response = see_other("/ui/sign-in")
+    end_session(response)
+    return response

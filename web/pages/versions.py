@@ -1,0 +1,36 @@
+"""A version's page: its metadata and validation report, then its evaluations' evidence."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Path, Request
+from fastapi.responses import Response
+from sqlalchemy.orm import Session
+
+from registry.adapters import service as adapters
+from registry.auth.principal import Principal
+from registry.db import transaction
+from registry.evaluations import service as evaluations
+from web.evidence import evidence_of
+from web.rendering import PageRoute, page
+from web.session import Visit, viewer
+
+router = APIRouter(route_class=PageRoute)
+NAME = r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$"
+EXAMPLES_SHOWN, EVALUATIONS_SHOWN = 100, 20
+
+
+@router.get("/ui/adapters/{tenant}/{name}/versions/{number}")
+def version_page(request: Request, tenant: str = Path(pattern=NAME), name: str = Path(pattern=NAME),
+                 number: int = Path(ge=1, le=2**31 - 1), visit: Visit = Depends(viewer)) -> Response:
+    with transaction() as session:
+        view = version_view(session, visit.principal, tenant, name, number)
+    return page(request, visit, "version.html", **view)
+
+
+def version_view(session: Session, principal: Principal, tenant: str, name: str, number: int) -> dict:
+    version = adapters.get_version(session, principal, tenant, name, number)
+    listed, _ = evaluations.list_for_version(session, principal, tenant, name, number,
+                                             limit=EVALUATIONS_SHOWN, cursor=None)
+    full = [evaluations.get(session, principal, e.id, examples_limit=EXAMPLES_SHOWN, examples_cursor=None)
+            for e in listed]
+    return {"version": version, "evidence": [evidence_of(e) for e in full]}

@@ -1,0 +1,16 @@
+"""The dashboard's pages, mounted by the registry under /ui."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter
+from fastapi.staticfiles import StaticFiles
+
+from web.pages import approvals, audit, pools, sign_in, versions
+
+STATIC = StaticFiles(directory=Path(__file__).parent / "static")
+
+router = APIRouter(include_in_schema=False)
+for pages in (sign_in, approvals, versions, pools, audit):
+    router.include_router(pages.router)
