@@ -131,8 +131,12 @@ def test_a_reviewer_approves_with_the_evidence_in_view_and_the_pool_changes(
     expect(page.locator("table.examples tbody tr")).to_have_count(examples)
     shoot(page, screenshots, "03-promotion-as-reviewer")
 
+    page.keyboard.press("Tab")  # keyboard users start at the skip link
+    expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
     page.get_by_label("Comment").fill("Every example matches the reference; parity within tolerance.")
-    page.get_by_role("button", name="Approve").click()
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("button", name="Approve")).to_be_focused()  # reached from the comment
+    page.keyboard.press("Enter")
     expect(page.get_by_role("status")).to_contain_text("the promotion is now active")
 
     active = admin.get(f"/v1/pools/{POOL}/active-set").json()
