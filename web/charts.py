@@ -91,9 +91,12 @@ class _LogScale:
 
 
 def _number(value: float, digits: int) -> str:
-    if value != 0 and (abs(value) < 10 ** -digits or abs(value) >= 10**6):
+    if value == 0:
+        return "0"
+    if abs(value) < 10 ** -max(digits, 2) or abs(value) >= 10**9:
         return f"{value:.2e}"
-    return f"{value:,.{digits}f}".rstrip("0").rstrip(".") if "." in f"{value:.{digits}f}" else f"{value:,}"
+    text = f"{value:,.{digits}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _summary(bars: list[Bar], unit: str, threshold: float | None, threshold_label: str, digits: int) -> str:

@@ -54,7 +54,7 @@ def _figure(figure) -> str:
         return _size(value)
     if unit == "USD":
         return f"${value:,.3f}"
-    shown = f"{value:,}" if isinstance(value, int) else f"{value:,.3g}"
+    shown = f"{value:,}" if isinstance(value, int) else f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
     return f"{shown} {unit}"
 
 
@@ -93,7 +93,8 @@ class PageRoute(APIRoute):
             try:
                 return await handler(request)
             except SignInRequired:
-                back = request.url.path if request.method == "GET" else "/ui/"
+                back = str(request.url.path) + (f"?{request.url.query}" if request.url.query else "") \
+                    if request.method == "GET" else "/ui/"
                 return see_other(f"/ui/sign-in?next={quote(back)}")
             except LoraplaneError as error:
                 return error_page(request, error.status, error.message, error.hint)

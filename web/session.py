@@ -1,6 +1,7 @@
 """Dashboard sessions. Signing in with an API token sets a signed cookie that names the token's
 id (never the token) and a random nonce; every request reloads the token, so revoking it ends its
-sessions. The cookie is HttpOnly and SameSite=Strict, and Secure except on a loopback address.
+sessions. The cookie is HttpOnly and SameSite=Strict, and Secure unless the dashboard is reached over
+plain HTTP on a loopback address (serve it over HTTPS, or behind a proxy that says so).
 
 Every form carries a CSRF token: an HMAC of the nonce under the registry's key. Before sign-in,
 the nonce lives in a cookie of its own, so the sign-in form is covered too."""
@@ -47,7 +48,8 @@ def csrf_token(nonce: str) -> str:
 
 
 def check_csrf(visit: Visit, submitted: str | None) -> None:
-    if not visit.nonce or not submitted or not hmac.compare_digest(submitted, visit.csrf_token):
+    if not visit.nonce or not submitted or not hmac.compare_digest(
+            submitted.encode(errors="replace"), visit.csrf_token.encode()):
         raise Forbidden("this form's CSRF token is missing or does not match your session",
                         code="csrf_failed", hint="Reload the page and submit the form again.")
 
@@ -113,4 +115,4 @@ def end_session(response: Response) -> None:
 
 def _set(request: Request, response: Response, name: str, value: str, max_age: int) -> None:
     response.set_cookie(name, value, max_age=max_age, path="/ui", httponly=True, samesite="strict",
-                        secure=request.url.hostname not in LOOPBACK_HOSTS)
+                        secure=request.url.scheme == "https" or request.url.hostname not in LOOPBACK_HOSTS)

@@ -64,7 +64,7 @@ def _promotion_page(request: Request, visit: Visit, promotion_id: int, *, status
 
 @router.post("/ui/promotions/{promotion_id}/decide")
 def decide(request: Request, promotion_id: int = PromotionId, decision: str = Form(..., max_length=16),
-           comment: str = Form("", max_length=4000), csrf_token: str = Form("", max_length=128),
+           comment: str = Form("", max_length=20_000), csrf_token: str = Form("", max_length=128),
            visit: Visit = Depends(viewer)) -> Response:
     check_csrf(visit, csrf_token)
     try:

@@ -34,28 +34,30 @@ def pool_list(request: Request, visit: Visit = Depends(viewer)) -> Response:
 
 @router.get("/ui/pools/{pool}")
 def pool_page(request: Request, pool: str = POOL_NAME, visit: Visit = Depends(viewer)) -> Response:
-    return page(request, visit, "pool.html", **_pool_view(visit, pool))
+    live = _serving_view(visit, pool)
+    with transaction() as session:
+        sized = sizing.size_pool(session, pool, SizingInputs())
+    return page(request, visit, "pool.html", sizing=sized, memory_chart=_memory_chart(sized),
+                gpu_chart=_gpu_chart(sized), cost_chart=_cost_chart(sized), **live)
 
 
 @router.get("/ui/pools/{pool}/live")
 def pool_live(request: Request, pool: str = POOL_NAME, visit: Visit = Depends(viewer)) -> Response:
     """The serving and rollout sections alone, for the page's periodic refresh."""
-    return page(request, visit, "_pool_live.html", **_pool_view(visit, pool))
+    return page(request, visit, "_pool_live.html", **_serving_view(visit, pool))
 
 
-def _pool_view(visit: Visit, name: str) -> dict:
+def _serving_view(visit: Visit, name: str) -> dict:
     with transaction() as session:
         rollout = nodes.rollout(session, visit.principal, name)  # checks the viewer's role
         pool = pools.get(session, name)
         aliases = promotions.list_aliases(session, visit.principal, name)
-        sized = sizing.size_pool(session, name, SizingInputs())
     by_adapter = defaultdict(list)
     for alias in aliases:
         by_adapter[f"{alias.tenant}/{alias.adapter}"].append(alias)
-    return {"pool": pool, "rollout": rollout, "by_adapter": dict(by_adapter), "sizing": sized,
-            "traffic_chart": _traffic_chart(by_adapter), "nodes_chart": _nodes_chart(rollout, pool),
-            "memory_chart": _memory_chart(sized), "gpu_chart": _gpu_chart(sized),
-            "cost_chart": _cost_chart(sized)}
+    return {"pool": pool, "rollout": rollout, "by_adapter": dict(by_adapter),
+            "traffic_chart": _traffic_chart(by_adapter),
+            "nodes_chart": _nodes_chart(rollout, pool, visit.principal.tenant)}
 
 
 def _traffic_chart(by_adapter: dict) -> object:
@@ -71,10 +73,13 @@ def _traffic_chart(by_adapter: dict) -> object:
     return bar_chart("Traffic share by alias", bars, unit="%", digits=0)
 
 
-def _nodes_chart(rollout, pool) -> object:
+def _nodes_chart(rollout, pool, tenant: str | None) -> object:
+    """A tenant's viewers see only their own adapters on each node, so no capacity line for them."""
     bars = [Bar(n.node_id, len(n.serving), "over" if n.drift.missing or n.stale else "used",
                 "stale" if n.stale else ("converged" if n.converged else "converging"))
             for n in rollout.nodes]
+    if tenant is not None:
+        return bar_chart(f"{tenant}'s adapters loaded per node", bars, digits=0)
     return bar_chart("Adapters loaded per node, against each node's resident capacity (max_cpu_loras)",
                      bars, threshold=pool.max_cpu_loras, threshold_label=f"capacity {pool.max_cpu_loras}",
                      digits=0)
@@ -102,7 +107,7 @@ def _cost_chart(sized) -> object:
         Bar("one replica per adapter", c.full_replicas.cost_per_1m_tokens.value, "base",
             c.full_replicas.cost_per_1m_tokens.source),
         Bar("multi-LoRA (this pool)", c.multi_lora.cost_per_1m_tokens.value, "adapter",
-            c.multi_lora.cost_per_1m_tokens.source)], unit="$", digits=2)
+            c.multi_lora.cost_per_1m_tokens.source)], unit="USD", digits=3)
 
 
 def _mib(value) -> float | None:

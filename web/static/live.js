@@ -8,8 +8,15 @@ document.querySelectorAll("[data-live]").forEach((region) => {
     if (document.hidden || region.contains(document.activeElement)) return;
     try {
       const response = await fetch(region.dataset.live, { credentials: "same-origin" });
-      if (response.ok) region.innerHTML = await response.text();
-      else if (response.redirected || response.status === 401) window.location.reload();
+      if (response.redirected) {
+        window.location.reload();  // the session ended: the page itself goes to sign-in
+      } else if (response.ok) {
+        const html = await response.text();
+        if (html !== region.dataset.shown) {  // replace only what changed, so focus and readers rest
+          region.innerHTML = html;
+          region.dataset.shown = html;
+        }
+      }
     } catch (error) {
       // The registry is away for a moment: keep what is shown and try again next time.
     }
