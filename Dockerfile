@@ -1,5 +1,9 @@
-# The registry image. vLLM runs from its own image (vllm/vllm-openai), never from this one.
+# The loraplane image: registry, workers, agent and router (each a command of `loraplane`).
+# vLLM runs from its own image (vllm/vllm-openai), never from this one. The evaluation worker's
+# image adds the models extra (torch, peft) for the merged-weights parity reference:
+#   docker build --build-arg EXTRAS=server,models .
 FROM python:3.11-slim
+ARG EXTRAS=server
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY loraplane loraplane
@@ -8,8 +12,10 @@ COPY migrations migrations
 COPY workers workers
 COPY serving serving
 COPY web web
-RUN pip install --no-cache-dir ".[server]" && useradd --system --home /var/lib/loraplane loraplane \
-    && mkdir -p /var/lib/loraplane && chown loraplane /var/lib/loraplane
+# The state folders exist before any volume is mounted on them, so a new volume takes their owner.
+RUN pip install --no-cache-dir ".[${EXTRAS}]" && useradd --system --home /var/lib/loraplane loraplane \
+    && mkdir -p /var/lib/loraplane/eval-cache /var/lib/loraplane-agent \
+    && chown -R loraplane /var/lib/loraplane /var/lib/loraplane-agent
 USER loraplane
 ENV LORAPLANE_DATA_DIR=/var/lib/loraplane
 EXPOSE 8000
