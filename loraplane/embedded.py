@@ -33,6 +33,7 @@ def run_embedded(*, data_dir: Path, host: str, port: int) -> None:
         token_file.write_text(token + "\n")
         console.print(f"[green]created the first admin token[/green], saved to {token_file}")
     console.print(f"registry   http://{host}:{port}   (API docs at /docs)")
+    console.print(f"dashboard  http://{public_host}:{port}/ui/   (sign in with a token)")
     console.print(f"state      {settings.data_dir}")
     console.print(f"admin      export LORAPLANE_TOKEN=$(cat {token_file})")
     uvicorn.run("registry.app:create_app", factory=True, host=host, port=port, log_level="info")
