@@ -6,8 +6,10 @@ and bodies nested too deeply are refused."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import secrets
+from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
@@ -15,6 +17,22 @@ from aiohttp import web
 from serving.router.app_keys import MAX_LOOKUPS, AppKeys
 from serving.router.errors import RouterError
 from serving.router.requests import json_body
+
+
+@contextlib.asynccontextmanager
+async def stand_in_registry(whoami) -> AsyncIterator[str]:
+    """A small server answering /v1/whoami with `whoami`, for what the real registry cannot show
+    or do on demand (how many checks it holds at once; stalling); yields its URL."""
+    registry = web.Application()
+    registry.router.add_get("/v1/whoami", whoami)
+    runner = web.AppRunner(registry)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    finally:
+        await runner.cleanup()
 
 
 def refusal(coroutine) -> RouterError:
@@ -48,21 +66,14 @@ def test_a_flood_of_made_up_keys_is_checked_a_few_at_a_time_and_then_remembered(
         return web.json_response({"detail": "invalid token"}, status=401)
 
     async def scenario() -> list:
-        registry = web.Application()
-        registry.router.add_get("/v1/whoami", whoami)
-        runner = web.AppRunner(registry)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        keys = AppKeys(f"http://127.0.0.1:{port}", ttl_s=10)
-        made_up = [f"Bearer lpt_{secrets.token_urlsafe(32)}" for _ in range(100)]
-        try:
-            first = await asyncio.gather(*(keys.authenticate(k) for k in made_up), return_exceptions=True)
-            again = await asyncio.gather(*(keys.authenticate(k) for k in made_up), return_exceptions=True)
-        finally:
-            await keys.close()
-            await runner.cleanup()
+        async with stand_in_registry(whoami) as url:
+            keys = AppKeys(url, ttl_s=10)
+            made_up = [f"Bearer lpt_{secrets.token_urlsafe(32)}" for _ in range(100)]
+            try:
+                first = await asyncio.gather(*(keys.authenticate(k) for k in made_up), return_exceptions=True)
+                again = await asyncio.gather(*(keys.authenticate(k) for k in made_up), return_exceptions=True)
+            finally:
+                await keys.close()
         return first + again
 
     errors = asyncio.run(scenario())
@@ -106,21 +117,15 @@ def test_key_checks_that_wait_too_long_for_the_registry_get_503_instead_of_queue
     async def scenario() -> list:
         nonlocal release
         release = asyncio.Event()
-        registry = web.Application()
-        registry.router.add_get("/v1/whoami", stalled)
-        runner = web.AppRunner(registry)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        keys = AppKeys(f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}", ttl_s=10, timeout_s=0.3)
-        made_up = [f"Bearer lpt_{secrets.token_urlsafe(32)}" for _ in range(MAX_LOOKUPS * 2)]
-        try:
-            return await asyncio.wait_for(asyncio.gather(
-                *(keys.authenticate(k) for k in made_up), return_exceptions=True), 5)
-        finally:
-            release.set()
-            await keys.close()
-            await runner.cleanup()
+        async with stand_in_registry(stalled) as url:
+            keys = AppKeys(url, ttl_s=10, timeout_s=0.3)
+            made_up = [f"Bearer lpt_{secrets.token_urlsafe(32)}" for _ in range(MAX_LOOKUPS * 2)]
+            try:
+                return await asyncio.wait_for(asyncio.gather(
+                    *(keys.authenticate(k) for k in made_up), return_exceptions=True), 5)
+            finally:
+                release.set()
+                await keys.close()
 
     errors = asyncio.run(scenario())
     assert all(isinstance(e, RouterError) and (e.status, e.code, e.message) == (
