@@ -83,18 +83,14 @@ class AppKeys:
             async with asyncio.timeout(self._timeout_s), self._lookup_slots:  # a flood waits no longer
                 response = await self._http.get("/v1/whoami", headers={"Authorization": authorization})
         except TimeoutError:
-            raise RouterError(503, "registry_unavailable", "cannot check the API key: the registry "
-                              "did not answer in time", "Retry shortly.", retry_after_s=1) from None
+            raise _registry_unavailable("did not answer in time") from None
         except httpx.HTTPError as error:
-            raise RouterError(503, "registry_unavailable", f"cannot check the API key: the registry "
-                              f"is unreachable ({type(error).__name__})", "Retry shortly.",
-                              retry_after_s=1) from error
+            raise _registry_unavailable(f"is unreachable ({type(error).__name__})") from error
         if response.status_code == 401:
             raise RouterError(401, "invalid_api_key", "invalid or revoked API key",
                               "Ask your tenant's admin for an app key (loraplane token create --role app).")
         if response.status_code != 200:
-            raise RouterError(503, "registry_unavailable", f"cannot check the API key: the registry "
-                              f"answered {response.status_code}", "Retry shortly.", retry_after_s=1)
+            raise _registry_unavailable(f"answered {response.status_code}")
         who = response.json()
         if who.get("role") != "app" or not who.get("tenant"):
             raise RouterError(403, "not_an_app_key", f"a {who.get('role')} token cannot call the router",
@@ -103,3 +99,8 @@ class AppKeys:
 
     async def close(self) -> None:
         await self._http.aclose()
+
+
+def _registry_unavailable(why: str) -> RouterError:
+    return RouterError(503, "registry_unavailable", f"cannot check the API key: the registry {why}",
+                       "Retry shortly.", retry_after_s=1)

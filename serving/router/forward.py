@@ -165,7 +165,6 @@ class Forwarder:
             reason = "connect_failed" if isinstance(error, aiohttp.ClientConnectorError) else "connection_lost"
             raise NodeFailed(reason, f"{type(error).__name__}: {error}") from error
 
-
     def _timed_out(self, node: Node) -> RouterError:
         limit = self.http.timeout.total
         within = f"within {limit:g} s" if limit else "in time"

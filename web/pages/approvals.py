@@ -55,9 +55,8 @@ def _promotion_page(request: Request, visit: Visit, promotion_id: int, *, status
         promotion = promotions.get(session, visit.principal, promotion_id)
         version = version_view(session, visit.principal, promotion.tenant, promotion.adapter,
                                promotion.version)
-    viewer_ = visit.principal
-    may_reject = viewer_.is_global_admin or (viewer_.role in promotions.DECIDERS
-                                             and viewer_.tenant == promotion.tenant)
+    who = visit.principal
+    may_reject = who.is_global_admin or (who.role in promotions.DECIDERS and who.tenant == promotion.tenant)
     return page(request, visit, "promotion.html", status=status, promotion=promotion,
                 may_reject=may_reject, error=error, comment=comment, **version)
 
