@@ -18,7 +18,8 @@ from loraplane.promotion_cli import audit_app, promotion_app
 from registry.names import NAME_PATTERN
 
 app = typer.Typer(help="loraplane: validated LoRA adapters for multi-LoRA serving on vLLM.",
-                  no_args_is_help=True, pretty_exceptions_show_locals=False)
+                  no_args_is_help=True, pretty_exceptions_show_locals=False,
+                  rich_markup_mode="markdown")
 db_app = typer.Typer(help="Database migrations (Alembic).", no_args_is_help=True)
 token_app = typer.Typer(help="API tokens (run where the registry's database is reachable).",
                         no_args_is_help=True)
@@ -39,14 +40,44 @@ app.add_typer(pool_app, name="pool")
 
 @app.command()
 def up(
-    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
-    port: int = typer.Option(8000, help="Port to listen on."),
+    host: str = typer.Option("127.0.0.1", help="Address the registry and the router listen on."),
+    port: int = typer.Option(8000, help="The registry's and dashboard's port."),
+    router_port: int = typer.Option(8090, help="The OpenAI-compatible router's port."),
     data_dir: Path = typer.Option(Path(".loraplane"), help="Where the embedded default keeps its state."),
+    registry_only: bool = typer.Option(False, "--registry-only",
+                                       help="Run only the registry and dashboard, in this process."),
 ):
-    """Run the registry on the embedded default: SQLite and a local artifact folder."""
-    from loraplane.embedded import run_embedded
+    """Run the whole pipeline on this machine, on the embedded default.
 
-    run_embedded(data_dir=data_dir.resolve(), host=host, port=port)
+    The registry with its dashboard, an evaluation worker with its own vLLM, a serving vLLM with
+    its node agent, and the router: SQLite, a local artifact folder and a folder broker, all in
+    DATA_DIR. Seeds a demo tenant, pool and suite, and prints the URLs and tokens. Needs vLLM in
+    .venv-vllm and the `models` extra (`./dev up` installs both); without them, or with
+    --registry-only, it runs the registry and dashboard alone. Ctrl-C stops everything.
+    """
+    from loraplane.stack.up import UpOptions, run_up
+
+    run_up(UpOptions(data_dir=data_dir.resolve(), host=host, port=port, router_port=router_port,
+                     registry_only=registry_only))
+
+
+@app.command()
+def demo(
+    data_dir: Path = typer.Option(Path(".loraplane"), help="The data folder of the running `loraplane up`."),
+):
+    """Tell the whole story against a running `loraplane up`, step by step.
+
+    Pushes three adapters (two good, one broken), waits for their evaluations on vLLM, approves
+    and promotes the good ones, queries them through the router with the openai client, and shows
+    that the broken one was blocked, and why. Prints a JSON summary; exits 1 if anything did not
+    go as the story says.
+    """
+    from loraplane.demo import run_demo
+
+    summary = _call(lambda: run_demo(data_dir.resolve()))
+    _print_json(summary)
+    if not summary["passed"]:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -5,19 +5,23 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rich.console import Console
+from loraplane.cli_support import console, fail
 
-console = Console()
+# What defines the embedded default; the command's own options win over the environment.
+_EMBEDDED = {"LORAPLANE_STORAGE": "local", "LORAPLANE_DATABASE_URL": "", "LORAPLANE_BROKER_URL": "",
+             "LORAPLANE_RESULT_BACKEND": ""}
 
 
-def run_embedded(*, data_dir: Path, host: str, port: int) -> None:
-    # The embedded default is defined by these; the command's own options win over the environment.
-    os.environ["LORAPLANE_DATA_DIR"] = str(data_dir)
-    os.environ["LORAPLANE_STORAGE"] = "local"
-    public_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    os.environ.setdefault("LORAPLANE_PUBLIC_URL", f"http://{public_host}:{port}")
-    import uvicorn
+def embedded_environment(data_dir: Path, public_url: str) -> dict[str, str]:
+    """The environment of every process of the local stack."""
+    return {**os.environ, **_EMBEDDED, "LORAPLANE_DATA_DIR": str(data_dir), "LORAPLANE_PUBLIC_URL": public_url,
+            "PYTHONUNBUFFERED": "1"}  # logs arrive as they are written
 
+
+def prepare_state(data_dir: Path, public_url: str) -> str:
+    """Migrate the database and return the admin token, minting the first one into
+    data_dir/admin.token (mode 0600) on a fresh folder."""
+    os.environ.update(embedded_environment(data_dir, public_url))
     from loraplane.tokens import bootstrap_admin
     from registry import migrate
     from registry.settings import get_settings
@@ -32,8 +36,19 @@ def run_embedded(*, data_dir: Path, host: str, port: int) -> None:
         token_file.chmod(0o600)  # also when the file was already there
         token_file.write_text(token + "\n")
         console.print(f"[green]created the first admin token[/green], saved to {token_file}")
+    elif not token_file.is_file():
+        fail(f"{token_file} is missing, and the database already has an admin",
+             f"Mint one: LORAPLANE_DATA_DIR={data_dir} loraplane token create --subject me --role admin "
+             f"> {token_file}")
+    return token_file.read_text().strip()
+
+
+def serve_registry(data_dir: Path, host: str, port: int, public_url: str) -> None:
+    """The registry and dashboard alone, in this process."""
+    import uvicorn
+
     console.print(f"registry   http://{host}:{port}   (API docs at /docs)")
-    console.print(f"dashboard  http://{public_host}:{port}/ui/   (sign in with a token)")
-    console.print(f"state      {settings.data_dir}")
-    console.print(f"admin      export LORAPLANE_TOKEN=$(cat {token_file})")
+    console.print(f"dashboard  {public_url}/ui/   (sign in with a token)")
+    console.print(f"state      {data_dir}")
+    console.print(f"admin      export LORAPLANE_TOKEN=$(cat {data_dir / 'admin.token'})")
     uvicorn.run("registry.app:create_app", factory=True, host=host, port=port, log_level="info")

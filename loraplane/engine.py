@@ -53,8 +53,11 @@ def command(spec: EngineSpec) -> list[str]:
     return args
 
 
-def environment(spec: EngineSpec, cache_dir: Path | None = None) -> dict[str, str]:
-    """vLLM's settings: runtime LoRA updates on, no hub, caches and sockets in a private folder."""
+def environment(spec: EngineSpec, cache_dir: Path | None = None, sockets_dir: Path | None = None) -> dict[str, str]:
+    """vLLM's settings: runtime LoRA updates on, no hub, caches and sockets in a private folder.
+
+    Its ZMQ sockets (and vllm_dist_* files) go to `sockets_dir`, else into the cache folder. A
+    socket's path must stay under 108 bytes, so a deep cache folder needs a short sockets_dir."""
     cache_dir = cache_dir or Path(tempfile.mkdtemp(prefix="vllm-cache-"))
     return {
         **os.environ,
@@ -64,5 +67,5 @@ def environment(spec: EngineSpec, cache_dir: Path | None = None) -> dict[str, st
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_CACHE_ROOT": str(cache_dir),
         "VLLM_NO_USAGE_STATS": "1",
-        "TMPDIR": str(cache_dir),  # ZMQ sockets and vllm_dist_* files go here, and go with it
+        "TMPDIR": str(sockets_dir or cache_dir),
     }

@@ -16,7 +16,7 @@ LORAPLANE = str(Path(sys.executable).parent / "loraplane")
 
 def start_up(data_dir: Path, port: int) -> services.Service:
     log = data_dir.parent / f"up-{port}.log"
-    process = subprocess.Popen([LORAPLANE, "up", "--port", str(port), "--data-dir", str(data_dir)],
+    process = subprocess.Popen([LORAPLANE, "up", "--registry-only", "--port", str(port), "--data-dir", str(data_dir)],
                                stdout=log.open("ab"), stderr=subprocess.STDOUT,
                                env={k: v for k, v in os.environ.items() if not k.startswith("LORAPLANE_")})
     server = services.Service(process, f"http://127.0.0.1:{port}", log)

@@ -1,0 +1,1 @@
+"""`loraplane up`: the local stack, its processes and the demo it seeds."""
