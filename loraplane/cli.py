@@ -87,12 +87,15 @@ def serve(
     workers: int = typer.Option(1, min=1, help="Worker processes (the registry keeps no state)."),
     access_log: bool = typer.Option(True, help="Log every request (a large node fleet may not want "
                                                "a line per long-poll)."),
+    shutdown_grace_s: Optional[float] = typer.Option(
+        None, min=0, help="On SIGTERM, cut off requests still running after this long (long-polls "
+                          "hold up to their ?wait=). Default: wait for them all."),
 ):
     """Run the registry with the settings in LORAPLANE_* variables (production)."""
     import uvicorn
 
     uvicorn.run("registry.app:create_app", factory=True, host=host, port=port, workers=workers,
-                proxy_headers=True, access_log=access_log)
+                proxy_headers=True, access_log=access_log, timeout_graceful_shutdown=shutdown_grace_s)
 
 
 @app.command()

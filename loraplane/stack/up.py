@@ -82,7 +82,8 @@ class _Stack:
 
     def run(self) -> None:
         started = time.monotonic()
-        previous = signal.signal(signal.SIGTERM, _interrupt)
+        # Also SIGINT: a shell starting `up` in the background leaves SIGINT ignored.
+        previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             setup = self._start()
             _print_summary(setup, self, time.monotonic() - started)
@@ -96,7 +97,8 @@ class _Stack:
             raise typer.Exit(1) from None
         finally:
             self.supervisor.stop_all()
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
             for folder in self.scratch:
                 shutil.rmtree(folder, ignore_errors=True)
         console.print("stopped; the state stays in "
@@ -133,7 +135,7 @@ class _Stack:
 
     def _registry(self) -> ProcessSpec:
         argv = [sys.executable, "-m", "loraplane", "serve", "--host", self.options.host,
-                "--port", str(self.options.port), "--no-access-log"]
+                "--port", str(self.options.port), "--no-access-log", "--shutdown-grace-s", "3"]
         return ProcessSpec("registry", argv, self.env, http_ok(self.public_url + "/healthz"))
 
     def _start_vllm(self, name: str, kit, limits: dict) -> str:
