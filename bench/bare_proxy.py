@@ -4,7 +4,7 @@
 
 The same server (uvicorn, httptools, uvloop) and client (aiohttp) as the router, and nothing
 else: no auth, no parsing, no routing decision. With several upstreams it takes them in turn
-(round-robin), which is the baseline the affinity benchmark compares the router against.
+(round-robin), which is the baseline the placement benchmark compares the router against.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ class ServingPool:
     agents: list[services.Service]
     router: services.Service
     app_key: str
+    node_token: str
     served_names: list[str] = field(default_factory=list)  # tenant/name@N, one per adapter
 
     @property
@@ -49,6 +50,13 @@ class ServingPool:
     def agent_cache(self, index: int) -> Path:
         return Path(self.agents[index].env["LORAPLANE_AGENT_STATE_DIR"]) / "cache"
 
+    def restart_agent(self, index: int) -> None:
+        """Start node `index`'s agent again (after `agents[index].stop()`), as it was."""
+        folder = Path(self.agents[index].env["LORAPLANE_AGENT_STATE_DIR"]).parent
+        self.agents[index] = services.start_agent(
+            folder, pool=POOL, vllm_url=self.vllms[index].url, registry_url=self.registry.url,
+            token=self.node_token, node_id=f"node-{index}", metrics_port=services.free_port())
+
 
 @contextlib.contextmanager
 def serving_pool(work: Path, *, nodes: int, max_cpu_loras: int, adapters: int,
@@ -56,6 +64,7 @@ def serving_pool(work: Path, *, nodes: int, max_cpu_loras: int, adapters: int,
     kit = build_task_kit(REPO / ".cache" / "task-kit", base_model_name=BASE)
     work.chmod(0o755)  # the postgres user must reach its data folder
     running: list[services.Service] = []
+    agents: list[services.Service] = []
     try:
         database_url, s3 = services.start_database_and_store(work, running, BUCKET)
         registry = services.start_registry(work / "registry", services.registry_env(database_url, s3, BUCKET),
@@ -66,7 +75,7 @@ def serving_pool(work: Path, *, nodes: int, max_cpu_loras: int, adapters: int,
         admin = _client(registry, plain["admin"])
         uploader = _client(registry, plain["uploader"])
         scoped = _set_up_pool(admin, kit, max_cpu_loras)
-        vllms, agents = [], []
+        vllms = []
         for index in range(nodes):
             folder = work / f"node-{index}"
             vllm = services.start_vllm(folder, EngineSpec(
@@ -94,8 +103,10 @@ def serving_pool(work: Path, *, nodes: int, max_cpu_loras: int, adapters: int,
         admin.close()
         uploader.close()
         engine.dispose()
-        yield ServingPool(kit, registry, vllms, agents, router, scoped["app"], served)
+        yield ServingPool(kit, registry, vllms, agents, router, scoped["app"], scoped["node"], served)
     finally:
+        for agent in agents:  # the pool's list, with any restarted agent in it
+            agent.stop()
         for service in reversed(running):
             service.stop()
 
@@ -143,5 +154,10 @@ def _wait_until_live(admin: httpx.Client, nodes: int) -> None:
 
 
 def _wait_until_served(admin: httpx.Client, names: set[str], nodes: int) -> None:
-    wait_for(lambda: sum(names <= set(n["serving"]) for n in _rollout(admin)) == nodes,
-             timeout_s=300, what=f"{len(names)} adapters on {nodes} nodes")
+    """Every node holds its part of the placement (all of it, while the set fits on one)."""
+    def done() -> bool:
+        rollout = _rollout(admin)
+        serving = set().union(*(n["serving"] for n in rollout))
+        return names <= serving and sum(n["converged"] for n in rollout) == nodes
+
+    wait_for(done, timeout_s=300, what=f"{len(names)} adapters placed on {nodes} nodes")

@@ -25,6 +25,7 @@ from registry.limits import BodySizeLimitMiddleware
 from registry.metrics import MetricsMiddleware
 from registry.nodes.endpoints import router as nodes
 from registry.ops.endpoints import router as ops
+from registry.placement.endpoints import router as placement
 from registry.pools.endpoints import router as pools
 from registry.promotions.endpoints import router as promotions
 from registry.settings import get_settings
@@ -58,7 +59,7 @@ def create_app() -> FastAPI:
         lifespan=lifespan,
     )
     for router in (auth, base_models, pools, eval_suites, adapters, evaluations, promotions,
-                   active_set, nodes, sizing, webhooks, audit, artifacts, ops, dashboard):
+                   active_set, nodes, placement, sizing, webhooks, audit, artifacts, ops, dashboard):
         app.include_router(router)
     app.mount("/ui/static", STATIC, name="dashboard-static")
     app.add_middleware(BodySizeLimitMiddleware, max_upload_bytes=get_settings().max_upload_bytes)

@@ -52,6 +52,8 @@ class RegistrySettings(BaseSettings):
         "node applied the change, so requests already in flight finish on it."))
     node_stale_after_s: float = Field(default=60.0, ge=1, le=86400, description=(
         "A node that has not reported for this long is shown as stale and no longer counted."))
+    traffic_stale_after_s: float = Field(default=120.0, ge=1, le=86400, description=(
+        "Routers' traffic reports older than this no longer count toward placement."))
     active_set_poll_s: float = Field(default=1.0, ge=0.05, le=60, description=(
         "How often each registry process re-reads pool generations, in case a notification "
         "was missed (Postgres notifies at once; SQLite relies on this)."))

@@ -78,6 +78,8 @@ class Pool(Base):
     required_suites: Mapped[list[str]] = mapped_column(JSON)
     # Bumped in the same transaction as every change to the pool's active set.
     generation: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    # Which nodes hold which adapters (registry/placement); changed only with the generation.
+    placement: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = created_at_column()
 
 
@@ -246,6 +248,18 @@ class PoolRetirement(Base):
     version_id: Mapped[int] = mapped_column(ForeignKey("adapter_versions.id"))
     generation: Mapped[int] = mapped_column(BigInteger)
     retired_at: Mapped[datetime] = created_at_column()
+
+
+class RouterTraffic(Base):
+    """The last traffic report of one router of a pool: requests per second by served name."""
+
+    __tablename__ = "router_traffic"
+    __table_args__ = (UniqueConstraint("pool_id", "router_id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id"), index=True)
+    router_id: Mapped[str] = mapped_column(String(64))
+    rates: Mapped[dict[str, float]] = mapped_column(JSON)
+    reported_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class NodeStatus(Base):

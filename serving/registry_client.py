@@ -22,17 +22,19 @@ class ActiveSet:
 
 
 class RegistryClient:
-    def __init__(self, url: str, token: str, pool: str, timeout_s: float) -> None:
-        self.pool = pool
+    def __init__(self, url: str, token: str, pool: str, timeout_s: float, node_id: str | None = None) -> None:
+        """With `node_id`, the active set holds only what the pool's placement gives that node."""
+        self.pool, self.node_id = pool, node_id
         self._http = httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"},
                                        timeout=timeout_s)
 
     async def next_active_set(self, etag: str | None, wait_s: float) -> ActiveSet | None:
         """The set once it differs from `etag` (None: still the same after wait_s)."""
         headers = {"If-None-Match": etag} if etag else {}
+        params = {"wait": wait_s, **({"node": self.node_id} if self.node_id else {})}
         try:
             response = await self._http.get(f"/v1/pools/{self.pool}/active-set",
-                                             params={"wait": wait_s}, headers=headers,
+                                             params=params, headers=headers,
                                              timeout=wait_s + self._http.timeout.read)
         except httpx.HTTPError as error:
             raise RegistryUnavailable(f"{type(error).__name__}: {error}") from error
@@ -52,6 +54,15 @@ class RegistryClient:
         except httpx.HTTPError as error:
             raise RegistryUnavailable(f"{type(error).__name__}: {error}") from error
         if response.status_code != 200:
+            raise RegistryUnavailable(f"HTTP {response.status_code}: {response.text[:300]}")
+
+    async def report_traffic(self, router_id: str, requests_per_s: dict[str, float]) -> None:
+        try:
+            response = await self._http.put(f"/v1/pools/{self.pool}/routers/{router_id}/traffic",
+                                            json={"requests_per_s": requests_per_s})
+        except httpx.HTTPError as error:
+            raise RegistryUnavailable(f"{type(error).__name__}: {error}") from error
+        if response.status_code != 204:
             raise RegistryUnavailable(f"HTTP {response.status_code}: {response.text[:300]}")
 
     async def rollout(self) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from sqlalchemy import delete, select, text, update
 from sqlalchemy.orm import Session
 
 from registry.clock import aware
-from registry.db import after_commit
+from registry.db import after_commit, before_commit
 from registry.tables import NodeStatus, Pool, PoolAlias, PoolRetirement
 
 CHANNEL = "loraplane_events"
@@ -25,6 +25,10 @@ def begin_change(session: Session, pool_id: int) -> int:
         .returning(Pool.generation, Pool.name)).one()
     announce(session, {"kind": "generation", "pool": generation.name,
                        "generation": generation.generation})
+    from registry.placement import service as placement  # it reads the active set through us
+
+    # Whatever this change does to the set, the placement follows it in the same commit.
+    before_commit(session, f"placement:{pool_id}", lambda: placement.refresh(session, pool_id, changed=True))
     return generation.generation
 
 

@@ -12,6 +12,7 @@ from registry.active_set.schemas import ActiveSet
 from registry.active_set.serving import PrincipalCache
 from registry.active_set.watch import WATCH
 from registry.auth.dependencies import bearer
+from registry.names import NAME_PATTERN
 from registry.settings import get_settings
 
 router = APIRouter(prefix="/v1/pools", tags=["active set"])
@@ -26,12 +27,14 @@ async def get_active_set(
     pool: str,
     wait: float = Query(0, ge=0, le=MAX_WAIT_S, description=(
         "Long-poll: answer when the generation changes, or with 304 after this many seconds.")),
+    node: str | None = Query(None, pattern=NAME_PATTERN.pattern, max_length=64, description=(
+        "A serving node's id: answer only what the placement gives that node.")),
     if_none_match: str | None = Header(None, max_length=200),
     credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
 ):
     principal = await principals.authenticate(credentials.credentials if credentials else None)
     status, generation, body = await protocol.answer(
-        pool, principal, protocol.generation_in(if_none_match), wait)
+        pool, principal, protocol.generation_in(if_none_match), wait, node)
     if body is None:
         return Response(status_code=status, headers=protocol.headers(generation))
     return Response(body, media_type="application/json", headers=protocol.headers(generation))

@@ -1,7 +1,7 @@
 """The node fleet's requests to the active set, answered before routing and validation.
 
 A large fleet sends almost nothing else: long-polls, and conditional GETs that end in a 304.
-When the token is in the principal cache and the query is empty or just `wait=S`, the answer
+When the token is in the principal cache and the query holds at most `wait=S` and `node=ID`, the answer
 goes out here, straight over ASGI, through the same `protocol.answer` as the endpoint. Anything
 else (an unknown token, an odd query, any refusal) goes on to the endpoint, which explains it.
 """
@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from registry.active_set import protocol
 from registry.active_set.endpoints import MAX_WAIT_S, principals
 from registry.errors import LoraplaneError
+from registry.names import NAME_PATTERN
 from registry.metrics import LATENCY, REQUESTS
 
 PATH = re.compile(r"/v1/pools/([a-z0-9][a-z0-9_-]{0,63})/active-set")
@@ -36,7 +37,7 @@ class ActiveSetFastPath:
 
     async def _answer(self, pool: str, scope: Scope, send: Send) -> bool:
         started = time.perf_counter()
-        wait_s = _wait(scope.get("query_string", b""))
+        wait_s, node = _query(scope.get("query_string", b""))
         headers = dict(scope["headers"])
         authorization = headers.get(b"authorization", b"").decode("latin-1")
         principal = principals.peek(authorization.removeprefix("Bearer ")) \
@@ -45,7 +46,7 @@ class ActiveSetFastPath:
             return False
         known = protocol.generation_in(headers.get(b"if-none-match", b"").decode("latin-1"))
         try:
-            status, generation, body = await protocol.answer(pool, principal, known, wait_s)
+            status, generation, body = await protocol.answer(pool, principal, known, wait_s, node)
         except LoraplaneError:
             return False  # nothing was sent: the endpoint answers with the full explanation
         response_headers = [(name.lower().encode(), value.encode())
@@ -61,15 +62,18 @@ class ActiveSetFastPath:
         return True
 
 
-def _wait(query: bytes) -> float | None:
-    """The wait of a query that is empty or only `wait=S` with S in range; None for anything else."""
-    if not query:
-        return 0.0
+def _query(query: bytes) -> tuple[float | None, str | None]:
+    """(wait, node) of a query made only of `wait=S` with S in range and `node=ID`, each at most
+    once; (None, None) for anything else."""
     pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
-    if len(pairs) != 1 or pairs[0][0] != "wait":
-        return None
+    fields = dict(pairs)
+    if len(fields) != len(pairs) or not set(fields) <= {"wait", "node"}:
+        return None, None
+    node = fields.get("node")
+    if node is not None and not NAME_PATTERN.fullmatch(node):
+        return None, None
     try:
-        wait_s = float(pairs[0][1])
+        wait_s = float(fields.get("wait", 0))
     except ValueError:
-        return None
-    return wait_s if 0 <= wait_s <= MAX_WAIT_S else None
+        return None, None
+    return (wait_s, node) if 0 <= wait_s <= MAX_WAIT_S else (None, None)

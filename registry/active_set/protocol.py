@@ -10,9 +10,10 @@ from registry.auth.principal import Principal
 bodies = BodyCache()
 
 
-async def answer(pool: str, principal: Principal, known: int | None,
-                 wait_s: float) -> tuple[int, int, bytes | None]:
-    """(HTTP status, generation, body or None for a 304)."""
+async def answer(pool: str, principal: Principal, known: int | None, wait_s: float,
+                 node: str | None = None) -> tuple[int, int, bytes | None]:
+    """(HTTP status, generation, body or None for a 304). With `node`, the body holds only what
+    the placement gives that node."""
     principal.require_pool_reader(pool)
     current = WATCH.known(pool)
     if current is None or (known is not None and known > current):
@@ -25,7 +26,7 @@ async def answer(pool: str, principal: Principal, known: int | None,
         current = await WATCH.wait_beyond(pool, known, wait_s)
     if current == known:
         return 304, known, None
-    generation, body = await bodies.get(pool, at_least=current)
+    generation, body = await bodies.get(pool, at_least=current, node=node)
     WATCH.observe(pool, generation)
     return 200, generation, body
 

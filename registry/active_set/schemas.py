@@ -29,6 +29,9 @@ class ActiveEntry(BaseModel):
     retiring: bool = Field(description=(
         "No alias points here any more; it stays loaded until traffic has moved."))
     files: list[ArtifactFile]
+    nodes: list[str] | None = Field(None, description=(
+        "The nodes the placement gives this version, when the set outgrows one node; None while "
+        "every node holds every version."))
 
 
 class ActiveSet(BaseModel):
@@ -36,5 +39,6 @@ class ActiveSet(BaseModel):
     base_model: str
     generation: int
     limits: dict[str, int]
+    node: str | None = Field(None, description="The node this set was read for (?node=), if any.")
     entries: list[ActiveEntry]
     urls_expire_in: int

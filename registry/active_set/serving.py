@@ -68,27 +68,29 @@ def _authenticate(plain: str | None) -> Principal:
 
 
 class BodyCache:
-    """The rendered JSON of each pool's newest generation. Its presigned URLs are renewed when
-    half their lifetime has passed, so a node never receives one about to expire."""
+    """The rendered JSON of each pool's newest generation, whole and for each node that asked for
+    its own part (?node=). Presigned URLs are renewed when half their lifetime has passed, so a
+    node never receives one about to expire."""
 
     def __init__(self) -> None:
-        self._bodies: dict[str, tuple[int, bytes, float]] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._bodies: dict[tuple[str, str | None], tuple[int, bytes, float]] = {}
+        self._locks: dict[tuple[str, str | None], asyncio.Lock] = {}
 
-    async def get(self, pool: str, at_least: int | None) -> tuple[int, bytes]:
-        cached = self._fresh(pool, at_least)
+    async def get(self, pool: str, at_least: int | None, node: str | None = None) -> tuple[int, bytes]:
+        key = (pool, node)
+        cached = self._fresh(key, at_least)
         if cached:
             return cached
-        async with self._locks.setdefault(pool, asyncio.Lock()):  # one render per wake-up
-            cached = self._fresh(pool, at_least)
+        async with self._locks.setdefault(key, asyncio.Lock()):  # one render per wake-up
+            cached = self._fresh(key, at_least)
             if cached:
                 return cached
-            generation, body = await run_in_threadpool(_render, pool)
-            self._bodies[pool] = (generation, body, time.monotonic())
+            generation, body = await run_in_threadpool(_render, pool, node)
+            self._bodies[key] = (generation, body, time.monotonic())
             return generation, body
 
-    def _fresh(self, pool: str, at_least: int | None) -> tuple[int, bytes] | None:
-        cached = self._bodies.get(pool)
+    def _fresh(self, key: tuple[str, str | None], at_least: int | None) -> tuple[int, bytes] | None:
+        cached = self._bodies.get(key)
         if cached is None:
             return None
         generation, body, rendered_at = cached
@@ -98,7 +100,7 @@ class BodyCache:
         return None
 
 
-def _render(pool: str) -> tuple[int, bytes]:
+def _render(pool: str, node: str | None) -> tuple[int, bytes]:
     with transaction() as session:
-        active = snapshot.read(session, pool, get_store(), get_settings())
+        active = snapshot.read(session, pool, get_store(), get_settings(), node)
     return active.generation, active.model_dump_json().encode()

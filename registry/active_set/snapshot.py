@@ -33,7 +33,10 @@ def pool_by_name(session: Session, name: str, *, lock: bool = False) -> Pool:
 
 
 def read(session: Session, pool_name: str, store: ArtifactStore,
-         settings: RegistrySettings) -> ActiveSet:
+         settings: RegistrySettings, node: str | None = None) -> ActiveSet:
+    """The pool's whole set, or with `node` only what the placement gives that node."""
+    from registry.placement import service as placement  # it reads the set's names from here
+
     pool = pool_by_name(session, pool_name, lock=True)
     aliases = session.scalars(select(PoolAlias).where(PoolAlias.pool_id == pool.id)).all()
     retiring = set(session.scalars(select(PoolRetirement.version_id)
@@ -46,9 +49,16 @@ def read(session: Session, pool_name: str, store: ArtifactStore,
     version_ids = sorted(set(by_version) | retiring)
     entries = [_entry(session, session.get(AdapterVersion, vid), by_version.get(vid, []),
                       store, settings) for vid in version_ids]
+    spread = placement.stored(pool)
+    if spread is not None and spread.mode == "spread":
+        for entry in entries:
+            entry.nodes = spread.nodes_of(entry.served_name)
+        if node is not None:
+            mine = spread.served_by(node)
+            entries = [entry for entry in entries if entry.served_name in mine]
     return ActiveSet(
         pool=pool.name, base_model=session.get(BaseModel, pool.base_model_id).name,
-        generation=pool.generation,
+        generation=pool.generation, node=node,
         limits={"max_loras": pool.max_loras, "max_cpu_loras": pool.max_cpu_loras,
                 "max_lora_rank": pool.max_lora_rank},
         entries=entries, urls_expire_in=settings.presign_ttl_s)

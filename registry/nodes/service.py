@@ -14,6 +14,8 @@ from registry.active_set.snapshot import desired_digests, pool_by_name
 from registry.auth.principal import Principal, Role
 from registry.errors import Unprocessable
 from registry.names import check_name
+from registry.placement import service as placement
+from registry.placement.rules import EVERYWHERE, Placement
 from registry.nodes.schemas import DriftOut, NodeFailure, NodeOut, NodeReport, RolloutOut
 from registry.settings import get_settings
 from registry.tables import NodeStatus
@@ -33,8 +35,10 @@ def report(session: Session, principal: Principal, pool_name: str, node_id: str,
                   limits=body.limits.model_dump(), reported_at=datetime.now(UTC))
     row = _upsert(session, pool.id, node_id, fields)
     changes.drop_drained(session, pool.id)
-    return _node_out(row, desired_digests(session, pool.id), pool.generation, _visible_to(principal),
-                     internals=True)
+    # A node that joined, left or finished loading may change where adapters live.
+    placement.refresh(session, pool.id, changed=False)
+    return _node_out(row, desired_digests(session, pool.id), pool.generation, visible_to(principal),
+                     internals=True, placed=placement.stored(pool))
 
 
 def _upsert(session: Session, pool_id: int, node_id: str, fields: dict) -> NodeStatus:
@@ -61,17 +65,19 @@ def rollout(session: Session, principal: Principal, pool_name: str) -> RolloutOu
         principal.require({Role.ADMIN, Role.REVIEWER, Role.UPLOADER})
     pool = pool_by_name(session, pool_name)
     desired = desired_digests(session, pool.id)
-    visible = _visible_to(principal)
+    visible = visible_to(principal)
     rows = session.scalars(select(NodeStatus).where(NodeStatus.pool_id == pool.id)
                            .order_by(NodeStatus.node_id)).all()
     internals = principal.tenant is None  # global admins, the pool's own nodes and routers
-    nodes = [_node_out(row, desired, pool.generation, visible, internals=internals) for row in rows]
+    placed = placement.stored(pool)
+    nodes = [_node_out(row, desired, pool.generation, visible, internals=internals, placed=placed)
+             for row in rows]
     return RolloutOut(pool=pool.name, generation=pool.generation, nodes_total=len(nodes),
                       nodes_converged=sum(n.converged for n in nodes),
                       nodes_stale=sum(n.stale for n in nodes), nodes=nodes)
 
 
-def _visible_to(principal: Principal):
+def visible_to(principal: Principal):
     """Tenant-scoped readers see only their own tenant's adapter names."""
     if principal.tenant is None:
         return lambda served_name: True
@@ -80,12 +86,16 @@ def _visible_to(principal: Principal):
 
 
 def _node_out(row: NodeStatus, desired: dict[str, str], generation: int, visible, *,
-              internals: bool) -> NodeOut:
+              internals: bool, placed: Placement | None) -> NodeOut:
+    """Drift is against what this node should hold; `serving` is every active version it holds,
+    which a router may send to it even while the node drains it."""
     loaded = {a["served_name"]: a["digest"] for a in row.loaded}
+    mine = desired if placed is None or placed.mode == EVERYWHERE else \
+        {name: digest for name, digest in desired.items() if name in placed.served_by(row.node_id)}
     drift = DriftOut(
-        missing=sorted(n for n in desired if n not in loaded),
-        extra=sorted(n for n in loaded if n not in desired),
-        wrong_digest=sorted(n for n in desired if n in loaded and loaded[n] != desired[n]))
+        missing=sorted(n for n in mine if n not in loaded),
+        extra=sorted(n for n in loaded if n not in mine),
+        wrong_digest=sorted(n for n in mine if n in loaded and loaded[n] != mine[n]))
     converged = row.generation == generation and not (drift.missing or drift.extra or drift.wrong_digest)
     age = (datetime.now(UTC) - aware(row.reported_at)).total_seconds()
     return NodeOut(

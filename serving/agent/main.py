@@ -32,7 +32,7 @@ class Agent:
         self.settings = settings
         timeout = settings.request_timeout_s
         self.registry = RegistryClient(str(settings.registry_url), settings.node_token.get_secret_value(),
-                                       settings.pool, timeout)
+                                       settings.pool, timeout, node_id=settings.node_id)
         self.vllm = VllmClient(str(settings.vllm_url), timeout)
         self.reconciler = Reconciler(self.vllm, AdapterCache(settings.cache_dir, settings.cache_max_bytes, timeout),
                                      retry_failed_after_s=settings.retry_failed_after_s)

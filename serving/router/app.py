@@ -19,6 +19,7 @@ from serving.router.catalog import Catalog, Target
 from serving.router.errors import RouterError
 from serving.router.forward import Forwarder
 from serving.router.requests import header, json_body, tier_of, wants_prompt_logprobs
+from serving.router.traffic import TrafficMeter
 
 log = logging.getLogger("loraplane.router")
 PROXIED = ("/v1/completions", "/v1/chat/completions")
@@ -27,9 +28,10 @@ ROUTES = "POST /v1/completions, POST /v1/chat/completions, GET /v1/models and GE
 
 class RouterApp:
     def __init__(self, pool: str, keys: AppKeys, admission: Admission, forwarder: Forwarder,
-                 max_body_bytes: int, retry_after_s: int) -> None:
+                 max_body_bytes: int, retry_after_s: int, traffic: TrafficMeter | None = None) -> None:
         self.pool, self.keys, self.admission, self.forwarder = pool, keys, admission, forwarder
         self.max_body_bytes, self.retry_after_s = max_body_bytes, retry_after_s
+        self.traffic = traffic or TrafficMeter()
         self.catalog = Catalog(pool)  # replaced whole on each active set
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -68,6 +70,7 @@ class RouterApp:
         payload = await json_body(scope, receive, self.max_body_bytes)
         self._require_ready()
         target = self.catalog.resolve(payload.get("model"), app.tenant)
+        self.traffic.record(target.served_name)
         payload["model"] = target.served_name
         data, serial = json.dumps(payload).encode(), wants_prompt_logprobs(payload)
         with self.admission.tenant_share(app.tenant):

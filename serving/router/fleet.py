@@ -1,6 +1,7 @@
 """The pool's nodes as the router sees them, and which one gets a request.
 
-A node may get a served name only when its agent reports it loaded with the right digest; a node
+A node may get a served name only when its agent reports it loaded with the right digest, and
+preferably when the registry's placement gives it that name (a node draining it is a fallback); a node
 whose report is stale only when no fresh one has it, and a node that just failed only when no
 other has it, for a short cooldown. Among those, the router prefers nodes where the adapter is
 resident in vLLM's CPU cache (its own estimate: the last `max_cpu_loras` names it sent there),
@@ -48,6 +49,8 @@ class Node:
 class Fleet:
     def __init__(self, spill_outstanding: int) -> None:
         self.nodes: dict[str, Node] = {}
+        # served name -> the nodes the registry's placement gives it; absent: every node
+        self.placed: dict[str, frozenset[str]] = {}
         self.spill_outstanding = spill_outstanding
         self._updated = asyncio.Event()
 
@@ -74,6 +77,9 @@ class Fleet:
         self._updated.set()
         self._updated = asyncio.Event()
 
+    def follow_placement(self, entries: list[dict[str, Any]]) -> None:
+        self.placed = {e["served_name"]: frozenset(e["nodes"]) for e in entries if e.get("nodes") is not None}
+
     def choose(self, served_name: str, exclude: set[str] = frozenset()) -> Node | None:
         now = time.monotonic()
         holders = [n for n in self.nodes.values() if served_name in n.serving and n.node_id not in exclude]
@@ -85,6 +91,10 @@ class Fleet:
         candidates = [n for n in up if not n.stale] or up or holders
         if not candidates:
             return None
+        # A node that drains the adapter while another loads it serves it only until then.
+        placed = self.placed.get(served_name)
+        if placed is not None:
+            candidates = [n for n in candidates if n.node_id in placed] or candidates
         resident = [n for n in candidates if served_name in n.resident]
         if resident:
             best = min(resident, key=_load)

@@ -21,6 +21,7 @@ from serving.router.catalog import Catalog
 from serving.router.fleet import Fleet
 from serving.router.forward import Forwarder
 from serving.router.settings import RouterSettings
+from serving.router.traffic import TrafficMeter
 
 log = logging.getLogger("loraplane.router")
 CONVERGE_POLL_S = 0.1  # nodes' reports are read this often while they load a new generation
@@ -36,6 +37,7 @@ class Router:
         self.fleet = Fleet(settings.spill_outstanding)
         self.keys = AppKeys(str(settings.registry_url), settings.key_cache_s)
         self.new_generation = asyncio.Event()
+        self.traffic = TrafficMeter()
 
     async def run(self, stop: asyncio.Event) -> None:
         s = self.settings
@@ -51,21 +53,22 @@ class Router:
             admission = Admission(s.max_inflight, s.batch_max_inflight, s.queue_timeout_s,
                                   s.tenant_max_inflight, s.retry_after_s)
             self.app = RouterApp(s.pool, self.keys, admission, forwarder, s.max_body_bytes,
-                                 s.retry_after_s)
+                                 s.retry_after_s, self.traffic)
             server = uvicorn.Server(uvicorn.Config(
                 self.app, host=s.host, port=s.port, loop="none", http="httptools", lifespan="off",
                 log_level="warning", access_log=False, timeout_keep_alive=30))
             server.install_signal_handlers = lambda: None  # the router handles its own signals
             tasks = [asyncio.create_task(keep_running("following the active set", self._follow_active_set)),
                      asyncio.create_task(keep_running("following the nodes", self._follow_nodes)),
+                     asyncio.create_task(keep_running("reporting traffic", self._report_traffic)),
                      asyncio.create_task(server.serve())]
             log.info("router for pool %s on http://%s:%d", s.pool, s.host, s.port)
             await stop.wait()
             server.should_exit = True
-            await tasks[2]
-            for task in tasks[:2]:
+            await tasks[-1]
+            for task in tasks[:-1]:
                 task.cancel()
-            await asyncio.gather(*tasks[:2], return_exceptions=True)
+            await asyncio.gather(*tasks[:-1], return_exceptions=True)
         await self.registry.close()
         await self.keys.close()
 
@@ -83,6 +86,7 @@ class Router:
             if active is not None:
                 self.app.catalog = Catalog.from_active_set(self.settings.pool, active.generation,
                                                            active.entries)
+                self.fleet.follow_placement(active.entries)
                 etag = active.etag
                 metrics.GENERATION.set(active.generation)
                 self.new_generation.set()
@@ -104,6 +108,15 @@ class Router:
                 await asyncio.wait_for(self.new_generation.wait(), pause)
             except TimeoutError:
                 pass
+
+
+    async def _report_traffic(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.traffic_report_s)
+            try:
+                await self.registry.report_traffic(self.settings.router_id, self.traffic.rates())
+            except RegistryUnavailable as error:
+                log.warning("cannot report traffic (%s); placement keeps the last rates", error)
 
 
 def run(settings: RouterSettings) -> None:

@@ -12,7 +12,7 @@ from tests.support import services
 
 TABLES = {"tenants", "api_tokens", "base_models", "base_model_aliases", "pools", "adapters",
           "adapter_versions", "audit_events", "eval_suites", "evaluations", "evaluation_examples",
-          "promotions", "pool_aliases", "pool_retirements", "node_statuses", "webhooks",
+          "promotions", "pool_aliases", "pool_retirements", "node_statuses", "router_traffic", "webhooks",
           "webhook_deliveries"}
 
 

@@ -191,7 +191,11 @@ def test_the_pool_page_shows_canary_weights_and_follows_its_nodes_live(
     expect(page.get_by_role("row", name=re.compile(r"^acme.web-digits canary"))).to_contain_text("20%")
     expect(page.get_by_role("img", name="Traffic share by alias")).to_contain_text("80 %")
     expect(page.get_by_role("heading", name=re.compile("^Nodes: 1 of 2 converged"))).to_be_visible()
-    expect(page.get_by_role("row").filter(has_text="web-node-2")).to_contain_text("missing acme/web-digits@2")
+    nodes_table = page.get_by_role("table", name="Per-node convergence and drift")
+    expect(nodes_table.get_by_role("row").filter(has_text="web-node-2")).to_contain_text("missing acme/web-digits@2")
+    expect(page.get_by_role("heading", name="Placement: every node holds every version")).to_be_visible()
+    placed = page.get_by_role("table", name="Which nodes hold each version, and its share of the traffic")
+    expect(placed.get_by_role("row").filter(has_text="acme/web-digits@2")).to_contain_text("web-node-1, web-node-2")
     expect(page.get_by_role("img", name="GPUs needed")).to_contain_text("assumed")
     shoot(page, screenshots, "06-pool")
 

@@ -11,6 +11,7 @@ from fastapi.responses import Response
 from registry.auth.principal import Role
 from registry.db import transaction
 from registry.nodes import service as nodes
+from registry.placement import reading as placement
 from registry.pools import service as pools
 from registry.promotions import service as promotions
 from registry.sizing import service as sizing
@@ -52,10 +53,11 @@ def _serving_view(visit: Visit, name: str) -> dict:
         rollout = nodes.rollout(session, visit.principal, name)  # checks the viewer's role
         pool = pools.get(session, name)
         aliases = promotions.list_aliases(session, visit.principal, name)
+        placed = placement.placement_out(session, visit.principal, name)
     by_adapter = defaultdict(list)
     for alias in aliases:
         by_adapter[f"{alias.tenant}/{alias.adapter}"].append(alias)
-    return {"pool": pool, "rollout": rollout, "by_adapter": dict(by_adapter),
+    return {"pool": pool, "rollout": rollout, "by_adapter": dict(by_adapter), "placement": placed,
             "traffic_chart": _traffic_chart(by_adapter),
             "nodes_chart": _nodes_chart(rollout, pool, visit.principal.tenant)}
 

@@ -1,0 +1,1 @@
+"""Placement: which nodes of a pool hold which adapters."""

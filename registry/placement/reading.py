@@ -1,0 +1,50 @@
+"""The placement as the API and the dashboard show it."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry.active_set import changes
+from registry.active_set.snapshot import desired_digests, pool_by_name
+from registry.auth.principal import Principal, Role
+from registry.nodes.service import visible_to
+from registry.placement import service
+from registry.placement.rules import EVERYWHERE, shares_of
+from registry.placement.schemas import PlacedAdapter, PlacedNode, PlacementOut
+from registry.tables import NodeStatus
+
+
+def placement_out(session: Session, principal: Principal, pool_name: str) -> PlacementOut:
+    if principal.role in (Role.NODE, Role.ROUTER):
+        principal.require_pool_reader(pool_name)
+    else:
+        principal.require({Role.ADMIN, Role.REVIEWER, Role.UPLOADER})
+    pool = pool_by_name(session, pool_name)
+    visible = visible_to(principal)
+    names = sorted(desired_digests(session, pool.id))
+    shares = shares_of(names, service.traffic(session, pool.id))
+    placed = service.stored(pool)
+    live = {n.node_id for n in changes.live_nodes(session, pool.id)}
+    reported = session.scalars(select(NodeStatus).where(NodeStatus.pool_id == pool.id)).all()
+    everywhere = placed is None or placed.mode == EVERYWHERE
+    # Live nodes, and any the placement still counts on (until the next change notices it left).
+    shown = live | (set() if everywhere else set(placed.targets))
+    capacities = {n.node_id: service.capacity(pool, n.limits) for n in reported if n.node_id in shown}
+
+    def nodes_of(name: str) -> list[str]:
+        return sorted(live) if everywhere else placed.nodes_of(name)
+
+    adapters = [PlacedAdapter(served_name=name, traffic_share=round(shares[name], 6),
+                              replicas=len(nodes_of(name)), nodes=nodes_of(name),
+                              draining_on=[] if everywhere else
+                              sorted(n for n, held in placed.draining.items() if name in held))
+                for name in names if visible(name)]
+    nodes = [PlacedNode(node_id=node, capacity=capacity, live=node in live,
+                        targets=[n for n in (names if everywhere else sorted(placed.targets.get(node, ())))
+                                 if visible(n)],
+                        draining=[] if everywhere else sorted(n for n in placed.draining.get(node, ()) if visible(n)))
+             for node, capacity in sorted(capacities.items())]
+    return PlacementOut(pool=pool.name, generation=pool.generation,
+                        mode=EVERYWHERE if everywhere else placed.mode, adapters=adapters, nodes=nodes,
+                        unplaced=[] if everywhere else [n for n in placed.unplaced if visible(n)])

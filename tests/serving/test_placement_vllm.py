@@ -1,0 +1,102 @@
+"""Placement on two real vLLM nodes on CPU: a pool with more versions than one node keeps
+resident. Each node loads only its part, never more than its max_cpu_loras, and the router
+answers every version, each from a node that holds it."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from loraplane.engine import EngineSpec
+from tests.conftest import KIT_BASE
+from tests.support import services
+from tests.support.evals import create_suite
+from tests.support.nodes import promoter, served_adapters, wait_for
+
+POOL = "spread-pool"
+NODES = ("spread-a", "spread-b")
+MAX_CPU_LORAS = 2  # three versions: more than one node holds, within what two hold
+ADAPTERS = {"acme/spread-digits": "digits_to_words", "acme/spread-reverse": "reverse_words",
+            "acme/spread-digits-v2": "digits_to_words_v2"}
+
+
+@pytest.fixture(scope="module")
+def spread_pool(admin, kit_base, task_kit) -> dict:
+    body = {"name": POOL, "base_model": kit_base, "max_loras": 1, "max_cpu_loras": MAX_CPU_LORAS,
+            "max_lora_rank": 16, "dtype": "float32"}
+    assert admin.post("/v1/pools", json=body).status_code == 201
+    create_suite(admin, "spread-parity", kit_base, task_kit.suites["digits_to_words"][:2],
+                 {"parity": {"max_logprob_diff": 0.01}})
+
+    def token(subject: str, **scope) -> str:
+        response = admin.post("/v1/tokens", json={"subject": subject, **scope})
+        assert response.status_code == 201, response.text
+        return response.json()["token"]
+
+    return {"node_token": token("spread-nodes", role="node", pool=POOL),
+            "router_token": token("spread-router", role="router", pool=POOL),
+            "app_key": token("spread-app", role="app", tenant="acme")}
+
+
+@pytest.fixture(scope="module")
+def stack(service_dir: Path, task_kit, spread_pool, registry) -> Iterator[dict]:
+    running: list[services.Service] = []
+    vllms = {}
+    try:
+        for node_id in NODES:
+            folder = service_dir / node_id
+            spec = EngineSpec(model_dir=task_kit.base_dir, served_name=KIT_BASE, port=services.free_port(),
+                              max_loras=1, max_cpu_loras=MAX_CPU_LORAS, max_lora_rank=16)
+            vllms[node_id] = services.start_vllm(folder, spec)
+            running.append(vllms[node_id])
+            running.append(services.start_agent(
+                folder / "agent", pool=POOL, vllm_url=vllms[node_id].url, registry_url=registry.url,
+                token=spread_pool["node_token"], node_id=node_id, metrics_port=services.free_port()))
+        router = services.start_router(service_dir / "spread-router", pool=POOL, registry_url=registry.url,
+                                       token=spread_pool["router_token"],
+                                       settings={"LORAPLANE_ROUTER_NODES_POLL_S": "0.5",
+                                                 "LORAPLANE_ROUTER_LOAD_WAIT_S": "5"})
+        running.append(router)
+        yield {"vllms": vllms, "router": router}
+    finally:
+        for service in reversed(running):
+            service.stop()
+        for node_id in NODES:
+            shutil.rmtree(service_dir / node_id / "cache", ignore_errors=True)
+
+
+def test_more_versions_than_a_node_holds_are_all_served_within_capacity(
+        stack, spread_pool, admin, uploader, engine, task_kit):
+    promote = promoter(admin, uploader, engine, POOL, "spread-parity")
+    # Both nodes must be live first: the capacity gate counts the slots of live nodes.
+    wait_for(lambda: len(admin.get(f"/v1/pools/{POOL}/rollout").json()["nodes"]) == 2, what="two nodes")
+    served = {adapter: promote(adapter, task_kit.adapters[kit_name])["served_name"]
+              for adapter, kit_name in ADAPTERS.items()}
+
+    placement = wait_for(lambda: (body := admin.get(f"/v1/pools/{POOL}/placement").json())
+                         and body["mode"] == "spread" and body, what="a spread placement")
+    assert placement["unplaced"] == []
+    assert all(len(node["targets"]) <= MAX_CPU_LORAS for node in placement["nodes"])
+    wait_for(lambda: admin.get(f"/v1/pools/{POOL}/rollout").json()["nodes_converged"] == 2,
+             timeout_s=120, what="both nodes converged")
+
+    # What each vLLM really holds: its part, never more than it keeps resident.
+    held = {node_id: set(served_adapters(vllm.url)) for node_id, vllm in stack["vllms"].items()}
+    targets = {node["node_id"]: set(node["targets"]) for node in placement["nodes"]}
+    assert held == targets
+    assert all(len(names) <= MAX_CPU_LORAS for names in held.values())
+    assert set().union(*held.values()) == set(served.values())
+
+    headers = {"Authorization": f"Bearer {spread_pool['app_key']}"}
+    for adapter, kit_name in ADAPTERS.items():
+        row = task_kit.suites[kit_name.removesuffix("_v2")][0]
+        response = httpx.post(stack["router"].url + "/v1/completions", headers=headers, timeout=60, json={
+            "model": adapter, "prompt": row["prompt"], "max_tokens": 16, "temperature": 0})
+        assert response.status_code == 200, response.text
+        assert response.json()["choices"][0]["text"].strip() == row["reference"].strip()
+        assert response.headers["x-loraplane-served-name"] == served[adapter]
+        assert served[adapter] in held[response.headers["x-loraplane-node"]]
