@@ -57,7 +57,7 @@ def place(names: Iterable[str], capacities: Mapping[str, int], traffic: Mapping[
     slots = sum(capacities.values())
     by_use = sorted(names, key=lambda name: (-shares[name], name))
     unplaced, names = sorted(by_use[slots:]), sorted(by_use[:slots])
-    replicas = _replicas(names, shares, capacities)
+    replicas = replica_counts(names, capacities, traffic)
     free = dict(capacities)
     targets: dict[str, set[str]] = {node: set() for node in capacities}
     # A fixed order that traffic does not change: popularity decides how many, never where.
@@ -103,7 +103,7 @@ def with_draining(new: Placement, previous: Placement | None, capacities: Mappin
                   loaded: Mapping[str, frozenset[str]]) -> Placement:
     """`new`, where each node also keeps what it held under `previous` and no longer targets,
     until every node now meant to hold that adapter reports it loaded (`loaded`: node id ->
-    served names it reports loaded). Kept only while the node has room; most traffic first."""
+    served names it reports loaded). Kept only while the node has room; most replicas first."""
     if previous is None or new.mode == EVERYWHERE:
         return new
     draining = {}
@@ -114,7 +114,7 @@ def with_draining(new: Placement, previous: Placement | None, capacities: Mappin
         held = had - new.targets.get(node, frozenset())
         waiting = [name for name in held if name in new.shares and
                    not all(name in loaded.get(other, ()) for other in new.nodes_of(name))]
-        waiting.sort(key=lambda name: (-new.shares[name], name))
+        waiting.sort(key=lambda name: (-new.replicas.get(name, 0), name))
         if room > 0 and waiting:
             draining[node] = frozenset(waiting[:room])
     return Placement(new.mode, new.targets, new.replicas, new.shares, new.unplaced, draining)
@@ -140,7 +140,9 @@ def shares_of(names: list[str], traffic: Mapping[str, float]) -> dict[str, float
     return {name: rate / total for name, rate in rates.items()}
 
 
-def _replicas(names: list[str], shares: dict[str, float], capacities: Mapping[str, int]) -> dict[str, int]:
+def replica_counts(names: list[str], capacities: Mapping[str, int], traffic: Mapping[str, float]) -> dict[str, int]:
+    """k = ⌈share × N⌉ for each name, between 1 and N, trimmed to fit the nodes' slots."""
+    shares = shares_of(names, traffic)
     nodes = len(capacities)
     wanted = {name: min(nodes, max(1, math.ceil(shares[name] * nodes - 1e-9))) for name in names}
     excess = sum(wanted.values()) - sum(capacities.values())

@@ -7,6 +7,7 @@ joins, leaves, or finishes loading what another node drains, or when traffic mov
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
@@ -16,7 +17,7 @@ from sqlalchemy.orm import Session
 from registry.active_set import changes
 from registry.active_set.snapshot import desired_digests, pool_by_name
 from registry.auth.principal import Principal, Role
-from registry.placement.rules import EVERYWHERE, Placement, place, with_draining
+from registry.placement.rules import EVERYWHERE, Placement, place, replica_counts, with_draining
 from registry.settings import get_settings
 from registry.tables import Pool, RouterTraffic
 
@@ -25,7 +26,7 @@ def refresh(session: Session, pool_id: int, *, changed: bool) -> bool:
     """Recompute the pool's placement and store it if it differs. `changed`: the caller already
     began a change (bumped the generation); otherwise a difference begins one. True if stored."""
     pool = session.get(Pool, pool_id)
-    if _structure(compute(session, pool)) == _as_stored(pool):
+    if _computed(session, pool) == _as_stored(pool):
         return False
     # Again under the pool's lock, so that two reports racing do not store each other's view.
     if changed:
@@ -33,7 +34,7 @@ def refresh(session: Session, pool_id: int, *, changed: bool) -> bool:
     else:
         changes.begin_change(session, pool_id)
     session.refresh(pool)
-    placement = _structure(compute(session, pool))
+    placement = _computed(session, pool)
     if placement == _as_stored(pool):
         return False
     pool.placement = placement
@@ -41,13 +42,32 @@ def refresh(session: Session, pool_id: int, *, changed: bool) -> bool:
     return True
 
 
-def compute(session: Session, pool: Pool) -> Placement:
+# pool id -> (inputs, stored form) of the last placement this process computed. Placing costs
+# adapters × nodes hashes, and most reports (heartbeats) change none of its inputs.
+_last: dict[int, tuple[tuple, dict]] = {}
+
+
+def _computed(session: Session, pool: Pool) -> dict:
+    """The stored form of the placement the pool should have now."""
     nodes = changes.live_nodes(session, pool.id)
     capacities = {n.node_id: capacity(pool, n.limits) for n in nodes}
     loaded = {n.node_id: frozenset(a["served_name"] for a in n.loaded) for n in nodes}
+    names = sorted(desired_digests(session, pool.id))
+    rates = traffic(session, pool.id)
+    inputs = (tuple(names), tuple(sorted(capacities.items())),
+              tuple(sorted(replica_counts(names, capacities, rates).items())),
+              # Over capacity, traffic also decides which versions wait.
+              tuple(sorted(names, key=lambda name: (-rates.get(name, 0.0), name)))
+              if len(names) > sum(capacities.values()) else (),
+              json.dumps(pool.placement, sort_keys=True),
+              tuple(sorted((node, tuple(sorted(held))) for node, held in loaded.items())))
+    last = _last.get(pool.id)
+    if last is not None and last[0] == inputs:
+        return last[1]
     previous = stored(pool)
-    new = place(desired_digests(session, pool.id), capacities, traffic(session, pool.id), previous)
-    return with_draining(new, previous, capacities, loaded)
+    new = with_draining(place(names, capacities, rates, previous), previous, capacities, loaded)
+    _last[pool.id] = (inputs, _structure(new))
+    return _last[pool.id][1]
 
 
 def capacity(pool: Pool, limits: dict | None) -> int:
