@@ -39,6 +39,8 @@ class ActiveSet(BaseModel):
     base_model: str
     generation: int
     limits: dict[str, int]
-    node: str | None = Field(None, description="The node this set was read for (?node=), if any.")
+    node: str | None = Field(None, description=(
+        "The node whose part this is (?node=), while the set is spread over the nodes; None when "
+        "it is the whole set, which every node holds while it fits."))
     entries: list[ActiveEntry]
     urls_expire_in: int

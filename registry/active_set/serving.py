@@ -68,15 +68,20 @@ def _authenticate(plain: str | None) -> Principal:
 
 
 class BodyCache:
-    """The rendered JSON of each pool's newest generation, whole and for each node that asked for
-    its own part (?node=). Presigned URLs are renewed when half their lifetime has passed, so a
-    node never receives one about to expire."""
+    """The rendered JSON of each pool's newest generation: the whole set, and each node's part
+    (?node=) while the set is spread over the nodes. While every node holds everything, a node's
+    part is the whole set, rendered once. Presigned URLs are renewed when half their lifetime has
+    passed, so a node never receives one about to expire."""
 
     def __init__(self) -> None:
         self._bodies: dict[tuple[str, str | None], tuple[int, bytes, float]] = {}
         self._locks: dict[tuple[str, str | None], asyncio.Lock] = {}
+        self._whole_for_all: dict[str, int] = {}  # pool -> a generation every node holds whole
 
     async def get(self, pool: str, at_least: int | None, node: str | None = None) -> tuple[int, bytes]:
+        whole = self._fresh((pool, None), at_least)
+        if whole and (node is None or self._whole_for_all.get(pool) == whole[0]):
+            return whole
         key = (pool, node)
         cached = self._fresh(key, at_least)
         if cached:
@@ -85,9 +90,19 @@ class BodyCache:
             cached = self._fresh(key, at_least)
             if cached:
                 return cached
-            generation, body = await run_in_threadpool(_render, pool, node)
-            self._bodies[key] = (generation, body, time.monotonic())
+            generation, body, node_specific = await run_in_threadpool(_render, pool, node)
+            self._store((pool, node if node_specific else None), generation, body)
+            if node is not None and not node_specific:
+                self._whole_for_all[pool] = generation
             return generation, body
+
+    def _store(self, key: tuple[str, str | None], generation: int, body: bytes) -> None:
+        self._bodies[key] = (generation, body, time.monotonic())
+        # Parts of older generations are never served again: drop them (nodes come and go).
+        stale = [k for k, (g, _, _) in self._bodies.items() if k[0] == key[0] and g < generation]
+        for old in stale:
+            del self._bodies[old]
+            self._locks.pop(old, None)
 
     def _fresh(self, key: tuple[str, str | None], at_least: int | None) -> tuple[int, bytes] | None:
         cached = self._bodies.get(key)
@@ -100,7 +115,8 @@ class BodyCache:
         return None
 
 
-def _render(pool: str, node: str | None) -> tuple[int, bytes]:
+def _render(pool: str, node: str | None) -> tuple[int, bytes, bool]:
+    """(generation, body, whether the body is that node's part rather than the whole set)."""
     with transaction() as session:
         active = snapshot.read(session, pool, get_store(), get_settings(), node)
-    return active.generation, active.model_dump_json().encode()
+    return active.generation, active.model_dump_json().encode(), active.node is not None

@@ -50,15 +50,20 @@ def read(session: Session, pool_name: str, store: ArtifactStore,
     entries = [_entry(session, session.get(AdapterVersion, vid), by_version.get(vid, []),
                       store, settings) for vid in version_ids]
     spread = placement.stored(pool)
+    part_of = None
     if spread is not None and spread.mode == "spread":
         for entry in entries:
             entry.nodes = spread.nodes_of(entry.served_name)
         if node is not None:
-            mine = spread.served_by(node)
+            part_of = node
+            # A node the placement does not count (new, or back after an absence) keeps what it
+            # last reported holding, so that an outage never empties a fleet; a new one holds
+            # nothing. Its next report gets it placed.
+            mine = spread.served_by(node) if node in spread.targets else placement.last_loaded(session, pool, node)
             entries = [entry for entry in entries if entry.served_name in mine]
     return ActiveSet(
         pool=pool.name, base_model=session.get(BaseModel, pool.base_model_id).name,
-        generation=pool.generation, node=node,
+        generation=pool.generation, node=part_of,
         limits={"max_loras": pool.max_loras, "max_cpu_loras": pool.max_cpu_loras,
                 "max_lora_rank": pool.max_lora_rank},
         entries=entries, urls_expire_in=settings.presign_ttl_s)
@@ -82,6 +87,16 @@ def _entry(session: Session, version: AdapterVersion, aliases: list[AliasWeight]
         files=[ArtifactFile(**f, url=store.presigned_url(artifact.blob_key(f["sha256"]),
                                                          settings.presign_ttl_s))
                for f in version.files])
+
+
+def retiring_names(session: Session, pool_id: int) -> set[str]:
+    """Served names that lost their last alias and stay only until traffic has moved."""
+    version_ids = session.scalars(select(PoolRetirement.version_id).where(PoolRetirement.pool_id == pool_id))
+    rows = session.execute(
+        select(Tenant.name, Adapter.name, AdapterVersion.number)
+        .join(Adapter, Adapter.id == AdapterVersion.adapter_id).join(Tenant, Tenant.id == Adapter.tenant_id)
+        .where(AdapterVersion.id.in_(list(version_ids)))).all()
+    return {f"{tenant}/{name}@{number}" for tenant, name, number in rows}
 
 
 def desired_digests(session: Session, pool_id: int) -> dict[str, str]:

@@ -13,7 +13,7 @@ class Role(StrEnum):
     UPLOADER = "uploader"
     REVIEWER = "reviewer"
     NODE = "node"  # a serving node's agent: reads its pool's active set, reports its status
-    ROUTER = "router"  # reads its pool's active set and rollout; reports nothing
+    ROUTER = "router"  # reads its pool's active set, rollout and placement; reports its traffic
     APP = "app"  # an application calling the router; the registry only answers its /v1/whoami
 
 

@@ -23,7 +23,8 @@ def placement_out(session: Session, principal: Principal, pool_name: str) -> Pla
     pool = pool_by_name(session, pool_name)
     visible = visible_to(principal)
     names = sorted(desired_digests(session, pool.id))
-    shares = shares_of(names, service.traffic(session, pool.id))
+    # A tenant sees its own versions' shares of its own traffic, not the pool's whole volume.
+    shares = shares_of([n for n in names if visible(n)], service.traffic(session, pool.id))
     placed = service.stored(pool)
     live = {n.node_id for n in changes.live_nodes(session, pool.id)}
     reported = session.scalars(select(NodeStatus).where(NodeStatus.pool_id == pool.id)).all()
@@ -40,7 +41,8 @@ def placement_out(session: Session, principal: Principal, pool_name: str) -> Pla
                               draining_on=[] if everywhere else
                               sorted(n for n, held in placed.draining.items() if name in held))
                 for name in names if visible(name)]
-    nodes = [PlacedNode(node_id=node, capacity=capacity, live=node in live,
+    internals = principal.tenant is None  # as the rollout: nodes' limits only for global readers
+    nodes = [PlacedNode(node_id=node, capacity=capacity if internals else None, live=node in live,
                         targets=[n for n in (names if everywhere else sorted(placed.targets.get(node, ())))
                                  if visible(n)],
                         draining=[] if everywhere else sorted(n for n in placed.draining.get(node, ()) if visible(n)))

@@ -42,14 +42,17 @@ class Placement:
 
 
 def place(names: Iterable[str], capacities: Mapping[str, int], traffic: Mapping[str, float],
-          previous: Placement | None = None) -> Placement:
+          previous: Placement | None = None, retiring: Iterable[str] = ()) -> Placement:
     """The targets of each node. `capacities`: live node id -> adapters it keeps resident;
     `traffic`: served name -> requests per second (absent or zero is fine); `previous`: the
     placement this one replaces, whose assignments are kept unless a node that joined since
-    outranks theirs, so that nothing else moves."""
+    outranks theirs, so that nothing else moves. `retiring`: names that stay only while traffic
+    moves off them; they do not count when deciding whether the set still fits on every node,
+    or every replacement of a version in a full pool would spread the set and gather it again."""
     names = sorted(set(names))
     shares = shares_of(names, traffic)
-    if all(len(names) <= capacity for capacity in capacities.values()):  # also with no node yet
+    staying = len(set(names) - set(retiring))
+    if all(staying <= capacity for capacity in capacities.values()):  # also with no node yet
         everything = frozenset(names)
         return Placement(EVERYWHERE, {node: everything for node in capacities},
                          {name: len(capacities) for name in names}, shares)

@@ -19,7 +19,7 @@ class TrafficReport(BaseModel):
     @classmethod
     def _check(cls, rates: dict[str, float]) -> dict[str, float]:
         for name, rate in rates.items():
-            if len(name) > 140 or not _SERVED.match(name):
+            if len(name) > 140 or not _SERVED.fullmatch(name):
                 raise ValueError(f"{name[:150]!r} is not a served name (tenant/name@N)")
             if not 0 <= rate <= 1e6:  # also refuses NaN
                 raise ValueError(f"the rate of {name} must be between 0 and 1000000")
@@ -28,7 +28,9 @@ class TrafficReport(BaseModel):
 
 class PlacedAdapter(BaseModel):
     served_name: str
-    traffic_share: float = Field(description="Its share of the pool's recent requests (0-1).")
+    traffic_share: float = Field(description=(
+        "Its share of the recent requests (0-1): of the whole pool's, or for a tenant token, of its "
+        "own tenant's."))
     replicas: int
     nodes: list[str] = Field(description="Nodes meant to hold it.")
     draining_on: list[str] = Field(description="Nodes that still hold it while others load it.")
@@ -36,7 +38,8 @@ class PlacedAdapter(BaseModel):
 
 class PlacedNode(BaseModel):
     node_id: str
-    capacity: int = Field(description="Adapters it keeps resident (its max_cpu_loras, at most the pool's).")
+    capacity: int | None = Field(description=(
+        "Adapters it keeps resident (its max_cpu_loras, at most the pool's); not shown to tenant tokens."))
     live: bool = Field(description="False: it stopped reporting, and its part moves at the next change.")
     targets: list[str]
     draining: list[str]

@@ -15,11 +15,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from registry.active_set import changes
-from registry.active_set.snapshot import desired_digests, pool_by_name
+from registry.active_set.snapshot import desired_digests, pool_by_name, retiring_names
 from registry.auth.principal import Principal, Role
 from registry.placement.rules import EVERYWHERE, Placement, place, replica_counts, with_draining
 from registry.settings import get_settings
-from registry.tables import Pool, RouterTraffic
+from registry.tables import NodeStatus, Pool, RouterTraffic
 
 
 def refresh(session: Session, pool_id: int, *, changed: bool) -> bool:
@@ -28,15 +28,15 @@ def refresh(session: Session, pool_id: int, *, changed: bool) -> bool:
     pool = session.get(Pool, pool_id)
     if _computed(session, pool) == _as_stored(pool):
         return False
-    # Again under the pool's lock, so that two reports racing do not store each other's view.
-    if changed:
-        session.execute(select(Pool.id).where(Pool.id == pool_id).with_for_update())
-    else:
-        changes.begin_change(session, pool_id)
+    # Again under the pool's lock, so that two reports racing neither store each other's view
+    # nor bump the generation twice for one change.
+    session.execute(select(Pool.id).where(Pool.id == pool_id).with_for_update())
     session.refresh(pool)
     placement = _computed(session, pool)
     if placement == _as_stored(pool):
         return False
+    if not changed:
+        changes.begin_change(session, pool_id)
     pool.placement = placement
     session.flush()
     return True
@@ -53,8 +53,9 @@ def _computed(session: Session, pool: Pool) -> dict:
     capacities = {n.node_id: capacity(pool, n.limits) for n in nodes}
     loaded = {n.node_id: frozenset(a["served_name"] for a in n.loaded) for n in nodes}
     names = sorted(desired_digests(session, pool.id))
+    retiring = retiring_names(session, pool.id)
     rates = traffic(session, pool.id)
-    inputs = (tuple(names), tuple(sorted(capacities.items())),
+    inputs = (tuple(names), tuple(sorted(retiring)), tuple(sorted(capacities.items())),
               tuple(sorted(replica_counts(names, capacities, rates).items())),
               # Over capacity, traffic also decides which versions wait.
               tuple(sorted(names, key=lambda name: (-rates.get(name, 0.0), name)))
@@ -65,9 +66,10 @@ def _computed(session: Session, pool: Pool) -> dict:
     if last is not None and last[0] == inputs:
         return last[1]
     previous = stored(pool)
-    new = with_draining(place(names, capacities, rates, previous), previous, capacities, loaded)
-    _last[pool.id] = (inputs, _structure(new))
-    return _last[pool.id][1]
+    new = _structure(with_draining(place(names, capacities, rates, previous, retiring), previous,
+                                   capacities, loaded))
+    _last[pool.id] = (inputs, new)
+    return new
 
 
 def capacity(pool: Pool, limits: dict | None) -> int:
@@ -84,6 +86,12 @@ def stored(pool: Pool) -> Placement | None:
     replicas = {name: sum(name in held for held in targets.values()) for name in names}
     return Placement(data["mode"], targets, replicas, {}, tuple(data["unplaced"]),
                      {node: frozenset(names) for node, names in data["draining"].items()})
+
+
+def last_loaded(session: Session, pool: Pool, node_id: str) -> frozenset[str]:
+    """What the node reported holding last; nothing for a node never seen."""
+    row = session.scalar(select(NodeStatus).where(NodeStatus.pool_id == pool.id, NodeStatus.node_id == node_id))
+    return frozenset(a["served_name"] for a in row.loaded) if row is not None else frozenset()
 
 
 def record_traffic(session: Session, principal: Principal, pool_name: str, router_id: str,

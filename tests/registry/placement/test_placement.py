@@ -154,6 +154,10 @@ def test_a_departing_node_moves_only_what_it_held(fleet, admin):
     assert moved == before["node-b"]
     assert all(len(held) <= CAPACITY for held in after.values())
     assert {name for held in after.values() for name in held} == set(fleet["versions"])
+    # Should it come back (say, after a network split), it keeps what it last held until it is
+    # placed again, instead of unloading everything.
+    returning = fleet["node_client"].get(f"/v1/pools/{POOL}/active-set", params={"node": "node-b"}).json()
+    assert {e["served_name"] for e in returning["entries"]} == before["node-b"]
 
 
 def test_routers_traffic_gives_a_busy_version_more_replicas(fleet, admin):
@@ -188,6 +192,23 @@ def test_bad_traffic_reports_and_node_ids_are_refused_and_change_nothing(fleet, 
     after = placement(admin)
     assert [(a["served_name"], a["traffic_share"]) for a in after["adapters"]] == \
         [(a["served_name"], a["traffic_share"]) for a in before["adapters"]]
+
+
+def test_while_the_set_fits_every_node_is_told_the_whole_set(admin, promo_pools, client_with):
+    pool = promo_pools["open"]  # max_cpu_loras 64: every node holds everything
+    token = admin.post("/v1/tokens", json={"subject": "open-node", "role": "node", "pool": pool}).json()["token"]
+    node = client_with(token)
+    whole = node.get(f"/v1/pools/{pool}/active-set").json()
+    part = node.get(f"/v1/pools/{pool}/active-set", params={"node": "any-node"}).json()
+    assert part["node"] is None and part["entries"] == whole["entries"]
+    assert all(entry["nodes"] is None for entry in part["entries"])
+    assert placement_of(admin, pool)["mode"] == "everywhere"
+
+
+def placement_of(client: httpx.Client, pool: str) -> dict:
+    response = client.get(f"/v1/pools/{pool}/placement")
+    assert response.status_code == 200, response.text
+    return response.json()
 
 
 def _adapter(body: dict, served_name: str) -> dict:

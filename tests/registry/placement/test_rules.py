@@ -29,6 +29,13 @@ def test_a_set_that_fits_on_every_node_goes_everywhere():
     assert placement.targets == {"node-0": frozenset(adapters(3)), "node-1": frozenset(adapters(3))}
 
 
+def test_a_version_on_its_way_out_does_not_spread_a_set_that_otherwise_fits():
+    names = adapters(5)  # four that stay, one replaced a moment ago and still draining traffic
+    placement = place(names, nodes(2, 4), {}, retiring=[names[0]])
+    assert placement.mode == EVERYWHERE and placement.targets["node-0"] == frozenset(names)
+    assert place(names, nodes(2, 4), {}).mode == SPREAD  # five that all stay do not fit
+
+
 @pytest.mark.parametrize("count,capacity,names", [(2, 2, 3), (4, 8, 24), (10, 32, 300), (16, 64, 600)])
 def test_every_adapter_is_placed_and_no_node_exceeds_its_capacity(count, capacity, names):
     placement = place(adapters(names), nodes(count, capacity), zipf_traffic(adapters(names)))
