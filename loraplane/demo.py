@@ -20,7 +20,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from loraplane.cli_support import console, fail
-from loraplane.client import RegistryError, checked
+from loraplane.client import ClientSettings, RegistryError, checked, connect
 from loraplane.push import push
 from loraplane.stack.seed import DemoSetup
 
@@ -59,8 +59,8 @@ def run_demo(data_dir: Path) -> dict:
     _require_up(setup)
     kit_dir = Path(setup.kit_dir)
     suites = json.loads((kit_dir / "suites.json").read_text())
-    uploader = _client(setup.registry_url, setup.tokens["uploader"])
-    reviewer = _client(setup.registry_url, setup.tokens["reviewer"])
+    uploader = connect(ClientSettings(url=setup.registry_url, token=setup.tokens["uploader"]))
+    reviewer = connect(ClientSettings(url=setup.registry_url, token=setup.tokens["reviewer"]))
     outcome = Outcome()
     with uploader, reviewer:
         console.rule("1. push three adapters (ml-engineer)")
@@ -87,10 +87,6 @@ def _load_setup(data_dir: Path) -> DemoSetup:
              "Start it first with `./dev up` (or `loraplane up --data-dir DIR`), and pass the same "
              "--data-dir here.")
     return DemoSetup.load(path)
-
-
-def _client(url: str, token: str) -> httpx.Client:
-    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120)
 
 
 def _require_up(setup: DemoSetup) -> None:

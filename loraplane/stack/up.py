@@ -30,7 +30,7 @@ from loraplane import engine
 from loraplane.cli_support import console, fail
 from loraplane.embedded import embedded_environment, prepare_state, serve_registry
 from loraplane.stack import seed
-from loraplane.stack.supervisor import ProcessSpec, StartFailed, Supervisor, http_ok
+from loraplane.stack.supervisor import ProcessSpec, Supervisor, http_ok
 
 # The eval engine batches up to this many versions; the node's limits are the pool's.
 EVAL_LIMITS = {"max_loras": 4, "max_cpu_loras": 8, "max_lora_rank": 16}
@@ -92,7 +92,7 @@ class _Stack:
                 time.sleep(0.5)
         except KeyboardInterrupt:
             console.print("\nstopping everything ...")
-        except (StartFailed, RuntimeError, httpx.HTTPError) as error:
+        except (RuntimeError, httpx.HTTPError) as error:  # StartFailed is a RuntimeError
             console.print(f"[red]error:[/red] {escape(str(error))}")
             raise typer.Exit(1) from None
         finally:

@@ -76,3 +76,11 @@ class Principal:
     def require_pool_reader(self, pool: str) -> None:
         """Pass a global admin, or a node or router token of this pool."""
         self.require_node_of(pool, (Role.NODE, Role.ROUTER))
+
+    def require_pool_viewer(self, pool: str) -> None:
+        """Pass what may see a pool's nodes (rollout, placement): its node and router tokens,
+        and admins, reviewers and uploaders (who see their own tenant's names only)."""
+        if self.role in (Role.NODE, Role.ROUTER):
+            self.require_pool_reader(pool)
+        else:
+            self.require({Role.ADMIN, Role.REVIEWER, Role.UPLOADER})

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from registry.active_set import changes
 from registry.clock import aware
 from registry.active_set.snapshot import desired_digests, pool_by_name
-from registry.auth.principal import Principal, Role
+from registry.auth.principal import Principal
 from registry.errors import Unprocessable
 from registry.names import check_name
 from registry.placement import service as placement
@@ -59,10 +59,7 @@ def _upsert(session: Session, pool_id: int, node_id: str, fields: dict) -> NodeS
 
 
 def rollout(session: Session, principal: Principal, pool_name: str) -> RolloutOut:
-    if principal.role in (Role.NODE, Role.ROUTER):
-        principal.require_pool_reader(pool_name)
-    else:
-        principal.require({Role.ADMIN, Role.REVIEWER, Role.UPLOADER})
+    principal.require_pool_viewer(pool_name)
     pool = pool_by_name(session, pool_name)
     desired = desired_digests(session, pool.id)
     visible = visible_to(principal)

@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 
 from registry.active_set import changes
 from registry.active_set.snapshot import desired_digests, pool_by_name
-from registry.auth.principal import Principal, Role
+from registry.auth.principal import Principal
 from registry.nodes.service import visible_to
 from registry.placement import service
 from registry.placement.rules import EVERYWHERE, shares_of
@@ -16,10 +16,7 @@ from registry.tables import NodeStatus
 
 
 def placement_out(session: Session, principal: Principal, pool_name: str) -> PlacementOut:
-    if principal.role in (Role.NODE, Role.ROUTER):
-        principal.require_pool_reader(pool_name)
-    else:
-        principal.require({Role.ADMIN, Role.REVIEWER, Role.UPLOADER})
+    principal.require_pool_viewer(pool_name)
     pool = pool_by_name(session, pool_name)
     visible = visible_to(principal)
     names = sorted(desired_digests(session, pool.id))

@@ -12,6 +12,7 @@ from registry.active_set import changes
 from registry.active_set.snapshot import CANARY, PRODUCTION
 from registry.auth.principal import Principal
 from registry.evaluations import rules as evaluation_rules
+from registry.placement import service as placement
 from registry.tables import (
     Adapter, AdapterVersion, ApiToken, BaseModel, EvalSuite, Evaluation, Pool, PoolAlias, Promotion,
 )
@@ -152,7 +153,7 @@ def _pool_capacity(session: Session, pool) -> tuple[int, str]:
     nodes = changes.live_nodes(session, pool.id)
     if not nodes:
         return pool.max_cpu_loras, "max_cpu_loras of one node; no node is live"
-    slots = [min(pool.max_cpu_loras, n.limits.get("max_cpu_loras") or pool.max_cpu_loras) for n in nodes]
+    slots = [placement.capacity(pool, n.limits) for n in nodes]
     return sum(slots), f"max_cpu_loras summed over {len(nodes)} live node{'s' * (len(nodes) > 1)}"
 
 

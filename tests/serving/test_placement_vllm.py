@@ -15,7 +15,7 @@ from loraplane.engine import EngineSpec
 from tests.conftest import KIT_BASE
 from tests.support import services
 from tests.support.evals import create_suite
-from tests.support.nodes import promoter, served_adapters, wait_for
+from tests.support.nodes import issue_token, promoter, served_adapters, wait_for
 
 POOL = "spread-pool"
 NODES = ("spread-a", "spread-b")
@@ -31,15 +31,9 @@ def spread_pool(admin, kit_base, task_kit) -> dict:
     assert admin.post("/v1/pools", json=body).status_code == 201
     create_suite(admin, "spread-parity", kit_base, task_kit.suites["digits_to_words"][:2],
                  {"parity": {"max_logprob_diff": 0.01}})
-
-    def token(subject: str, **scope) -> str:
-        response = admin.post("/v1/tokens", json={"subject": subject, **scope})
-        assert response.status_code == 201, response.text
-        return response.json()["token"]
-
-    return {"node_token": token("spread-nodes", role="node", pool=POOL),
-            "router_token": token("spread-router", role="router", pool=POOL),
-            "app_key": token("spread-app", role="app", tenant="acme")}
+    return {"node_token": issue_token(admin, "spread-nodes", role="node", pool=POOL),
+            "router_token": issue_token(admin, "spread-router", role="router", pool=POOL),
+            "app_key": issue_token(admin, "spread-app", role="app", tenant="acme")}
 
 
 @pytest.fixture(scope="module")

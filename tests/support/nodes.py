@@ -55,6 +55,13 @@ def promoter(admin: httpx.Client, uploader: httpx.Client, engine: Engine, pool: 
     return run
 
 
+def issue_token(admin: httpx.Client, subject: str, **scope) -> str:
+    """A new token through the API, e.g. issue_token(admin, "node-1", role="node", pool="chat")."""
+    response = admin.post("/v1/tokens", json={"subject": subject, **scope})
+    assert response.status_code == 201, response.text
+    return response.json()["token"]
+
+
 def served_adapters(vllm_url: str) -> dict[str, str]:
     models = httpx.get(vllm_url + "/v1/models", timeout=10).json()["data"]
     return {m["id"]: m.get("root", "") for m in models if m.get("parent")}

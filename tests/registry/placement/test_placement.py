@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 
 import httpx
 import pytest
 
 from registry.placement.rules import place
 from tests.support.asserts import assert_refused
+from tests.support.nodes import issue_token, wait_for
 from tests.support.promotions import request_promotion
 
 POOL = "placed"
@@ -57,8 +57,8 @@ class StandInNode:
         self._thread.join()
 
 
-def placement(client: httpx.Client) -> dict:
-    response = client.get(f"/v1/pools/{POOL}/placement")
+def placement(client: httpx.Client, pool: str = POOL) -> dict:
+    response = client.get(f"/v1/pools/{pool}/placement")
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -67,25 +67,12 @@ def targets(body: dict) -> dict[str, set[str]]:
     return {node["node_id"]: set(node["targets"]) for node in body["nodes"]}
 
 
-def wait_for(check, timeout_s: float = 20, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture(scope="module")
 def fleet(admin, promo_pools, make_ready, uploader, second_reviewer, client_with):
     assert admin.post("/v1/pools", json={"name": POOL, "base_model": "promo-base", "dtype": "float32",
                                          **LIMITS}).status_code == 201
-
-    def token(subject: str, role: str) -> str:
-        return admin.post("/v1/tokens", json={"subject": subject, "role": role, "pool": POOL}).json()["token"]
-
-    node_client, router_client = client_with(token("placed-nodes", "node")), client_with(token("placed-router", "router"))
+    node_client = client_with(issue_token(admin, "placed-nodes", role="node", pool=POOL))
+    router_client = client_with(issue_token(admin, "placed-router", role="router", pool=POOL))
     nodes = {node_id: StandInNode(node_client, node_id) for node_id in ("node-a", "node-b", "node-c", "node-d", "node-e")}
     wait_for(lambda: len(placement(admin)["nodes"]) == 5, what="five live nodes")
     versions = []
@@ -196,19 +183,12 @@ def test_bad_traffic_reports_and_node_ids_are_refused_and_change_nothing(fleet, 
 
 def test_while_the_set_fits_every_node_is_told_the_whole_set(admin, promo_pools, client_with):
     pool = promo_pools["open"]  # max_cpu_loras 64: every node holds everything
-    token = admin.post("/v1/tokens", json={"subject": "open-node", "role": "node", "pool": pool}).json()["token"]
-    node = client_with(token)
+    node = client_with(issue_token(admin, "open-node", role="node", pool=pool))
     whole = node.get(f"/v1/pools/{pool}/active-set").json()
     part = node.get(f"/v1/pools/{pool}/active-set", params={"node": "any-node"}).json()
     assert part["node"] is None and part["entries"] == whole["entries"]
     assert all(entry["nodes"] is None for entry in part["entries"])
-    assert placement_of(admin, pool)["mode"] == "everywhere"
-
-
-def placement_of(client: httpx.Client, pool: str) -> dict:
-    response = client.get(f"/v1/pools/{pool}/placement")
-    assert response.status_code == 200, response.text
-    return response.json()
+    assert placement(admin, pool)["mode"] == "everywhere"
 
 
 def _adapter(body: dict, served_name: str) -> dict:

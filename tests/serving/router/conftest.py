@@ -14,7 +14,7 @@ from loraplane.engine import EngineSpec
 from tests.conftest import KIT_BASE
 from tests.support import services
 from tests.support.evals import create_suite
-from tests.support.nodes import Restartable, complete, promoter, wait_for
+from tests.support.nodes import Restartable, complete, issue_token, promoter, wait_for
 
 POOL = "router-pool"
 NODES = ("node-a", "node-b")
@@ -34,15 +34,10 @@ def router_pool(admin, kit_base, task_kit) -> dict:
     create_suite(admin, "router-parity", kit_base, task_kit.suites["digits_to_words"][:4],
                  {"parity": {"max_logprob_diff": 0.01}})
 
-    def token(subject: str, **scope) -> str:
-        response = admin.post("/v1/tokens", json={"subject": subject, **scope})
-        assert response.status_code == 201, response.text
-        return response.json()["token"]
-
-    return {"name": POOL, "node_token": token("router-nodes", role="node", pool=POOL),
-            "router_token": token("router-1", role="router", pool=POOL),
-            "acme_batch": token("acme-nightly", role="app", tenant="acme", tier="batch"),
-            "globex_app": token("globex-app", role="app", tenant="globex")}
+    return {"name": POOL, "node_token": issue_token(admin, "router-nodes", role="node", pool=POOL),
+            "router_token": issue_token(admin, "router-1", role="router", pool=POOL),
+            "acme_batch": issue_token(admin, "acme-nightly", role="app", tenant="acme", tier="batch"),
+            "globex_app": issue_token(admin, "globex-app", role="app", tenant="globex")}
 
 
 @pytest.fixture(scope="module")
