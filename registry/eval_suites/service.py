@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -18,6 +19,8 @@ from registry.names import check_name
 from registry.pagination import fetch_page
 from registry.storage.base import ArtifactStore
 from registry.tables import BaseModel, EvalSuite
+
+RECREATE = "Recreate the suite under a new name."
 
 
 def dataset_bytes(examples: list[Example]) -> bytes:
@@ -81,12 +84,41 @@ def list_page(session: Session, *, limit: int, cursor: str | None) -> tuple[list
 
 
 def load_examples(store: ArtifactStore, suite: EvalSuite) -> list[Example]:
-    """The suite's rows, verified against the digest recorded at creation."""
+    """The suite's rows, verified against the digest recorded at creation. A dataset that cannot
+    be read raises Unprocessable: reading it again would give the same answer."""
     data = store.get_bytes(blob_key(suite.dataset_sha256))
     if hashlib.sha256(data).hexdigest() != suite.dataset_sha256:
         raise Unprocessable(f"the dataset of eval suite {suite.name!r} is damaged in the store",
-                            code="dataset_corrupt", hint="Recreate the suite under a new name.")
-    return [Example.model_validate_json(line) for line in data.decode().splitlines()]
+                            code="dataset_corrupt", hint=RECREATE)
+    return parse_dataset(data, suite.name)
+
+
+def parse_dataset(data: bytes, suite_name: str) -> list[Example]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise _unreadable(suite_name, f"byte {error.start} is not UTF-8") from None
+    examples = []
+    # JSONL rows end at "\n" only: str.splitlines() also breaks at U+0085, U+2028, U+2029 and
+    # other separators that json.dumps leaves unescaped inside a string.
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line:
+            continue
+        try:
+            examples.append(Example.model_validate_json(line))
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise _unreadable(suite_name, f"line {number}: {where + ': ' if where else ''}"
+                                          f"{first['msg']}") from None
+    if not examples:
+        raise _unreadable(suite_name, "it has no rows")
+    return examples
+
+
+def _unreadable(suite_name: str, detail: str) -> Unprocessable:
+    return Unprocessable(f"the dataset of eval suite {suite_name!r} cannot be read: {detail}",
+                         code="dataset_invalid", hint=RECREATE)
 
 
 def to_out(row: EvalSuite, base: BaseModel) -> SuiteOut:

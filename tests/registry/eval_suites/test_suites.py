@@ -9,8 +9,13 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from registry.eval_suites.schemas import Example
+from registry.eval_suites.service import load_examples
+from registry.settings import RegistrySettings
+from registry.storage.s3 import S3Store
 from registry.tables import EvalSuite
 from tests.conftest import BUCKET
+from tests.support import services
 from tests.support.asserts import assert_refused
 
 EXAMPLES = [{"prompt": "digits: 1 2 =>", "reference": " one two"},
@@ -38,7 +43,7 @@ def test_create_stores_the_dataset_as_canonical_jsonl(admin, base_model, s3_clie
     key = f"blobs/sha256/{body['dataset_sha256'][:2]}/{body['dataset_sha256']}"
     data = s3_client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
     assert hashlib.sha256(data).hexdigest() == body["dataset_sha256"]
-    assert [json.loads(line) for line in data.decode().splitlines()] == EXAMPLES
+    assert [json.loads(line) for line in data.decode().split("\n") if line] == EXAMPLES
     assert admin.get("/v1/eval-suites/suite-a").json() == body
     assert "suite-a" in {s["name"] for s in admin.get("/v1/eval-suites").json()["items"]}
 
@@ -91,3 +96,30 @@ def test_a_pool_requires_suites_that_exist_for_its_base(admin, base_model, tiny_
     created = admin.post("/v1/pools", json={**pool, "required_suites": ["pool-suite"]})
     assert created.status_code == 201, created.text
     assert created.json()["required_suites"] == ["pool-suite"]
+
+
+# Characters str.splitlines() breaks at besides "\n" and "\r": JSON escapes the control ones, but
+# U+0085, U+2028 and U+2029 stay raw inside the stored JSONL's strings.
+LINE_BREAKERS = ["\x85", "\u2028", "\u2029", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"]
+
+
+def test_references_with_line_separators_read_back_byte_identical(admin, base_model, engine, s3,
+                                                                  monkeypatch):
+    examples = [{"prompt": f"say {i}:", "reference": f"before{char}after {i}"}
+                for i, char in enumerate(LINE_BREAKERS)]
+    examples.append({"prompt": "all:", "reference": "".join(LINE_BREAKERS) + " end"})
+    created = admin.post("/v1/eval-suites", json=suite(name="separators", examples=examples))
+    assert created.status_code == 201, created.text
+    assert created.json()["example_count"] == len(examples)
+
+    # Read the way a worker does: the registry's own S3 store, checked against the digest.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", services.S3_CREDENTIALS["AWS_ACCESS_KEY_ID"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", services.S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+    store = S3Store(RegistrySettings(storage="s3", s3_endpoint_url=s3.url, s3_bucket=BUCKET))
+    with Session(engine) as session:
+        row = session.scalar(select(EvalSuite).where(EvalSuite.name == "separators"))
+    read = load_examples(store, row)
+
+    assert read == [Example(**e) for e in examples]
+    assert [(e.prompt.encode(), e.reference.encode()) for e in read] == \
+        [(e["prompt"].encode(), e["reference"].encode()) for e in examples]
