@@ -1,26 +1,33 @@
 """The node's adapter cache: `<cache>/<digest>/` holds a version's files, downloaded from their
 presigned URLs, every sha256 verified, then renamed into place in one step, so vLLM never sees
 a partial folder. Least recently used folders are evicted past a size cap, except those vLLM may
-still read: it reloads from that path after evicting an adapter itself."""
+still read: it reloads from that path after evicting an adapter itself.
+
+The disk is not trusted to stay as it was left: a download the agent died in, a folder half
+deleted, or a file where a folder belongs are removed before they are used, at start and before
+each download; and a disk error while storing one version fails that version only."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import re
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 from loraplane.digests import manifest_digest
+from serving.agent.entries import DIGEST, ArtifactFile, Entry
 
-SAFE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+DIGEST_NAME = re.compile(DIGEST)
 COMPLETE = ".complete"
+PARTIAL = ".partial-"
 CHUNK = 1024 * 1024
+log = logging.getLogger(__name__)
 
 
 class DigestMismatch(Exception):
@@ -31,83 +38,120 @@ class DownloadFailed(Exception):
     """The store could not be reached or refused: worth retrying soon."""
 
 
+class CacheUnwritable(Exception):
+    """The node's disk could not take the files (full, a file too large, a folder in the way)."""
+
+
 class AdapterCache:
     def __init__(self, root: Path, max_bytes: int, timeout_s: float) -> None:
         self.root, self.max_bytes, self.timeout_s = root, max_bytes, timeout_s
         root.mkdir(parents=True, exist_ok=True)
-        for partial in root.glob(".partial-*"):  # left by a download the agent was killed in
-            shutil.rmtree(partial, ignore_errors=True)
+        for leftover in root.iterdir():  # a download the agent was killed in, a folder half deleted
+            if leftover.name.startswith(PARTIAL) or (DIGEST_NAME.fullmatch(leftover.name)
+                                                     and not _complete(leftover)):
+                _remove(leftover)
 
     def owns(self, path: str) -> bool:
         """Whether vLLM was pointed into this cache (by this agent, now or before a restart)."""
-        return Path(path).parent == self.root
+        folder = Path(path)
+        return folder.parent == self.root and DIGEST_NAME.fullmatch(folder.name) is not None
 
     def digest_at(self, path: str) -> str | None:
         """The digest of a complete folder of this cache, or None for any other path."""
         folder = Path(path)
-        return folder.name if self.owns(path) and (folder / COMPLETE).exists() else None
+        return folder.name if self.owns(path) and _complete(folder) else None
 
-    async def ensure(self, entry: dict[str, Any]) -> Path:
-        folder = self.root / entry["digest"]
-        if (folder / COMPLETE).exists():
-            os.utime(folder)  # most recently used
-            return folder
-        return await asyncio.to_thread(self._download, entry, folder)
-
-    def _download(self, entry: dict[str, Any], folder: Path) -> Path:
-        files = entry["files"]
-        manifest = [{"name": f["name"], "sha256": f["sha256"], "size": f["size"]} for f in files]
-        if manifest_digest(manifest) != entry["digest"] or not all(SAFE_FILE.match(f["name"]) for f in files):
-            raise DigestMismatch(f"the file list of {entry['served_name']} does not match its digest "
-                                 f"{entry['digest'][:12]}")
-        staging = self.root / f".partial-{entry['digest']}-{uuid.uuid4().hex[:8]}"
-        staging.mkdir()
+    async def ensure(self, entry: Entry) -> Path:
+        folder = self.root / entry.digest  # a checked digest: 64 hex characters, never a path
         try:
+            if _complete(folder):
+                os.utime(folder)  # most recently used
+                return folder
+            return await asyncio.to_thread(self._download, entry, folder)
+        except OSError as error:
+            raise CacheUnwritable(f"the node's cache could not store {entry.served_name}: "
+                                  f"{error.strerror or type(error).__name__}") from error
+
+    def _download(self, entry: Entry, folder: Path) -> Path:
+        if manifest_digest(entry.manifest()) != entry.digest:
+            raise DigestMismatch(f"the file list of {entry.served_name} does not match its digest "
+                                 f"{entry.digest[:12]}")
+        staging = self.root / f"{PARTIAL}{entry.digest}-{uuid.uuid4().hex[:8]}"
+        try:
+            staging.mkdir()
             with httpx.Client(timeout=self.timeout_s, follow_redirects=False) as http:
-                for spec in files:
-                    self._fetch(http, spec, staging / spec["name"], entry["served_name"])
+                for spec in entry.files:
+                    self._fetch(http, spec, staging / spec.name, entry.served_name)
             (staging / COMPLETE).touch()
+            if not _complete(folder):
+                _remove(folder)  # half deleted, or not a folder at all: never loaded from
             try:
                 staging.rename(folder)
             except OSError:  # another pass finished the same digest first
-                if not (folder / COMPLETE).exists():
+                if not _complete(folder):
                     raise
             return folder
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            _remove(staging)
 
     @staticmethod
-    def _fetch(http: httpx.Client, spec: dict[str, Any], path: Path, served_name: str) -> None:
+    def _fetch(http: httpx.Client, spec: ArtifactFile, path: Path, served_name: str) -> None:
         sha, size = hashlib.sha256(), 0
         try:
-            with http.stream("GET", spec["url"]) as response, path.open("wb") as out:
+            with http.stream("GET", spec.url) as response, path.open("wb") as out:
                 if response.status_code != 200:
-                    raise DownloadFailed(f"{spec['name']} of {served_name}: the store answered "
+                    raise DownloadFailed(f"{spec.name} of {served_name}: the store answered "
                                          f"HTTP {response.status_code}")
                 for chunk in response.iter_bytes(CHUNK):
                     size += len(chunk)
-                    if size > spec["size"]:
+                    if size > spec.size:
                         break
                     sha.update(chunk)
                     out.write(chunk)
         except httpx.HTTPError as error:
-            raise DownloadFailed(f"{spec['name']} of {served_name}: {type(error).__name__}") from error
-        if size != spec["size"] or sha.hexdigest() != spec["sha256"]:
-            raise DigestMismatch(f"sha256 mismatch for {spec['name']} of {served_name}: expected "
-                                 f"{spec['sha256'][:12]}…, the store sent other bytes")
+            raise DownloadFailed(f"{spec.name} of {served_name}: {type(error).__name__}") from error
+        if size != spec.size or sha.hexdigest() != spec.sha256:
+            raise DigestMismatch(f"sha256 mismatch for {spec.name} of {served_name}: expected "
+                                 f"{spec.sha256[:12]}…, the store sent other bytes")
 
     def evict(self, pinned: set[str]) -> list[str]:
-        """Drop least recently used folders past the cap; never one in `pinned`."""
-        folders = [f for f in self.root.iterdir() if f.is_dir() and not f.name.startswith(".")]
-        sizes = {f: sum(p.stat().st_size for p in f.iterdir()) for f in folders}
-        total, evicted = sum(sizes.values()), []
-        for folder in sorted(folders, key=lambda f: f.stat().st_mtime):
+        """Drop least recently used folders past the cap; never one in `pinned`. A folder that
+        changes under it (removed by hand, say) is left for the next pass."""
+        usage = {}
+        for folder in self.root.iterdir():
+            if DIGEST_NAME.fullmatch(folder.name) and (stats := _usage(folder)):
+                usage[folder] = stats
+        total, evicted = sum(size for size, _ in usage.values()), []
+        for folder, (size, _) in sorted(usage.items(), key=lambda item: item[1][1]):
             if total <= self.max_bytes:
                 break
             if folder.name in pinned:
                 continue
-            shutil.rmtree(folder, ignore_errors=True)
-            total -= sizes[folder]
+            _remove(folder)
+            total -= size
             evicted.append(folder.name)
         return evicted
+
+
+def _complete(folder: Path) -> bool:
+    return folder.is_dir() and not folder.is_symlink() and (folder / COMPLETE).is_file()
+
+
+def _usage(folder: Path) -> tuple[int, float] | None:
+    """(bytes, last used) of a cache folder, or None when it cannot be read."""
+    try:
+        return sum(p.stat().st_size for p in folder.iterdir()), folder.stat().st_mtime
+    except OSError:
+        return None
+
+
+def _remove(path: Path) -> None:
+    """Whatever is at `path`: a folder, a file or a link (never what a link points to)."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    except OSError as error:
+        log.warning("could not remove %s from the cache: %s", path.name, error)
 

@@ -72,9 +72,18 @@ class Agent:
                     active = await self.registry.next_active_set(etag, self.settings.poll_wait_s)
             self.sync.mark()
             if active is not None:
-                self.last_known_good.save(active)
+                self._keep(active)
                 self.desired, etag = active, active.etag
                 self.changed.set()
+
+    def _keep(self, active: ActiveSet) -> None:
+        """Persist the set for a restart without the registry. A disk that cannot take it (full,
+        or something in the way) must not stop the node from following the registry now."""
+        try:
+            self.last_known_good.save(active)
+        except OSError as error:
+            metrics.FAILURES.labels("state_unwritable").inc()
+            log.warning("could not keep the last-known-good set on disk: %s", error)
 
     async def _converge(self) -> None:
         last_report, last_sent = None, 0.0

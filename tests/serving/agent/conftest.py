@@ -13,6 +13,7 @@ from loraplane.engine import EngineSpec
 from tests.conftest import KIT_BASE
 from tests.support import services
 from tests.support.evals import create_suite
+from tests.serving.agent.stand_ins import StandInVllm, Store
 from tests.support.nodes import Restartable, promoter
 
 POOL = "node-pool"
@@ -87,3 +88,18 @@ def start_agent(service_dir, node_pool, node_vllm, agent_registry):
 def promote(admin, uploader, engine, node_pool):
     """Upload a kit adapter as acme/<name>, record a passed parity evaluation, promote and approve."""
     return promoter(admin, uploader, engine, POOL, "node-parity")
+
+
+@pytest.fixture
+def store() -> Iterator[Store]:
+    """An artifact store on loopback, for tests of the agent without a registry or vLLM."""
+    served = Store()
+    yield served
+    served.close()
+
+
+@pytest.fixture
+def vllm() -> Iterator[StandInVllm]:
+    served = StandInVllm()
+    yield served
+    served.close()
