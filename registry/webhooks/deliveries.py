@@ -36,8 +36,9 @@ def due(session: Session, delivery_id: int) -> Send | None:
 
 
 def record_attempt(session: Session, delivery_id: int, *, status: int | None, error: str | None,
-                   max_attempts: int, backoff_s: float) -> float | None:
-    """Returns the delay before the next attempt, or None when there is none to make."""
+                   max_attempts: int, backoff_s: float, final: bool = False) -> float | None:
+    """Returns the delay before the next attempt, or None when there is none to make. A `final`
+    failure (a refused address) is not tried again: the same check would refuse it again."""
     row = session.get(WebhookDelivery, delivery_id, with_for_update=True)
     if row is None or row.state != PENDING:
         return None
@@ -47,7 +48,7 @@ def record_attempt(session: Session, delivery_id: int, *, status: int | None, er
     if status is not None and 200 <= status < 300:
         row.state, row.delivered_at, row.next_attempt_at = DELIVERED, now, None
         return None
-    if row.attempts >= max_attempts:
+    if final or row.attempts >= max_attempts:
         row.state, row.next_attempt_at = FAILED, None
         return None
     delay = backoff_s * 2 ** (row.attempts - 1)

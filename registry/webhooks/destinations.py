@@ -1,48 +1,110 @@
-"""Where webhooks may point. A webhook is a request the registry's network makes on an admin's
-behalf, so by default it may not reach loopback, link-local (cloud metadata), private or other
-internal addresses: checked for literal addresses when a webhook is created, and for every
-address its host resolves to before each delivery."""
+"""Where webhooks may go. A webhook is a request the registry's network makes on an admin's
+behalf, so it may reach only globally routable addresses, unless an operator lists the network in
+LORAPLANE_WEBHOOK_ALLOWED_NETWORKS. A URL is checked when its webhook is created and again before
+every delivery, which resolves the name once and then connects to exactly the addresses checked
+here (sending.py): a name that answers differently the second time (DNS rebinding) gains nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
 from urllib.parse import urlsplit
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# Carrier-grade NAT, where some clouds serve instance metadata: refused even where an older
+# `is_global` would let it through (Python 3.11 also calls multicast and NAT64 global).
+SHARED_ADDRESS_SPACE = ipaddress.IPv4Network("100.64.0.0/10")
+# NAT64: the IPv4 address in the last 32 bits is where the packets really go.
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 
 
-def internal_reason(address: str, allowed: list[Network]) -> str | None:
-    ip = ipaddress.ip_address(address)
-    if any(ip in network for network in allowed):
+def address_refusal(written: str, allowed: list[Network]) -> str | None:
+    """Why `written` (an IP address) may not be reached, or None. Raises ValueError for a name."""
+    why = _internal_because(ipaddress.ip_address(written), allowed)
+    return None if why is None else f"{written} is an internal address{why}"
+
+
+def url_refusal(url: str, allowed: list[Network]) -> str | None:
+    """For creation: the host as written, or every address its name resolves to now. A name that
+    does not resolve yet is accepted: every delivery resolves and checks it again."""
+    host = urlsplit(url).hostname or ""
+    try:
+        addresses = resolve(host, _port(url))
+    except OSError:
         return None
-    if ip.is_loopback or ip.is_link_local or ip.is_private or ip.is_reserved or ip.is_multicast \
-            or ip.is_unspecified:
-        return f"{address} is an internal address"
+    return resolved_refusal(host, addresses, allowed)
+
+
+def resolved_refusal(host: str, addresses: list[str], allowed: list[Network]) -> str | None:
+    """Why a delivery to `host` may not go to these addresses: any one of them refused is enough."""
+    for address in addresses:
+        if address == host:
+            return address_refusal(address, allowed)
+        why = _internal_because(ipaddress.ip_address(address), allowed)
+        if why is not None:
+            return f"{host} resolves to {address}, an internal address{why}"
     return None
 
 
-def literal_reason(url: str, allowed: list[Network]) -> str | None:
-    """For creation: refuse hosts that are internal as written (no DNS lookup here)."""
-    host = urlsplit(url).hostname or ""
+def resolve(host: str, port: int) -> list[str]:
+    """Every address of `host`, once. Raises OSError when there is none."""
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(host)
+        return [host]  # an address as written: nothing to resolve
     if host == "localhost" or host.endswith(".localhost"):
-        return internal_reason("127.0.0.1", allowed) and f"{host} is an internal address"
-    try:
-        return internal_reason(host, allowed)
-    except ValueError:  # a name: resolved and checked before each delivery
-        return None
+        return ["127.0.0.1", "::1"]  # loopback by definition (RFC 6761), whatever a resolver says
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    if not addresses:
+        raise OSError(f"no address for {host}")
+    return addresses
 
 
 def resolved_reason(url: str, allowed: list[Network]) -> str | None:
-    """For delivery: refuse when any address the host resolves to is internal."""
-    parts = urlsplit(url)
+    """Checks the addresses a name has now, without connecting to them: sending.deliver, which
+    connects to exactly the checked addresses, supersedes it."""
+    host = urlsplit(url).hostname or ""
     try:
-        infos = socket.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80),
-                                   proto=socket.IPPROTO_TCP)
+        addresses = resolve(host, _port(url))
     except OSError as error:
-        return f"cannot resolve {parts.hostname}: {error}"
-    for info in infos:
-        reason = internal_reason(info[4][0], allowed)
-        if reason:
-            return reason
+        return f"cannot resolve {host}: {error}"
+    return resolved_refusal(host, addresses, allowed)
+
+
+def _internal_because(ip: Address, allowed: list[Network]) -> str | None:
+    """None when `ip` may be reached; otherwise "" or why its form hides an internal address."""
+    reached = ip.ipv4_mapped if ip.version == 6 else None
+    if ip.version == 6 and ip in NAT64:
+        reached = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if reached is not None:  # the packets go to that IPv4 address: judge it, not its IPv6 form
+        return None if _internal_because(reached, allowed) is None else f" (it reaches {reached})"
+    if any(ip in network for network in allowed):
+        return None
+    if _internal(ip):
+        return ""
+    for tunnel_end in _tunnel_ends(ip):
+        if _internal(tunnel_end):
+            return f" (it embeds {tunnel_end})"
     return None
+
+
+def _internal(ip: Address) -> bool:
+    return (not ip.is_global or ip.is_multicast or ip.is_reserved or ip.is_unspecified
+            or ip.is_loopback or ip.is_link_local or ip.is_private
+            or (ip.version == 4 and ip in SHARED_ADDRESS_SPACE))
+
+
+def _tunnel_ends(ip: Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses a 6to4 or Teredo address carries, which its packets may be sent to."""
+    if ip.version != 6:
+        return []
+    ends = [ip.sixtofour] if ip.sixtofour else []
+    return ends + (list(ip.teredo) if ip.teredo else [])
+
+
+def _port(url: str) -> int:
+    parts = urlsplit(url)
+    return parts.port or (443 if parts.scheme == "https" else 80)

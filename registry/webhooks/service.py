@@ -30,10 +30,10 @@ def create(session: Session, principal: Principal, spec: WebhookCreate) -> Webho
     if unknown:
         raise Unprocessable(f"unknown webhook events: {', '.join(unknown)}", code="unknown_event",
                             hint=f"Use any of {', '.join(EVENTS)}, or '*'.")
-    internal = destinations.literal_reason(str(spec.url), get_settings().webhook_allowed_networks)
+    internal = destinations.url_refusal(str(spec.url), get_settings().webhook_allowed_networks)
     if internal:
         raise Unprocessable(f"webhook URL refused: {internal}", code="internal_webhook_url",
-                            hint="Point it at a public address, or list the network in "
+                            hint="Point it at a globally routable address, or list its network in "
                                  "LORAPLANE_WEBHOOK_ALLOWED_NETWORKS.")
     tenant = _tenant(session, spec.tenant) if spec.tenant else None
     row = Webhook(url=str(spec.url), tenant_id=tenant.id if tenant else None,
@@ -83,10 +83,18 @@ def emit(session: Session, event: str, *, tenant_id: int | None, data: dict[str,
         created.append(delivery)
     if created:
         session.flush()
+        # Receivers keep the audit chain's head, signed, outside the registry's database: a chain
+        # rewritten later no longer holds it (see registry/audit/anchor.py).
+        audit.when_sealed(session, lambda head: _add_audit_head(created, head))
         ids = [d.id for d in created]
         from registry.task_queue import enqueue_webhook_deliveries
 
         after_commit(session, lambda: enqueue_webhook_deliveries(ids))
+
+
+def _add_audit_head(deliveries: list[WebhookDelivery], head: dict[str, Any] | None) -> None:
+    for delivery in deliveries:
+        delivery.payload = {**delivery.payload, "audit_head": head}
 
 
 def _visible(session: Session, principal: Principal, webhook_id: int) -> Webhook:

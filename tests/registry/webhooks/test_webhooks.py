@@ -120,6 +120,13 @@ def test_a_receiver_that_keeps_failing_is_given_up_with_the_reason(housekeeper, 
      "webhook URL refused: 169.254.169.254 is an internal address"),
     ({"url": "http://10.0.0.7:8000/hook"}, 422, "internal_webhook_url", "10.0.0.7 is an internal address"),
     ({"url": "http://[::1]:5432/"}, 422, "internal_webhook_url", "::1 is an internal address"),
+    # Allowed here is 127.0.0.0/8, as written or in IPv6 form; nothing else inside.
+    ({"url": "http://100.64.0.1/hook"}, 422, "internal_webhook_url",
+     "webhook URL refused: 100.64.0.1 is an internal address"),
+    ({"url": "http://[::ffff:10.0.0.7]/hook"}, 422, "internal_webhook_url",
+     "webhook URL refused: ::ffff:a00:7 is an internal address (it reaches 10.0.0.7)"),
+    ({"url": "http://[2002:a9fe:a9fe::]/hook"}, 422, "internal_webhook_url",
+     "webhook URL refused: 2002:a9fe:a9fe:: is an internal address (it embeds 169.254.169.254)"),
     ({"url": "http://example.com/" + "x" * 2000}, 422, "invalid_request", "url"),
     ({"url": "http://example.com/x", "tenant": "ac\u0000me"}, 422, "invalid_request", "tenant"),
 ])
@@ -127,6 +134,7 @@ def test_bad_webhooks_are_refused(admin, body, status, code, message):
     before = admin.get("/v1/webhooks").json()
     assert_refused(admin.post("/v1/webhooks", json=body), status, code, message)
     assert admin.get("/v1/webhooks").json() == before
+    assert admin.get("/readyz").status_code == 200
 
 
 def test_tenant_admins_manage_only_their_tenants_webhooks(client_for):
