@@ -33,6 +33,8 @@ class ClaimedEvaluation:
     files: list[dict[str, Any]]
     rank: int
     suite_id: int
+    attempts: int  # claims so far, this one included
+    last_reason: str | None  # why the last claim gave it back, if it did
 
 
 @dataclass
@@ -93,7 +95,8 @@ def _claimed(session: Session, row: Evaluation) -> ClaimedEvaluation:
     version = session.get(AdapterVersion, row.version_id)
     out = adapters.version_out(session, version)
     return ClaimedEvaluation(id=row.id, served_name=out.served_name, digest=version.digest,
-                             files=version.files, rank=version.rank, suite_id=row.suite_id)
+                             files=version.files, rank=version.rank, suite_id=row.suite_id,
+                             attempts=row.attempts, last_reason=row.reason)
 
 
 def _held(session: Session, token: str, ids: list[int]) -> list[Evaluation]:

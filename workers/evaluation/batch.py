@@ -1,8 +1,9 @@
 """One task's work: claim a batch, evaluate it on the engine, record one outcome per evaluation.
 
-Outcomes, never crashes: an adapter the engine refuses fails with the engine's reason in plain
-words; an engine that is away gives the claim back and asks for a retry with backoff, and fails
-the evaluation only when its attempts are spent.
+Outcomes, never crashes: an adapter the engine refuses, or a suite whose dataset cannot be read,
+fails with the reason in plain words; a fault that may pass (the engine, the store or the database
+is away) gives the claim back and asks for a retry with backoff, and fails the evaluation only
+when its attempts are spent. Anything else fails at once: another attempt would meet it again.
 """
 
 from __future__ import annotations
@@ -17,18 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from registry.db import transaction
-from registry.errors import Unavailable
+from registry.errors import NotFound, Unprocessable
 from registry.eval_suites import service as suites
 from registry.evaluations import claims
 from registry.storage import get_store
 from registry.tables import EvalSuite
-from workers.evaluation import artifacts, parity, scoring
-from workers.evaluation.engine import AdapterRejected, EngineClient, EngineInfo, EngineUnavailable
+from workers.evaluation import artifacts, faults, parity, scoring
+from workers.evaluation.engine import AdapterRejected, EngineClient, EngineInfo
 from workers.evaluation import runner
 from workers.evaluation.runner import BatchRun, SuiteWork
 from workers.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
+RETRYING = "retrying: "  # how a released claim's reason starts
 # One thread, kept for the parity reference alone: it runs at a lower priority (see below).
 _PARITY_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parity",
                                     initializer=lambda: _yield_cpu_to_the_engine())
@@ -49,38 +51,63 @@ def evaluate(evaluation_id: int, settings: WorkerSettings) -> TaskResult:
         return TaskResult(note="already finished")
     if claim.kind == "held":
         return TaskResult(retry_after_s=claim.retry_after_s, note="held by a live worker")
-    ids = [e.id for e in claim.evaluations]
+    # A claim also returns to the queue when its worker died mid-batch: that is bounded as well.
+    spent = {e.id: _gave_up(e.last_reason or "its worker stopped during every attempt", e.attempts - 1)
+             for e in claim.evaluations if e.attempts > settings.max_attempts}
+    finished = _record(claim.token, _as_outcomes(spent, settings))
+    working = [e for e in claim.evaluations if e.id not in spent]
+    if not working:
+        return finished
+    ids = [e.id for e in working]
+    lead = evaluation_id if evaluation_id in ids else ids[0]
     log.info("claimed evaluations %s", ids)
     with _LeaseKeeper(claim.token, ids, settings):
         try:
-            outcomes = asyncio.run(_evaluate_claimed(claim.evaluations, settings))
-        except (EngineUnavailable, Unavailable) as error:  # the engine, or the store, is away
-            return _engine_unavailable(evaluation_id, claim.token, ids, str(error), settings)
+            outcomes = asyncio.run(_evaluate_claimed(working, settings))
+        except Exception as error:
+            if faults.is_transient(error):
+                return _retry_later(lead, claim.token, ids, faults.transient_reason(error), settings)
+            log.exception("evaluations %s failed", ids)
+            outcomes = _as_outcomes({i: faults.reason_for(error) for i in ids}, settings)
+    done = _record(claim.token, outcomes)
+    return TaskResult(recorded=finished.recorded + done.recorded)
+
+
+def _record(token: str, outcomes: dict[int, claims.Outcome], note: str = "") -> TaskResult:
     recorded = []
-    for evaluation_id_, outcome in outcomes.items():
+    for evaluation_id, outcome in outcomes.items():
         with transaction() as session:
-            if claims.record(session, claim.token, evaluation_id_, outcome):
-                recorded.append(evaluation_id_)
-    return TaskResult(recorded=tuple(recorded))
+            if claims.record(session, token, evaluation_id, outcome):
+                recorded.append(evaluation_id)
+    return TaskResult(recorded=tuple(recorded), note=note)
 
 
-def _engine_unavailable(evaluation_id: int, token: str, ids: list[int], reason: str,
-                        settings: WorkerSettings) -> TaskResult:
+def _gave_up(reason: str, attempts: int) -> str:
+    tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+    return f"{reason.removeprefix(RETRYING)}; gave up after {tries}. Check the engine, then " \
+           f"request the evaluation again."
+
+
+def _as_outcomes(reasons: dict[int, str], settings: WorkerSettings) -> dict[int, claims.Outcome]:
+    return {evaluation_id: _failed(reason, None, settings) for evaluation_id, reason in reasons.items()}
+
+
+def _retry_later(evaluation_id: int, token: str, ids: list[int], reason: str,
+                 settings: WorkerSettings) -> TaskResult:
+    """A fault that may pass: give the claim back, or fail the evaluation once its attempts are
+    spent. Batch-mates keep their own budget."""
     with transaction() as session:
         attempts = claims.attempts_of(session, evaluation_id)
     if attempts >= settings.max_attempts:
-        message = f"{reason}; gave up after {attempts} attempts. Check the engine, then request " \
-                  f"the evaluation again."
-        outcome = claims.Outcome(passed=False, reason=message, failing_metrics=[], metrics={},
-                                 engine={"url": settings.engine_url}, timings=None, examples=[])
+        message = _gave_up(reason, attempts)
         with transaction() as session:
-            claims.record(session, token, evaluation_id, outcome)
-            claims.release(session, token, ids, reason=reason)  # batch-mates keep their own budget
-        return TaskResult(recorded=(evaluation_id,), note=message)
+            claims.release(session, token, [i for i in ids if i != evaluation_id],
+                           reason=RETRYING + reason)
+        return _record(token, _as_outcomes({evaluation_id: message}, settings), note=message)
     with transaction() as session:
-        claims.release(session, token, ids, reason=f"retrying: {reason}")
+        claims.release(session, token, ids, reason=RETRYING + reason)
     delay = settings.backoff_s(attempts)
-    log.warning("engine unavailable (%s); retrying evaluation %s in %.0f s", reason, evaluation_id, delay)
+    log.warning("%s; retrying evaluation %s in %.0f s", reason, evaluation_id, delay)
     return TaskResult(retry_after_s=delay, note=reason)
 
 
@@ -89,9 +116,15 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
     client = EngineClient(settings.engine_url, timeout_s=settings.engine_request_timeout_s,
                           max_in_flight=settings.engine_max_in_flight)
     try:
+        # The datasets first: one that cannot be read fails its evaluations before any engine work.
+        works, specs, unreadable = _load_suites({e.suite_id for e in claimed})
+        outcomes = {e.id: _failed(unreadable[e.suite_id], None, settings)
+                    for e in claimed if e.suite_id in unreadable}
+        claimed = [e for e in claimed if e.suite_id not in unreadable]
+        if not claimed:
+            return outcomes
         info = await client.describe()
-        works, specs = _load_suites({e.suite_id for e in claimed})
-        store, outcomes, loaded, folders = get_store(), {}, {}, {}
+        store, loaded, folders = get_store(), {}, {}
         for evaluation in claimed:
             try:
                 folder = artifacts.fetch(store, settings.artifact_cache_dir, evaluation.digest,
@@ -99,6 +132,9 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
                 await client.load_adapter(evaluation.served_name, str(folder))
             except (AdapterRejected, artifacts.ArtifactCorrupt) as rejected:
                 outcomes[evaluation.id] = _failed(str(rejected), info, settings)
+                continue
+            except NotFound as missing:  # its artifact left the store: that one version fails
+                outcomes[evaluation.id] = _failed(faults.reason_for(missing), info, settings)
                 continue
             loaded[evaluation.id] = (evaluation.served_name, evaluation.suite_id)
             folders[evaluation.id] = folder
@@ -123,18 +159,23 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
     return outcomes
 
 
-def _load_suites(suite_ids: set[int]) -> tuple[dict[int, SuiteWork], dict[int, dict]]:
-    works, specs = {}, {}
+def _load_suites(suite_ids: set[int]) -> tuple[dict[int, SuiteWork], dict[int, dict], dict[int, str]]:
+    """(work, metrics spec) per readable suite, and the reason for each one that is not."""
+    works, specs, unreadable = {}, {}, {}
     with transaction() as session:
         for suite_id in suite_ids:
             suite = session.get(EvalSuite, suite_id)
-            examples = suites.load_examples(get_store(), suite)
+            try:
+                examples = suites.load_examples(get_store(), suite)
+            except Unprocessable as error:  # the stored dataset itself is wrong: no retry mends it
+                unreadable[suite_id] = faults.reason_for(error)
+                continue
             works[suite_id] = SuiteWork(
                 suite_id=suite_id, prompts=[e.prompt for e in examples],
                 references=[e.reference for e in examples], max_tokens=suite.generation["max_tokens"],
                 stop=suite.generation["stop"], ignore_eos=suite.generation["ignore_eos"])
             specs[suite_id] = suite.metrics
-    return works, specs
+    return works, specs, unreadable
 
 
 def _parity_all(batch: BatchRun, works: dict[int, SuiteWork], specs: dict[int, dict],
@@ -193,9 +234,11 @@ def _at(values: list, index: int):
     return values[index] if index < len(values) else None
 
 
-def _failed(reason: str, info: EngineInfo, settings: WorkerSettings) -> claims.Outcome:
+def _failed(reason: str, info: EngineInfo | None, settings: WorkerSettings) -> claims.Outcome:
+    """info is None when the failure came before the engine was asked anything."""
+    engine = _engine_record(info, settings) if info is not None else {"url": settings.engine_url}
     return claims.Outcome(passed=False, reason=reason, failing_metrics=[], metrics={},
-                          engine=_engine_record(info, settings), timings=None, examples=[])
+                          engine=engine, timings=None, examples=[])
 
 
 def _engine_record(info: EngineInfo, settings: WorkerSettings) -> dict:
