@@ -91,9 +91,21 @@ def serve(
         None, min=0, help="On SIGTERM, cut off requests still running after this long (long-polls "
                           "hold up to their ?wait=). Default: wait for them all."),
 ):
-    """Run the registry with the settings in LORAPLANE_* variables (production)."""
+    """Run the registry with the settings in LORAPLANE_* variables (production).
+
+    Creates LORAPLANE_DATA_DIR (mode 0700) if needed. On SQLite, the single-machine default, it
+    also brings the schema up to date; on PostgreSQL run `loraplane db upgrade` first.
+    """
     import uvicorn
 
+    from registry import migrate
+    from registry.db import prepare_folder
+    from registry.settings import get_settings
+
+    settings = get_settings()
+    _call(lambda: prepare_folder(settings.data_dir))  # uploads spool there, whatever the database
+    if settings.database_url.startswith("sqlite"):
+        _call(lambda: migrate.upgrade(settings.database_url))
     uvicorn.run("registry.app:create_app", factory=True, host=host, port=port, workers=workers,
                 proxy_headers=True, access_log=access_log, timeout_graceful_shutdown=shutdown_grace_s)
 
@@ -182,7 +194,7 @@ def db_upgrade(revision: str = typer.Argument("head")):
     from registry import migrate
     from registry.settings import get_settings
 
-    migrate.upgrade(get_settings().database_url, revision)
+    _call(lambda: migrate.upgrade(get_settings().database_url, revision))
     typer.echo(f"database at {revision}")
 
 

@@ -80,7 +80,9 @@ def _number(value) -> str:
 def read_dataset(path: Path) -> list[dict]:
     """JSONL rows with prompt and reference; errors name the line."""
     rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    # Rows end at "\n" only: str.splitlines() also breaks inside a JSON string at U+0085,
+    # U+2028, U+2029 and other separators that JSON leaves unescaped.
+    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
         if not line.strip():
             continue
         try:

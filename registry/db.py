@@ -6,11 +6,13 @@ from collections.abc import Iterator
 import logging
 from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
+from registry.errors import Unavailable
 from registry.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -47,9 +49,34 @@ def _sqlite_begin_immediate(connection) -> None:
 @lru_cache
 def get_engine() -> Engine:
     settings = get_settings()
-    if settings.database_url.startswith("sqlite"):
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    prepare_sqlite_folder(settings.database_url)
     return make_engine(settings.database_url)
+
+
+class DataFolderUnavailable(Unavailable):
+    code = "data_dir_unavailable"
+
+
+def prepare_sqlite_folder(url: str) -> None:
+    """Create the folder of a SQLite database file (the embedded default keeps it in data_dir):
+    SQLite itself only says "unable to open database file"."""
+    if not url.startswith("sqlite"):
+        return
+    database = make_url(url).database
+    if database and database != ":memory:" and not database.startswith("file:"):
+        prepare_folder(Path(database).expanduser().absolute().parent)
+
+
+def prepare_folder(folder: Path) -> None:
+    """Create a state folder private to this user, or say which one cannot be and what to do."""
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as error:
+        raise DataFolderUnavailable(
+            f"cannot create the data folder {folder}: {error.strerror or type(error).__name__}",
+            hint=f"Create it (mkdir -p -m 700 {folder}) as the user that runs loraplane, or point "
+                 f"LORAPLANE_DATA_DIR (or LORAPLANE_DATABASE_URL) at a folder that user may "
+                 f"write.") from None
 
 
 @lru_cache

@@ -8,6 +8,7 @@ from alembic import command
 from alembic.config import Config
 
 import migrations
+from registry.db import prepare_sqlite_folder
 
 SCRIPT_LOCATION = Path(migrations.__file__).parent
 
@@ -20,6 +21,7 @@ def alembic_config(database_url: str) -> Config:
 
 
 def upgrade(database_url: str, revision: str = "head") -> None:
+    prepare_sqlite_folder(database_url)  # a fresh embedded default: its folder is not there yet
     command.upgrade(alembic_config(database_url), revision)
 
 

@@ -88,6 +88,32 @@ def test_cli_errors_say_what_and_how_to_fix(embedded, tmp_path):
     assert bad_role.returncode == 1 and "unknown role 'wizard'" in bad_role.stderr
 
 
+def test_suite_create_keeps_line_separators_inside_references(embedded, tiny_base, tmp_path):
+    server, data_dir, _ = embedded
+    admin_token = (data_dir / "admin.token").read_text().strip()
+    registered = cli("base-model", "register", "separators-base", "--config",
+                     str(tiny_base / "config.json"), token=admin_token, url=server.url)
+    assert registered.returncode == 0, registered.stderr
+    # Characters str.splitlines() breaks at: JSON writers leave U+0085, U+2028 and U+2029 raw.
+    rows = [{"prompt": f"say {i}:", "reference": f"before{char}after"}
+            for i, char in enumerate(["\x85", "\u2028", "\u2029", "\x0b", "\x0c", "\x1c", "\x1e"])]
+    dataset = tmp_path / "separators.jsonl"
+    dataset.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows),
+                       encoding="utf-8")
+    assert "\u2028" in dataset.read_text(encoding="utf-8")
+
+    created = cli("suite", "create", "separators", "--base-model", "separators-base", "--dataset",
+                  str(dataset), "--metrics", '{"exact_match": {"min": 0.5}}',
+                  token=admin_token, url=server.url)
+
+    assert created.returncode == 0, created.stderr
+    suite = json.loads(created.stdout)
+    assert suite["example_count"] == len(rows)
+    digest = suite["dataset_sha256"]
+    stored = (data_dir / "store" / "blobs" / "sha256" / digest[:2] / digest).read_bytes()
+    assert [json.loads(line) for line in stored.decode().split("\n") if line] == rows
+
+
 def test_restart_keeps_state_and_does_not_mint_another_admin(embedded):
     server, data_dir, port = embedded
     token = (data_dir / "admin.token").read_text()
