@@ -50,8 +50,8 @@ def test_a_digest_that_is_not_64_lowercase_hex_is_refused(store, vllm, tmp_path,
     status = run_pass(tmp_path / "cache", vllm, [bad, good])
 
     assert list(vllm.adapters) == ["acme/good@1"]
-    assert status["failures"] == [{"served_name": "acme/bad@1",
-                                   "reason": f"refused the registry's entry: digest {HEX_RULE} (got {shown(digest)})"}]
+    reason = f"refused the registry's entry: digest {HEX_RULE} (got {shown(digest)})"
+    assert status["failures"] == [{"served_name": "acme/bad@1", "reason": reason}]
     assert os.listdir(tmp_path / "cache") == [good["digest"]]
     accepted_by_the_registry(status)
 
@@ -65,8 +65,8 @@ def test_a_file_name_that_is_not_a_plain_name_is_refused(store, vllm, tmp_path, 
     status = run_pass(tmp_path / "cache", vllm, [bad, good])
 
     assert list(vllm.adapters) == ["acme/good@1"]
-    assert status["failures"] == [{"served_name": "acme/bad@1", "reason":
-                                   f"refused the registry's entry: files.0.name {FILE_RULE} (got {shown(name)})"}]
+    reason = f"refused the registry's entry: files.0.name {FILE_RULE} (got {shown(name)})"
+    assert status["failures"] == [{"served_name": "acme/bad@1", "reason": reason}]
     assert store.requests == 2  # only the good entry's files were fetched
     accepted_by_the_registry(status)
 
