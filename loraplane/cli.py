@@ -228,12 +228,42 @@ def token_create(
     pool: Optional[str] = typer.Option(None, help="The pool of a node or router token."),
     tier: Optional[str] = typer.Option(None, help="An app key's SLO tier: interactive (default) or "
                                                   "batch."),
+    instance_id: Optional[str] = typer.Option(
+        None, "--instance-id", help="A node token's node id, or a router token's router id: the one "
+                                    "node or router it may speak for (required for both)."),
+    identity_id: Optional[int] = typer.Option(
+        None, "--identity-id", help="Issue another token to this existing identity (same tenant), "
+                                    "e.g. a person's second device; default: a new identity."),
+    ttl_days: Optional[int] = typer.Option(
+        None, "--ttl-days", help="Lifetime in days (default LORAPLANE_TOKEN_TTL_DAYS, 90)."),
 ):
     """Create a token. It is printed once; only its hash is stored."""
     from loraplane.tokens import create_token
 
     _call(lambda: typer.echo(create_token(subject=subject, role=role, tenant=tenant, pool=pool,
-                                          tier=tier)))
+                                          tier=tier, instance_id=instance_id,
+                                          identity_id=identity_id, ttl_days=ttl_days)))
+
+
+@token_app.command("list")
+def token_list(
+    tenant: Optional[str] = typer.Option(None, help="Only this tenant's tokens."),
+    include_revoked: bool = typer.Option(False, "--include-revoked", help="Show revoked ones too."),
+):
+    """List tokens with their identity, issuer, scope and expiry (never their secrets)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from loraplane.tokens import list_tokens
+
+    rows = _call(lambda: list_tokens(tenant=tenant, include_revoked=include_revoked))
+    table = Table("id", "subject", "identity", "role", "scope", "issued by", "expires", "revoked")
+    for row in rows:
+        scope = (f"pool {row['pool']}/{row['instance_id']}" if row["pool"] else row["tenant"] or "*")
+        table.add_row(str(row["id"]), row["subject"], f"{row['identity_name']} ({row['identity_id']})",
+                      row["role"], scope, str(row["issued_by_token_id"] or "operator"),
+                      (row["expires_at"] or "never")[:10], (row["revoked_at"] or "")[:10])
+    Console().print(table)
 
 
 @token_app.command("revoke")

@@ -11,7 +11,8 @@ OPERATOR = "operator (cli)"
 
 
 def create_token(*, subject: str, role: str, tenant: str | None, pool: str | None = None,
-                 tier: str | None = None) -> str:
+                 tier: str | None = None, instance_id: str | None = None,
+                 identity_id: int | None = None, ttl_days: int | None = None) -> str:
     try:
         parsed = Role(role)
     except ValueError:
@@ -19,8 +20,25 @@ def create_token(*, subject: str, role: str, tenant: str | None, pool: str | Non
                             hint=f"Use one of: {', '.join(Role)}.") from None
     with transaction() as session:
         _, plain = tokens.create_token(session, subject=subject, role=parsed, tenant=tenant,
-                                       pool=pool, tier=tier, actor=OPERATOR)
+                                       pool=pool, tier=tier, instance_id=instance_id,
+                                       identity_id=identity_id, ttl_days=ttl_days, actor=OPERATOR)
     return plain
+
+
+def list_tokens(*, tenant: str | None, include_revoked: bool) -> list[dict]:
+    """Every token (or a tenant's), as the API's global admin sees them: secrets are never shown."""
+    from sqlalchemy import select
+
+    from registry.auth.service import to_out
+    from registry.tables import ApiToken, Tenant
+
+    query = select(ApiToken).order_by(ApiToken.id)
+    if tenant is not None:
+        query = query.join(Tenant, Tenant.id == ApiToken.tenant_id).where(Tenant.name == tenant)
+    if not include_revoked:
+        query = query.where(ApiToken.revoked_at.is_(None))
+    with transaction() as session:
+        return [to_out(session, row).model_dump(mode="json") for row in session.scalars(query)]
 
 
 def revoke_token(token_id: int) -> None:

@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from registry import log_redaction
 from registry.active_set.endpoints import router as active_set
 from registry.active_set.fast_path import ActiveSetFastPath
 from registry.active_set.watch import WATCH
@@ -52,6 +53,7 @@ async def lifespan(_: FastAPI):
 
 
 def create_app() -> FastAPI:
+    log_redaction.install()
     app = FastAPI(
         title="loraplane registry",
         version="0.1.0",

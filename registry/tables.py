@@ -27,18 +27,50 @@ class Tenant(Base):
     created_at: Mapped[datetime] = created_at_column()
 
 
+class Identity(Base):
+    """A person or service. Tokens come and go; the identity stays, and four-eyes compares
+    identities and who issued their tokens, never names."""
+
+    __tablename__ = "identities"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"), index=True)
+    created_at: Mapped[datetime] = created_at_column()
+
+
 class ApiToken(Base):
     __tablename__ = "api_tokens"
     id: Mapped[int] = mapped_column(primary_key=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     subject: Mapped[str] = mapped_column(String(128))
+    identity_id: Mapped[int] = mapped_column(
+        ForeignKey("identities.id", name="fk_api_tokens_identity_id_identities"), index=True)
+    # The token that issued this one; None for tokens an operator made on the database directly.
+    created_by_token_id: Mapped[int | None] = mapped_column(
+        ForeignKey("api_tokens.id", name="fk_api_tokens_created_by"), index=True)
+    # A node token's node id, or a router token's router id: the only one it may speak for.
+    instance_id: Mapped[str | None] = mapped_column(String(64))
     role: Mapped[str] = mapped_column(String(16))
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"), index=True)
     pool_id: Mapped[int | None] = mapped_column(
         ForeignKey("pools.id", name="fk_api_tokens_pool_id"), index=True)  # a node or router token's pool
     tier: Mapped[str | None] = mapped_column(String(16))  # an app key's SLO tier
     created_at: Mapped[datetime] = created_at_column()
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class DashboardSession(Base):
+    """A signed-in browser. The cookie holds a random secret; only its hash is stored, and
+    signing out ends the row, so a copied cookie stops working at once."""
+
+    __tablename__ = "dashboard_sessions"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    token_id: Mapped[int] = mapped_column(ForeignKey("api_tokens.id"), index=True)
+    created_at: Mapped[datetime] = created_at_column()
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class BaseModel(Base):
@@ -111,6 +143,8 @@ class AdapterVersion(Base):
     state: Mapped[str] = mapped_column(String(16))
     uploaded_by: Mapped[str] = mapped_column(String(128))
     uploaded_by_token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id"))
+    uploaded_by_identity_id: Mapped[int | None] = mapped_column(
+        ForeignKey("identities.id", name="fk_adapter_versions_uploader_identity"))
     created_at: Mapped[datetime] = created_at_column()
 
 
@@ -189,6 +223,8 @@ class AuditEvent(Base):
     after: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64))
+    # sha256 (events before migration 0006) or hmac-sha256 (keyed): see registry/audit/chain.py.
+    hash_scheme: Mapped[str] = mapped_column(String(16), server_default="sha256")
 
 
 class Promotion(Base):
@@ -214,8 +250,12 @@ class Promotion(Base):
     previous_id: Mapped[int | None] = mapped_column(ForeignKey("promotions.id"))
     requested_by: Mapped[str] = mapped_column(String(300))
     requested_by_subject: Mapped[str] = mapped_column(String(128))
+    requested_by_identity_id: Mapped[int | None] = mapped_column(
+        ForeignKey("identities.id", name="fk_promotions_requester_identity"))
     comment: Mapped[str | None] = mapped_column(Text)
     decided_by: Mapped[str | None] = mapped_column(String(300))
+    decided_by_identity_id: Mapped[int | None] = mapped_column(
+        ForeignKey("identities.id", name="fk_promotions_decider_identity"))
     decision_comment: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = created_at_column()
     decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

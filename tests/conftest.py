@@ -26,7 +26,9 @@ BASE_NAME = "tiny-llama"
 KIT_BASE = "tiny-task-llama"
 REPO = Path(__file__).resolve().parents[1]
 SERVING_POOL = "serving"
-# name -> (role, tenant, pool) of every test principal; "none" means no token at all.
+OTHER_POOL = "serving-other"  # a second pool, so every pool boundary is crossed in the matrix
+# name -> (role, tenant, pool) of every test principal; "none" means no token at all. Node and
+# router tokens are bound to an id named after the principal.
 PRINCIPALS = {
     "global_admin": (Role.ADMIN, None, None),
     "acme_admin": (Role.ADMIN, "acme", None),
@@ -34,6 +36,7 @@ PRINCIPALS = {
     "acme_reviewer": (Role.REVIEWER, "acme", None),
     "serving_node": (Role.NODE, None, SERVING_POOL),
     "serving_router": (Role.ROUTER, None, SERVING_POOL),
+    "other_pool_node": (Role.NODE, None, OTHER_POOL),
     "acme_app": (Role.APP, "acme", None),
     "globex_admin": (Role.ADMIN, "globex", None),
     "globex_uploader": (Role.UPLOADER, "globex", None),
@@ -140,11 +143,13 @@ def tokens(engine: Engine, tiny_base: Path) -> dict[str, str]:
     with Session(engine) as session, session.begin():
         config = json.loads((tiny_base / "config.json").read_text())
         base_models.register(session, BaseModelCreate(name="serving-base", config=config), actor="tests")
-        pools.create(session, PoolCreate(name=SERVING_POOL, base_model="serving-base", max_loras=2,
-                                         max_cpu_loras=4, max_lora_rank=16), actor="tests")
+        for pool_name in (SERVING_POOL, OTHER_POOL):
+            pools.create(session, PoolCreate(name=pool_name, base_model="serving-base", max_loras=2,
+                                             max_cpu_loras=4, max_lora_rank=16), actor="tests")
         for name, (role, tenant, pool) in PRINCIPALS.items():
             _, plain[name] = token_service.create_token(
-                session, subject=name, role=role, tenant=tenant, pool=pool, actor="tests")
+                session, subject=name, role=role, tenant=tenant, pool=pool, actor="tests",
+                instance_id=name.replace("_", "-") if pool else None)
     return plain
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 from fastapi import APIRouter
 from fastapi.staticfiles import StaticFiles
 
-from web.pages import approvals, audit, pools, sign_in, versions
+from web.pages import approvals, audit, pools, sign_in, tokens, versions
 
 STATIC = StaticFiles(directory=Path(__file__).parent / "static")
 
 router = APIRouter(include_in_schema=False)
-for pages in (sign_in, approvals, versions, pools, audit):
+for pages in (sign_in, approvals, versions, pools, audit, tokens):
     router.include_router(pages.router)

@@ -1,10 +1,13 @@
-"""Dashboard sessions. Signing in with an API token sets a signed cookie that names the token's
-id (never the token) and a random nonce; every request reloads the token, so revoking it ends its
-sessions. The cookie is HttpOnly and SameSite=Strict, and Secure unless the dashboard is reached over
-plain HTTP on a loopback address (serve it over HTTPS, or behind a proxy that says so).
+"""Dashboard sessions. Signing in with an API token stores a session row and sets a cookie that
+holds the session's random secret (never the token); only the secret's hash is stored. Every
+request reloads the session and its token, so signing out, revoking the token or its expiry
+ends the session at once. The cookie is HttpOnly and SameSite=Strict, and Secure unless the
+dashboard is reached over plain HTTP on a loopback address (serve it over HTTPS, or behind a
+proxy that says so).
 
-Every form carries a CSRF token: an HMAC of the nonce under the registry's key. Before sign-in,
-the nonce lives in a cookie of its own, so the sign-in form is covered too."""
+Every form carries a CSRF token: an HMAC, under a key used for nothing else, of a nonce the
+server chose. Before sign-in that nonce lives in a cookie the server signs, so a visitor cannot
+pick it, and the sign-in form is covered too."""
 
 from __future__ import annotations
 
@@ -12,21 +15,27 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from fastapi import Request
 from fastapi.responses import Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
+from sqlalchemy import select
 
 from registry.auth import tokens
 from registry.auth.principal import Principal, Role
+from registry.clock import aware
 from registry.db import transaction
 from registry.errors import Forbidden, Unauthorized
-from registry.settings import get_settings
+from registry.keys import Purpose, key_for
+from registry.tables import DashboardSession
 
 SESSION_COOKIE, ANONYMOUS_COOKIE = "loraplane_session", "loraplane_visit"
 SESSION_MAX_AGE_S = 12 * 3600
+ANONYMOUS_MAX_AGE_S = 3600
 DASHBOARD_ROLES = {Role.ADMIN, Role.REVIEWER, Role.UPLOADER}
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
+MAX_COOKIE_CHARS = 512  # ours are about 100; a larger one is not worth verifying
 
 
 class SignInRequired(Exception):
@@ -36,15 +45,13 @@ class SignInRequired(Exception):
 @dataclass(frozen=True)
 class Visit:
     principal: Principal | None
-    nonce: str
+    nonce: str  # the session's secret, or an anonymous visit's server-chosen nonce
+    fresh: bool = False  # an anonymous nonce not yet in the visitor's cookie
 
     @property
     def csrf_token(self) -> str:
-        return csrf_token(self.nonce)
-
-
-def csrf_token(nonce: str) -> str:
-    return hmac.new(get_settings().signing_key(), b"csrf:" + nonce.encode(), hashlib.sha256).hexdigest()
+        scope = b"session:" if self.principal else b"anonymous:"
+        return hmac.new(key_for(Purpose.CSRF), scope + self.nonce.encode(), hashlib.sha256).hexdigest()
 
 
 def check_csrf(visit: Visit, submitted: str | None) -> None:
@@ -54,25 +61,37 @@ def check_csrf(visit: Visit, submitted: str | None) -> None:
                         code="csrf_failed", hint="Reload the page and submit the form again.")
 
 
-def _serializer() -> URLSafeTimedSerializer:
-    return URLSafeTimedSerializer(get_settings().signing_key(), salt="loraplane-dashboard-session")
+def _serializer(kind: str) -> URLSafeTimedSerializer:
+    return URLSafeTimedSerializer(key_for(Purpose.DASHBOARD_SESSIONS), salt=f"loraplane-{kind}")
+
+
+def _unsigned(request: Request, cookie: str, kind: str, max_age: int) -> str | None:
+    raw = request.cookies.get(cookie)
+    if not raw or len(raw) > MAX_COOKIE_CHARS:
+        return None
+    try:
+        value = _serializer(kind).loads(raw, max_age=max_age)
+    except BadSignature:
+        return None
+    return value if isinstance(value, str) and value else None
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 def visit_of(request: Request) -> Visit:
     """Who is looking: a signed-in principal, or an anonymous visit with its own nonce."""
-    raw = request.cookies.get(SESSION_COOKIE)
-    if raw:
-        try:
-            token_id, nonce = _serializer().loads(raw, max_age=SESSION_MAX_AGE_S)
-        except (BadSignature, ValueError, TypeError):
-            pass
-        else:
-            with transaction() as session:
+    secret = _unsigned(request, SESSION_COOKIE, "session", SESSION_MAX_AGE_S)
+    if secret:
+        with transaction() as session:
+            row = session.scalar(select(DashboardSession).where(DashboardSession.secret_hash == _hash(secret)))
+            if row is not None and row.ended_at is None and aware(row.expires_at) > datetime.now(UTC):
                 try:
-                    return Visit(tokens.principal_by_id(session, int(token_id)), nonce)
+                    return Visit(tokens.principal_by_id(session, row.token_id), secret)
                 except Unauthorized:
                     pass
-    return Visit(None, request.cookies.get(ANONYMOUS_COOKIE) or "")
+    return Visit(None, _unsigned(request, ANONYMOUS_COOKIE, "anonymous", ANONYMOUS_MAX_AGE_S) or "")
 
 
 def viewer(request: Request) -> Visit:
@@ -94,22 +113,34 @@ def sign_in(plain_token: str) -> Principal:
 
 
 def start_session(request: Request, response: Response, principal: Principal) -> None:
-    value = _serializer().dumps([principal.token_id, secrets.token_urlsafe(24)])
-    _set(request, response, SESSION_COOKIE, value, SESSION_MAX_AGE_S)
+    secret = secrets.token_urlsafe(32)
+    with transaction() as session:
+        session.add(DashboardSession(
+            secret_hash=_hash(secret), token_id=principal.token_id,
+            expires_at=datetime.now(UTC) + timedelta(seconds=SESSION_MAX_AGE_S)))
+    _set(request, response, SESSION_COOKIE, _serializer("session").dumps(secret), SESSION_MAX_AGE_S)
     response.delete_cookie(ANONYMOUS_COOKIE, path="/ui")
 
 
 def with_nonce(visit: Visit) -> Visit:
     """An anonymous visit without a nonce gets one; `remember_nonce` then sets its cookie."""
-    return visit if visit.nonce else Visit(None, secrets.token_urlsafe(24))
+    return visit if visit.nonce else Visit(None, secrets.token_urlsafe(24), fresh=True)
 
 
 def remember_nonce(request: Request, response: Response, visit: Visit) -> None:
-    if request.cookies.get(ANONYMOUS_COOKIE) != visit.nonce:
-        _set(request, response, ANONYMOUS_COOKIE, visit.nonce, 3600)
+    if visit.fresh:
+        _set(request, response, ANONYMOUS_COOKIE, _serializer("anonymous").dumps(visit.nonce),
+             ANONYMOUS_MAX_AGE_S)
 
 
-def end_session(response: Response) -> None:
+def end_session(visit: Visit, response: Response) -> None:
+    """Sign out: the session row ends, so the cookie is worthless even if it was copied."""
+    if visit.principal is not None:
+        with transaction() as session:
+            row = session.scalar(select(DashboardSession).where(
+                DashboardSession.secret_hash == _hash(visit.nonce)).with_for_update())
+            if row is not None and row.ended_at is None:
+                row.ended_at = datetime.now(UTC)
     response.delete_cookie(SESSION_COOKIE, path="/ui")
 
 

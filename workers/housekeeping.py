@@ -7,14 +7,13 @@ import logging
 import threading
 import time
 
-import httpx
 from celery import Celery
 from celery.signals import worker_ready
 
 from registry.db import transaction
 from registry.settings import get_settings
 from registry.task_queue import DELIVER_WEBHOOK, celery_config, enqueue_webhook_deliveries
-from registry.webhooks import deliveries, destinations, signing
+from registry.webhooks import deliveries, sending
 
 log = logging.getLogger(__name__)
 
@@ -30,30 +29,17 @@ def deliver_webhook(self, delivery_id: int) -> str:
         send = deliveries.due(session, delivery_id)
     if send is None:
         return "nothing to send"
-    refused = destinations.resolved_reason(send.url, settings.webhook_allowed_networks)
-    status, error = (None, f"refused: {refused}") if refused else _post(send, settings.webhook_timeout_s)
+    # Resolved once and connected to the checked address: no DNS rebinding between the two.
+    attempt = sending.deliver(send, timeout_s=settings.webhook_timeout_s,
+                              allowed=settings.webhook_allowed_networks)
     with transaction() as session:
-        delay = deliveries.record_attempt(session, delivery_id, status=status, error=error,
+        delay = deliveries.record_attempt(session, delivery_id, status=attempt.status,
+                                          error=attempt.error, final=attempt.final,
                                           max_attempts=settings.webhook_max_attempts,
                                           backoff_s=settings.webhook_backoff_s)
     if delay is not None:
         raise self.retry(countdown=delay)
-    return f"HTTP {status}" if status else (error or "")
-
-
-def _post(send: deliveries.Send, timeout_s: float) -> tuple[int | None, str | None]:
-    headers = {"Content-Type": "application/json", "User-Agent": "loraplane-webhooks",
-               "X-Loraplane-Event": send.event, "X-Loraplane-Delivery": str(send.delivery_id),
-               signing.HEADER: signing.sign(send.secret, send.body)}
-    try:
-        # Only the status matters: the body is never read, so a receiver cannot feed the worker
-        # a large or endless one, and nothing it says is shown back to whoever made the webhook.
-        with httpx.stream("POST", send.url, content=send.body, headers=headers, timeout=timeout_s,
-                          follow_redirects=False) as response:
-            status = response.status_code
-    except httpx.HTTPError as error:
-        return None, type(error).__name__
-    return status, None if 200 <= status < 300 else f"HTTP {status}"
+    return f"HTTP {attempt.status}" if attempt.status else (attempt.error or "")
 
 
 SWEEP_EVERY_S = 60

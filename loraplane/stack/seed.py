@@ -20,6 +20,7 @@ POOL = "demo"
 SUITE = "demo-tasks"
 BASE_MODEL = "tiny-task-llama"  # the task kit's base; its adapter_config.json names it
 NODE_ID = "local-node"
+ROUTER_ID = "local-router"
 # The node's vLLM is started with these too: the agent loads what the pool admits.
 POOL_LIMITS = {"max_loras": 2, "max_cpu_loras": 4, "max_lora_rank": 16, "dtype": "float32"}
 # Held-out prompts of both kit tasks. An adapter solves one task, so a good one answers half of
@@ -32,8 +33,8 @@ TOKENS = {
     "uploader": {"subject": "ml-engineer", "role": "uploader", "tenant": TENANT},
     "reviewer": {"subject": "reviewer", "role": "reviewer", "tenant": TENANT},
     "app": {"subject": "demo-app", "role": "app", "tenant": TENANT},
-    "node": {"subject": NODE_ID, "role": "node", "pool": POOL},
-    "router": {"subject": "local-router", "role": "router", "pool": POOL},
+    "node": {"subject": NODE_ID, "role": "node", "pool": POOL, "instance_id": NODE_ID},
+    "router": {"subject": ROUTER_ID, "role": "router", "pool": POOL, "instance_id": ROUTER_ID},
 }
 
 

@@ -169,7 +169,8 @@ class _Stack:
         return ProcessSpec("agent", argv, env, http_ok(f"http://127.0.0.1:{metrics_port}/healthz"))
 
     def _router(self, token: str) -> ProcessSpec:
-        env = {**self.env, "LORAPLANE_ROUTER_TOKEN": token, "LORAPLANE_ROUTER_METRICS_PORT": str(_free_port())}
+        env = {**self.env, "LORAPLANE_ROUTER_TOKEN": token, "LORAPLANE_ROUTER_ROUTER_ID": seed.ROUTER_ID,
+               "LORAPLANE_ROUTER_METRICS_PORT": str(_free_port())}
         argv = [sys.executable, "-m", "loraplane", "router", "--pool", seed.POOL, "--registry", self.public_url,
                 "--host", self.options.host, "--port", str(self.options.router_port)]
         return ProcessSpec("router", argv, env, http_ok(self.router_url + "/healthz"))

@@ -3,9 +3,17 @@ generation is current (after waiting up to `wait` seconds for a change), else th
 
 from __future__ import annotations
 
+import time
+
+from starlette.concurrency import run_in_threadpool
+
 from registry.active_set.serving import BodyCache
 from registry.active_set.watch import WATCH
-from registry.auth.principal import Principal
+from registry.auth import tokens
+from registry.auth.principal import Principal, Role
+from registry.db import transaction
+from registry.errors import Forbidden
+from registry.settings import get_settings
 
 bodies = BodyCache()
 
@@ -13,8 +21,9 @@ bodies = BodyCache()
 async def answer(pool: str, principal: Principal, known: int | None, wait_s: float,
                  node: str | None = None) -> tuple[int, int, bytes | None]:
     """(HTTP status, generation, body or None for a 304). With `node`, the body holds only what
-    the placement gives that node."""
+    the placement gives that node; a node token always gets its own node's part."""
     principal.require_pool_reader(pool)
+    node = _own_node(principal, node)
     current = WATCH.known(pool)
     if current is None or (known is not None and known > current):
         # A pool this process has not seen yet (or none: 404 from here), or a node that already
@@ -23,12 +32,33 @@ async def answer(pool: str, principal: Principal, known: int | None, wait_s: flo
         current, _ = await bodies.get(pool, at_least=known)
         WATCH.observe(pool, current)
     if current == known and wait_s > 0:
+        revocations, started = WATCH.revocations, time.monotonic()
         current = await WATCH.wait_beyond(pool, known, wait_s)
+        # The token may have been revoked, or have expired, while the request waited: check it
+        # again when any revocation was heard of, or when the wait outlived the token cache
+        # (a process that hears of revocations late, such as on SQLite).
+        waited_long = time.monotonic() - started >= get_settings().auth_cache_s
+        if current != known and (WATCH.revocations != revocations or waited_long):
+            await run_in_threadpool(_still_valid, principal.token_id)
     if current == known:
         return 304, known, None
     generation, body = await bodies.get(pool, at_least=current, node=node)
     WATCH.observe(pool, generation)
     return 200, generation, body
+
+
+def _own_node(principal: Principal, node: str | None) -> str | None:
+    if principal.role is not Role.NODE:
+        return node
+    if node is not None and node != principal.instance_id:
+        raise Forbidden(f"this node token is bound to node '{principal.instance_id}', not '{node}'",
+                        hint="Ask with ?node= set to the token's own node id, or use that node's token.")
+    return principal.instance_id
+
+
+def _still_valid(token_id: int) -> None:
+    with transaction() as session:
+        tokens.principal_by_id(session, token_id)
 
 
 def generation_in(if_none_match: str | None) -> int | None:

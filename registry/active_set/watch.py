@@ -30,6 +30,7 @@ class GenerationWatch:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
         self.on_token_revoked: list[Callable[[], None]] = []
+        self.revocations = 0  # revocations heard of (or possibly missed); long-polls compare it
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -81,6 +82,7 @@ class GenerationWatch:
         if message.get("kind") == "generation":
             self.observe(str(message["pool"]), int(message["generation"]))
         elif message.get("kind") == "token_revoked":
+            self.revocations += 1
             for callback in self.on_token_revoked:
                 callback()
 

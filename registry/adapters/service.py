@@ -73,6 +73,7 @@ def record_version(session: Session, principal: Principal, target: UploadTarget,
         state=INITIAL_STATE,
         uploaded_by=principal.subject,
         uploaded_by_token_id=principal.token_id,
+        uploaded_by_identity_id=principal.identity_id or None,
     )
     session.add(version)
     session.flush()

@@ -1,32 +1,48 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Path, Query
 
-from registry.auth import tokens
+from registry.auth import service
 from registry.auth.dependencies import any_token, authenticated
-from registry.auth.principal import Principal, Role
-from registry.auth.schemas import TokenCreate, TokenCreated, WhoAmI
+from registry.auth.principal import Principal
+from registry.auth.schemas import TokenCreate, TokenCreated, TokenOut, TokenPage, WhoAmI
 from registry.db import transaction
-from registry.errors import Forbidden
+from registry.names import NAME_PATTERN
 
 router = APIRouter(prefix="/v1", tags=["auth"])
+TokenId = Path(ge=1, le=2**31 - 1)
 
 
 @router.post("/tokens", status_code=201, response_model=TokenCreated)
 def create_token(spec: TokenCreate, principal: Principal = Depends(authenticated)):
-    principal.require({Role.ADMIN}, spec.tenant)
-    if spec.tenant is None and not principal.is_global_admin:
-        raise Forbidden("only a global admin may create tokens without a tenant")
+    """Admins issue tokens in their tenant; a global admin also node, router and global ones."""
     with transaction() as session:
-        row, plain = tokens.create_token(
-            session, subject=spec.subject, role=spec.role, tenant=spec.tenant, pool=spec.pool,
-            tier=spec.tier, actor=principal.label,
-        )
-        return TokenCreated(id=row.id, subject=row.subject, role=spec.role, tenant=spec.tenant,
-                            pool=spec.pool, tier=row.tier, token=plain)
+        return service.issue(session, principal, spec)
+
+
+@router.get("/tokens", response_model=TokenPage)
+def list_tokens(tenant: str | None = Query(None, max_length=64, pattern=NAME_PATTERN.pattern),
+                include_revoked: bool = False, limit: int = Query(100, ge=1, le=200),
+                cursor: str | None = Query(None, max_length=18),
+                principal: Principal = Depends(authenticated)):
+    """Tokens you may manage: a global admin's are all, a tenant admin's its tenant's, anyone
+    else's their own. Secrets are never listed."""
+    with transaction() as session:
+        items, next_cursor = service.list_tokens(session, principal, tenant=tenant,
+                                                 include_revoked=include_revoked, limit=limit,
+                                                 cursor=cursor)
+        return TokenPage(items=items, next_cursor=next_cursor)
+
+
+@router.post("/tokens/{token_id}/revoke", response_model=TokenOut)
+def revoke_token(token_id: int = TokenId, principal: Principal = Depends(authenticated)):
+    """Revoke at once, everywhere (dashboard sessions included). Safe to repeat."""
+    with transaction() as session:
+        return service.revoke(session, principal, token_id)
 
 
 @router.get("/whoami", response_model=WhoAmI)
 def whoami(principal: Principal = Depends(any_token)):
     return WhoAmI(subject=principal.subject, role=principal.role, tenant=principal.tenant,
-                  pool=principal.pool, tier=principal.tier)
+                  pool=principal.pool, instance_id=principal.instance_id, tier=principal.tier,
+                  identity_id=principal.identity_id, token_id=principal.token_id)

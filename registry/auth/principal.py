@@ -31,6 +31,8 @@ class Principal:
     tenant: str | None  # None for a global admin and for node and router tokens
     pool: str | None = None  # a node or router token's pool
     tier: str | None = None  # an app key's SLO tier
+    identity_id: int = 0  # the person or service behind the token; 0 only in hand-made values
+    instance_id: str | None = None  # the node or router id a node or router token speaks for
 
     @property
     def is_global_admin(self) -> bool:
@@ -39,7 +41,7 @@ class Principal:
     @property
     def label(self) -> str:
         scope = f"pool {self.pool}" if self.pool else (self.tenant or "*")
-        return f"{self.subject} ({self.role}@{scope}, token {self.token_id})"
+        return f"{self.subject} ({self.role}@{scope}, identity {self.identity_id}, token {self.token_id})"
 
     def require(self, roles: set[Role], tenant: str | None = None) -> None:
         """Pass a global admin; otherwise demand one of `roles`, within `tenant` when given."""
@@ -72,6 +74,17 @@ class Principal:
         if self.pool != pool:
             raise Forbidden(f"this {self.role} token belongs to pool '{self.pool}', not '{pool}'",
                             hint="Use the token issued for this pool.")
+
+    def require_instance(self, pool: str, instance_id: str, role: Role) -> None:
+        """Pass a global admin, or the token of `role` issued for this pool and this node or
+        router id: a leaked token cannot speak for another node of its pool."""
+        self.require_node_of(pool, (role,))
+        if not self.is_global_admin and self.instance_id != instance_id:
+            raise Forbidden(f"this {self.role} token is bound to {self.role} "
+                            f"'{self.instance_id}', not '{instance_id}'",
+                            hint=f"Use the token issued for {self.role} '{instance_id}' "
+                                 f"(loraplane token create --role {self.role} --pool {pool} "
+                                 f"--instance-id {instance_id}).")
 
     def require_pool_reader(self, pool: str) -> None:
         """Pass a global admin, or a node or router token of this pool."""

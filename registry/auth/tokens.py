@@ -1,19 +1,22 @@
-"""API tokens: random secrets shown once, stored only as their sha256."""
+"""API tokens: random secrets shown once, stored only as their sha256. Each belongs to an
+identity, records the token that issued it, and expires."""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.auth.principal import POOL_ROLES, TIERS, Principal, Role
+from registry.clock import aware
 from registry.errors import NotFound, Unauthorized, Unprocessable
 from registry.names import check_name
-from registry.tables import ApiToken, Pool, Tenant
+from registry.settings import get_settings
+from registry.tables import ApiToken, Identity, Pool, Tenant
 
 TOKEN_PREFIX = "lpt_"
 
@@ -35,26 +38,36 @@ def ensure_tenant(session: Session, name: str) -> Tenant:
 
 def create_token(
     session: Session, *, subject: str, role: Role, tenant: str | None, actor: str,
-    pool: str | None = None, tier: str | None = None,
+    pool: str | None = None, tier: str | None = None, instance_id: str | None = None,
+    issued_by: Principal | None = None, identity_id: int | None = None,
+    ttl_days: int | None = None,
 ) -> tuple[ApiToken, str]:
     """Return the stored row and the plain token, which is never stored or shown again.
-    Node and router tokens belong to one pool and no tenant: a pool serves every tenant's
-    adapters. App keys belong to one tenant and carry an SLO tier."""
+    Node and router tokens belong to one pool, one node or router id and no tenant: a pool
+    serves every tenant's adapters. App keys belong to one tenant and carry an SLO tier.
+    `identity_id` issues another token to an existing identity; otherwise a new identity is
+    made. `issued_by` is the calling token, None for an operator on the database."""
     if not subject.strip() or len(subject) > 128:
         raise Unprocessable("subject must be 1-128 characters", hint="Name the person or service.")
     pool_row = _node_pool(session, role, tenant, pool)
+    instance_id = _instance(role, instance_id)
     if tenant is None and role not in (Role.ADMIN, *POOL_ROLES):
         raise Unprocessable(f"a '{role}' token needs a tenant", hint="Pass --tenant NAME.")
     tier = _tier(role, tier)
     tenant_row = ensure_tenant(session, tenant) if tenant is not None else None
+    identity = _identity(session, identity_id, subject.strip(), tenant_row)
     plain = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = ApiToken(
         token_hash=hash_token(plain),
         subject=subject.strip(),
+        identity_id=identity.id,
+        created_by_token_id=issued_by.token_id if issued_by else None,
         role=role.value,
         tenant_id=tenant_row.id if tenant_row else None,
         pool_id=pool_row.id if pool_row else None,
+        instance_id=instance_id,
         tier=tier,
+        expires_at=datetime.now(UTC) + timedelta(days=_ttl_days(ttl_days)),
     )
     session.add(row)
     session.flush()
@@ -64,9 +77,52 @@ def create_token(
         action="token.create",
         subject=f"token/{row.id}",
         tenant_id=row.tenant_id,
-        after={"subject": row.subject, "role": row.role, "tenant": tenant, "pool": pool, "tier": tier},
+        after={"subject": row.subject, "identity": identity.id, "role": row.role, "tenant": tenant,
+               "pool": pool, "instance_id": instance_id, "tier": tier,
+               "issued_by_token": row.created_by_token_id, "expires_at": row.expires_at},
     )
     return row, plain
+
+
+def _identity(session: Session, identity_id: int | None, name: str, tenant: Tenant | None) -> Identity:
+    if identity_id is None:
+        identity = Identity(name=name, tenant_id=tenant.id if tenant else None)
+        session.add(identity)
+        session.flush()
+        return identity
+    identity = session.get(Identity, identity_id)
+    if identity is None or identity.tenant_id != (tenant.id if tenant else None):
+        raise NotFound(f"identity {identity_id} does not exist in this token's tenant",
+                       code="identity_not_found",
+                       hint="Give an identity of the same tenant (GET /v1/tokens lists them), or "
+                            "omit it to make a new identity.")
+    return identity
+
+
+def _ttl_days(ttl_days: int | None) -> int:
+    settings = get_settings()
+    if ttl_days is None:
+        return min(settings.token_ttl_days, settings.token_max_ttl_days)
+    if not 1 <= ttl_days <= settings.token_max_ttl_days:
+        raise Unprocessable(f"a token lives 1 to {settings.token_max_ttl_days} days, not {ttl_days}",
+                            code="invalid_token_ttl",
+                            hint="Pick a shorter lifetime and issue a new token before it ends.")
+    return ttl_days
+
+
+def _instance(role: Role, instance_id: str | None) -> str | None:
+    if role not in POOL_ROLES:
+        if instance_id is not None:
+            raise Unprocessable("only node and router tokens are bound to an instance id",
+                                code="invalid_token_scope", hint="Drop --instance-id.")
+        return None
+    if instance_id is None:
+        raise Unprocessable(f"a {role} token needs the {role} id it speaks for",
+                            code="invalid_token_scope",
+                            hint=f"Pass --instance-id with the {role}'s id: one token per {role}, "
+                                 f"so a leaked token cannot pose as another {role}.")
+    check_name(instance_id, role.value)
+    return instance_id
 
 
 def _tier(role: Role, tier: str | None) -> str | None:
@@ -98,10 +154,10 @@ def _node_pool(session: Session, role: Role, tenant: str | None, pool: str | Non
     return row
 
 
-def revoke_token(session: Session, token_id: int, *, actor: str) -> None:
+def revoke_token(session: Session, token_id: int, *, actor: str) -> ApiToken:
     row = session.get(ApiToken, token_id)
     if row is None:
-        raise NotFound(f"token {token_id} does not exist")
+        raise NotFound(f"token {token_id} does not exist", code="token_not_found")
     if row.revoked_at is None:
         row.revoked_at = datetime.now(UTC)
         audit.record(
@@ -111,6 +167,7 @@ def revoke_token(session: Session, token_id: int, *, actor: str) -> None:
         from registry.active_set.changes import announce  # other processes drop cached tokens
 
         announce(session, {"kind": "token_revoked"})
+    return row
 
 
 def has_admin(session: Session) -> bool:
@@ -137,7 +194,11 @@ def principal_by_id(session: Session, token_id: int) -> Principal:
 def _principal(session: Session, row: ApiToken | None) -> Principal:
     if row is None or row.revoked_at is not None:
         raise Unauthorized("invalid or revoked token", hint="Ask an admin for a new token.")
+    if row.expires_at is not None and aware(row.expires_at) <= datetime.now(UTC):
+        raise Unauthorized("this token has expired", code="token_expired",
+                           hint="Ask an admin for a new token (loraplane token create).")
     tenant = session.get(Tenant, row.tenant_id).name if row.tenant_id else None
     pool = session.get(Pool, row.pool_id).name if row.pool_id else None
     return Principal(token_id=row.id, subject=row.subject, role=Role(row.role), tenant=tenant,
-                     pool=pool, tier=row.tier)
+                     pool=pool, tier=row.tier, identity_id=row.identity_id,
+                     instance_id=row.instance_id)

@@ -79,6 +79,7 @@ def sync_version_state(session: Session, version: AdapterVersion) -> None:
 
 def get(session: Session, principal: Principal, evaluation_id: int, *, examples_limit: int,
         examples_cursor: str | None) -> EvaluationOut:
+    principal.require(READERS)  # the role first: a node token learns nothing, not even a 404
     row = session.get(Evaluation, evaluation_id)
     if row is None or not _may_read(session, principal, row):
         # The same answer for another tenant's evaluation: ids reveal nothing.

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from registry.active_set import changes
 from registry.clock import aware
 from registry.active_set.snapshot import desired_digests, pool_by_name
-from registry.auth.principal import Principal
+from registry.auth.principal import Principal, Role
 from registry.errors import Unprocessable
 from registry.names import check_name
 from registry.placement import service as placement
@@ -23,7 +23,7 @@ from registry.tables import NodeStatus
 
 def report(session: Session, principal: Principal, pool_name: str, node_id: str,
            body: NodeReport) -> NodeOut:
-    principal.require_node_of(pool_name)
+    principal.require_instance(pool_name, node_id, Role.NODE)
     check_name(node_id, "node")
     pool = pool_by_name(session, pool_name)
     if body.generation > pool.generation:

@@ -96,7 +96,7 @@ def last_loaded(session: Session, pool: Pool, node_id: str) -> frozenset[str]:
 
 def record_traffic(session: Session, principal: Principal, pool_name: str, router_id: str,
                    rates: dict[str, float]) -> None:
-    principal.require_node_of(pool_name, (Role.ROUTER,))
+    principal.require_instance(pool_name, router_id, Role.ROUTER)
     pool = pool_by_name(session, pool_name)
     query = select(RouterTraffic).where(RouterTraffic.pool_id == pool.id, RouterTraffic.router_id == router_id)
     fields = {"rates": rates, "reported_at": datetime.now(UTC)}

@@ -10,11 +10,12 @@ from sqlalchemy.orm import Session
 
 from registry.active_set import changes
 from registry.active_set.snapshot import CANARY, PRODUCTION
+from registry.auth import lineage
 from registry.auth.principal import Principal
 from registry.evaluations import rules as evaluation_rules
 from registry.placement import service as placement
 from registry.tables import (
-    Adapter, AdapterVersion, ApiToken, BaseModel, EvalSuite, Evaluation, Pool, PoolAlias, Promotion,
+    Adapter, AdapterVersion, BaseModel, EvalSuite, Evaluation, Pool, PoolAlias, Promotion,
 )
 
 
@@ -158,15 +159,26 @@ def _pool_capacity(session: Session, pool) -> tuple[int, str]:
 
 
 def four_eyes(session: Session, promotion: Promotion, approver: Principal) -> Gate:
+    """Compare identities and their issuing lineage, never names: an approver who is, issued,
+    or was issued by the uploader or the requester could have acted alone."""
     version = session.get(AdapterVersion, promotion.version_id)
-    uploader = session.scalar(select(ApiToken.subject).where(ApiToken.id == version.uploaded_by_token_id))
-    if uploader is None:  # uploaded without a token row (e.g. by an operator): its label leads with it
-        uploader = version.uploaded_by.split(" (")[0]
-    me = approver.subject.casefold()
-    if uploader.casefold() == me:
-        return Gate("four_eyes", False, f"{approver.subject} uploaded this version and may not approve it",
-                    "Ask another reviewer: approval needs a second person (four-eyes).")
-    if promotion.requested_by_subject.casefold() == me:
-        return Gate("four_eyes", False, f"{approver.subject} requested this promotion and may not approve it",
-                    "Ask another reviewer: approval needs a second person (four-eyes).")
-    return Gate("four_eyes", True, "the approver is neither the uploader nor the requester")
+    second_person = ("Ask another reviewer, with a token of their own that was not issued by or to "
+                     "the other party.")
+    me = lineage.describe(session, approver.identity_id)
+    my_issuers = lineage.issuers(session, approver.identity_id)
+    for deed, party in (("uploaded this version", version.uploaded_by_identity_id),
+                        ("requested this promotion", promotion.requested_by_identity_id)):
+        if party is None:
+            return Gate("four_eyes", False, f"who {deed} has no recorded identity, so four-eyes "
+                        "cannot be checked", "Request the promotion again with a current token.")
+        if party == approver.identity_id:
+            return Gate("four_eyes", False, f"{me} {deed} and may not approve it", second_person)
+        them = lineage.describe(session, party)
+        if party in my_issuers:
+            return Gate("four_eyes", False, f"{me} holds a token issued through {them}, who "
+                        f"{deed}, and may not approve it", second_person)
+        if approver.identity_id in lineage.issuers(session, party):
+            return Gate("four_eyes", False, f"{me} issued a token of {them}, who {deed}, and may "
+                        "not approve it", second_person)
+    return Gate("four_eyes", True, "the approver is neither the uploader nor the requester, nor in "
+                "either one's token lineage")

@@ -38,7 +38,8 @@ def request(session: Session, principal: Principal, pool_name: str, spec: Promot
         pool_id=pool.id, adapter_id=target.adapter.id, version_id=target.version.id,
         alias=spec.alias, weight=spec.weight, kind=rules.PROMOTE, state=rules.REQUESTED,
         gates=[g.as_dict() for g in results], requested_by=principal.label,
-        requested_by_subject=principal.subject, comment=spec.comment)
+        requested_by_subject=principal.subject, requested_by_identity_id=principal.identity_id or None,
+        comment=spec.comment)
     session.add(promotion)
     session.flush()
     rules.transition(promotion, rules.AWAITING)
@@ -67,6 +68,7 @@ def approve(session: Session, principal: Principal, promotion_id: int, comment: 
     _refuse_if_blocked(gates.blocking(results), f"promotion {promotion.id} no longer passes its gates")
     promotion.gates = [g.as_dict() for g in [*results, four_eyes]]
     promotion.decided_by, promotion.decision_comment = principal.label, comment
+    promotion.decided_by_identity_id = principal.identity_id or None
     promotion.decided_at = _now()
     _record(session, promotion, "promotion.approved", principal.label, comment=comment)
     _activate(session, promotion, generation, principal.label)
@@ -79,6 +81,7 @@ def reject(session: Session, principal: Principal, promotion_id: int, comment: s
     promotion = _locked(session, promotion_id)
     rules.transition(promotion, rules.REJECTED)
     promotion.decided_by, promotion.decision_comment = principal.label, comment
+    promotion.decided_by_identity_id = principal.identity_id or None
     promotion.decided_at = promotion.ended_at = _now()
     _record(session, promotion, "promotion.rejected", principal.label, comment=comment)
     return to_out(session, promotion, principal)
@@ -114,8 +117,9 @@ def rollback(session: Session, principal: Principal, pool_name: str, tenant: str
         pool_id=pool.id, adapter_id=adapter.id, version_id=previous.version_id, alias=alias,
         weight=previous.weight, kind=rules.ROLLBACK, state=rules.REQUESTED, gates=[],
         previous_id=previous.previous_id, requested_by=principal.label,
-        requested_by_subject=principal.subject, comment=comment,
-        decided_by=principal.label, decision_comment=comment, decided_at=_now())
+        requested_by_subject=principal.subject, requested_by_identity_id=principal.identity_id or None,
+        comment=comment, decided_by=principal.label, decided_by_identity_id=principal.identity_id or None,
+        decision_comment=comment, decided_at=_now())
     session.add(restored)
     session.flush()
     _point(session, restored, generation)

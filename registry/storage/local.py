@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -12,16 +13,19 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from registry.errors import Forbidden, NotFound, Unavailable
-from registry.settings import RegistrySettings
+from registry.keys import Purpose, key_for
+from registry.settings import MAX_PRESIGN_TTL_S, RegistrySettings
 
 DOWNLOAD_ROUTE = "/v1/artifacts/"
+# Only content-addressed blobs are ever downloaded: a key is never a path a caller can steer.
+DOWNLOADABLE_KEY = re.compile(r"blobs/sha256/([0-9a-f]{2})/\1[0-9a-f]{62}")
 
 
 class LocalStore:
     def __init__(self, settings: RegistrySettings) -> None:
         self.root = settings.artifacts_dir
         self.public_url = settings.public_url.rstrip("/")
-        self._key = settings.signing_key()
+        self._key = key_for(Purpose.DOWNLOAD_LINKS)
 
     def has(self, key: str) -> bool:
         return self.path_of(key).is_file()
@@ -76,7 +80,9 @@ class LocalStore:
         return f"{self.public_url}{DOWNLOAD_ROUTE}{key}?{query}"
 
     def open_signed(self, key: str, expires: int, signature: str) -> Path:
-        if expires < time.time() or not hmac.compare_digest(signature, self._sign(key, expires)):
+        now = time.time()
+        if (not DOWNLOADABLE_KEY.fullmatch(key) or not now <= expires <= now + MAX_PRESIGN_TTL_S
+                or not hmac.compare_digest(signature, self._sign(key, expires))):
             raise Forbidden("the download link is invalid or has expired", code="bad_signature",
                             hint="Ask the registry for a new download URL.")
         return self._existing(key)

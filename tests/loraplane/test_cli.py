@@ -31,7 +31,8 @@ def test_up_bootstraps_one_admin_token_privately(embedded):
     who = cli("whoami", token=token_file.read_text().strip(), url=server.url)
     assert who.returncode == 0, who.stderr
     assert json.loads(who.stdout) == {"subject": "bootstrap-admin", "role": "admin", "tenant": None,
-                                     "pool": None, "tier": None}
+                                     "pool": None, "instance_id": None, "tier": None,
+                                     "identity_id": 1, "token_id": 1}
 
 
 def test_push_with_progress_then_download_and_verify(embedded, tiny_base, make_adapter):

@@ -73,12 +73,13 @@ def make_ready(tiny_base, tmp_path_factory, engine, promo_pools, client_for):
     root = tmp_path_factory.mktemp("promo-adapters")
 
     def make(name: str, *, r: int = 8, passed: bool = True, parity: bool = True,
-             uploader: str = "acme_uploader", evaluate: bool = True) -> dict:
+             uploader: str | httpx.Client = "acme_uploader", evaluate: bool = True) -> dict:
         seed = next(seeds)
         folder = build_adapter(tiny_base, root / f"{name}-{seed}", r=r, lora_alpha=16,
                                target_modules=("q_proj", "v_proj"), seed=seed,
                                base_model_name=PROMO_BASE)
-        version = upload_dir(client_for(uploader), f"acme/{name}", folder)
+        client = uploader if isinstance(uploader, httpx.Client) else client_for(uploader)
+        version = upload_dir(client, f"acme/{name}", folder)
         if evaluate:
             for evaluation in evaluations_of(client_for("acme_admin"), version):
                 finish_evaluation(engine, evaluation["id"], passed=passed, parity=parity)

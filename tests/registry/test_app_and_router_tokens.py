@@ -19,8 +19,10 @@ def token_count(engine) -> int:
 def test_an_app_key_is_interactive_unless_made_batch(admin, client_for, registry):
     import httpx
 
-    assert client_for("acme_app").get("/v1/whoami").json() == {
-        "subject": "acme_app", "role": "app", "tenant": "acme", "pool": None, "tier": "interactive"}
+    who = client_for("acme_app").get("/v1/whoami").json()
+    assert {k: v for k, v in who.items() if k not in ("identity_id", "token_id")} == {
+        "subject": "acme_app", "role": "app", "tenant": "acme", "pool": None, "instance_id": None,
+        "tier": "interactive"}
     created = admin.post("/v1/tokens", json={"subject": "nightly-jobs", "role": "app",
                                              "tenant": "acme", "tier": "batch"})
     assert created.status_code == 201 and created.json()["tier"] == "batch"

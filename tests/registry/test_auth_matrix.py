@@ -1,4 +1,5 @@
-"""Every endpoint against no token, each role, and another tenant's tokens."""
+"""Every operation of the OpenAPI document against no token, each role, own and other tenant,
+own and other pool, and own and other node or router id."""
 
 from __future__ import annotations
 
@@ -31,8 +32,11 @@ def expect(default: int, **overrides: int) -> dict[str, int]:
 
 
 READERS = expect(403, global_admin=200, acme_admin=200, acme_uploader=200, acme_reviewer=200)
+PEOPLE = READERS | {"globex_admin": 200, "globex_uploader": 200}
 GLOBAL_ADMIN_ONLY = expect(403, global_admin=201)
 ANY_TOKEN = expect(200)
+NOT_FOUND_FOR_PEOPLE = expect(403, global_admin=404, acme_admin=404, acme_uploader=404,
+                              acme_reviewer=404, globex_admin=404, globex_uploader=404)
 
 
 @pytest.fixture(scope="module")
@@ -50,76 +54,136 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{next(counter)}"
 
 
-ENDPOINTS = [
-    ("GET /v1/whoami", lambda w: ("GET", "/v1/whoami", {}), expect(200, acme_app=200)),
-    ("GET /v1/base-models", lambda w: ("GET", "/v1/base-models", {}), ANY_TOKEN),
-    ("GET /v1/base-models/{name}", lambda w: ("GET", "/v1/base-models/tiny-llama", {}), ANY_TOKEN),
-    ("POST /v1/base-models", lambda w: ("POST", "/v1/base-models", {
-        "json": {"name": unique("base"), "config": w["config"]}}), GLOBAL_ADMIN_ONLY),
-    ("GET /v1/pools", lambda w: ("GET", "/v1/pools", {}), ANY_TOKEN),
-    ("POST /v1/pools", lambda w: ("POST", "/v1/pools", {"json": {
-        "name": unique("pool"), "base_model": "tiny-llama", "max_loras": 2, "max_cpu_loras": 4,
-        "max_lora_rank": 16}}), GLOBAL_ADMIN_ONLY),
-    ("GET /v1/adapters", lambda w: ("GET", "/v1/adapters", {"params": {"tenant": "acme"}}), READERS),
-    ("GET /v1/adapters/{t}/{n}", lambda w: ("GET", "/v1/adapters/acme/matrix", {}), READERS),
-    ("GET /v1/adapters/{t}/{n}/versions", lambda w: ("GET", "/v1/adapters/acme/matrix/versions", {}),
-     READERS),
-    ("GET /v1/adapters/{t}/{n}/versions/{v}",
-     lambda w: ("GET", "/v1/adapters/acme/matrix/versions/1", {}), READERS),
-    ("GET /v1/adapters/{t}/{n}/versions/{v}/download",
-     lambda w: ("GET", "/v1/adapters/acme/matrix/versions/1/download", {}), READERS),
-    ("POST /v1/adapters/{t}/{n}/versions",
-     lambda w: ("POST", f"/v1/adapters/acme/{unique('upload')}/versions",
-                {"files": [("file", f) for f in w["files"]]}),
-     expect(403, global_admin=201, acme_admin=201, acme_uploader=201)),
-    ("GET /v1/audit", lambda w: ("GET", "/v1/audit", {}),
-     expect(403, global_admin=200, acme_admin=200, globex_admin=200)),
-    ("POST /v1/tokens", lambda w: ("POST", "/v1/tokens", {"json": {
+NODE_STATUS = {"generation": 0, "loaded": [], "vllm_url": "http://10.1.2.3:8000",
+               "limits": {"max_loras": 2, "max_cpu_loras": 4, "max_lora_rank": 16}}
+BLOB = "blobs/sha256/00/" + "0" * 64
+# Every operation of the OpenAPI document, keyed exactly as it names it: a new endpoint without
+# a rule here fails test_every_endpoint_has_a_rule. Some keys have several cases (own and other
+# pool, node or router). Each case: (request, expected status per principal).
+ENDPOINTS = {
+    "GET /v1/whoami": [(lambda w: ("GET", "/v1/whoami", {}), expect(200, acme_app=200))],
+    "POST /v1/tokens": [(lambda w: ("POST", "/v1/tokens", {"json": {
         "subject": unique("person"), "role": "reviewer", "tenant": "acme"}}),
-     expect(403, global_admin=201, acme_admin=201)),
-    ("POST /v1/pools/{p}/promotions", lambda w: ("POST", "/v1/pools/serving/promotions", {"json": {
+        expect(403, global_admin=201, acme_admin=201))],
+    "GET /v1/tokens": [(lambda w: ("GET", "/v1/tokens", {}), expect(200)),
+                       (lambda w: ("GET", "/v1/tokens", {"params": {"tenant": "acme"}}),
+                        expect(200, globex_admin=403))],
+    "POST /v1/tokens/{token_id}/revoke": [
+        (lambda w: ("POST", "/v1/tokens/999999/revoke", {}), expect(404))],
+    "GET /v1/base-models": [(lambda w: ("GET", "/v1/base-models", {}), ANY_TOKEN)],
+    "GET /v1/base-models/{name}": [(lambda w: ("GET", "/v1/base-models/tiny-llama", {}), ANY_TOKEN)],
+    "POST /v1/base-models": [(lambda w: ("POST", "/v1/base-models", {
+        "json": {"name": unique("base"), "config": w["config"]}}), GLOBAL_ADMIN_ONLY)],
+    "GET /v1/pools": [(lambda w: ("GET", "/v1/pools", {}), ANY_TOKEN)],
+    "GET /v1/pools/{name}": [(lambda w: ("GET", "/v1/pools/serving", {}), ANY_TOKEN)],
+    "POST /v1/pools": [(lambda w: ("POST", "/v1/pools", {"json": {
+        "name": unique("pool"), "base_model": "tiny-llama", "max_loras": 2, "max_cpu_loras": 4,
+        "max_lora_rank": 16}}), GLOBAL_ADMIN_ONLY)],
+    "POST /v1/eval-suites": [(lambda w: ("POST", "/v1/eval-suites", {"json": {
+        "name": unique("suite"), "base_model": "tiny-llama",
+        "examples": [{"prompt": "1 =>", "reference": "one"}], "metrics": {"exact_match": {"min": 0.5}}}}),
+        GLOBAL_ADMIN_ONLY)],
+    "GET /v1/eval-suites": [(lambda w: ("GET", "/v1/eval-suites", {}), PEOPLE)],
+    "GET /v1/eval-suites/{name}": [(lambda w: ("GET", "/v1/eval-suites/no-such-suite", {}),
+                                    NOT_FOUND_FOR_PEOPLE)],
+    "GET /v1/adapters": [(lambda w: ("GET", "/v1/adapters", {"params": {"tenant": "acme"}}), READERS)],
+    "GET /v1/adapters/{tenant}/{name}": [(lambda w: ("GET", "/v1/adapters/acme/matrix", {}), READERS)],
+    "GET /v1/adapters/{tenant}/{name}/versions": [
+        (lambda w: ("GET", "/v1/adapters/acme/matrix/versions", {}), READERS)],
+    "GET /v1/adapters/{tenant}/{name}/versions/{number}": [
+        (lambda w: ("GET", "/v1/adapters/acme/matrix/versions/1", {}), READERS)],
+    "GET /v1/adapters/{tenant}/{name}/versions/{number}/download": [
+        (lambda w: ("GET", "/v1/adapters/acme/matrix/versions/1/download", {}), READERS)],
+    "POST /v1/adapters/{tenant}/{name}/versions": [
+        (lambda w: ("POST", f"/v1/adapters/acme/{unique('upload')}/versions",
+                    {"files": [("file", f) for f in w["files"]]}),
+         expect(403, global_admin=201, acme_admin=201, acme_uploader=201))],
+    "POST /v1/adapters/{tenant}/{name}/versions/{number}/evaluations": [
+        (lambda w: ("POST", "/v1/adapters/acme/matrix/versions/1/evaluations",
+                    {"json": {"suite": "no-such-suite"}}),
+         expect(403, global_admin=404, acme_admin=404, acme_uploader=404, acme_reviewer=404))],
+    "GET /v1/adapters/{tenant}/{name}/versions/{number}/evaluations": [
+        (lambda w: ("GET", "/v1/adapters/acme/matrix/versions/1/evaluations", {}), READERS)],
+    "GET /v1/evaluations/{evaluation_id}": [
+        (lambda w: ("GET", "/v1/evaluations/999999", {}), NOT_FOUND_FOR_PEOPLE)],
+    "GET /v1/audit": [(lambda w: ("GET", "/v1/audit", {}),
+                       expect(403, global_admin=200, acme_admin=200, globex_admin=200))],
+    "GET /v1/audit/verify": [(lambda w: ("GET", "/v1/audit/verify", {}), expect(403, global_admin=200))],
+    "POST /v1/pools/{pool}/promotions": [(lambda w: ("POST", "/v1/pools/serving/promotions", {"json": {
         "adapter": "acme/matrix", "version": 1}}),  # passes auth, then its gates block it
-     expect(403, global_admin=422, acme_admin=422, acme_uploader=422, acme_reviewer=422)),
-    ("GET /v1/promotions", lambda w: ("GET", "/v1/promotions", {}), expect(200, serving_node=403)),
-    ("GET /v1/promotions/{id}", lambda w: ("GET", "/v1/promotions/999999", {}), expect(404)),
-    ("POST /v1/promotions/{id}/approve", lambda w: ("POST", "/v1/promotions/999999/approve",
-                                                    {"json": {"comment": "ok"}}), expect(404)),
-    ("POST /v1/promotions/{id}/reject", lambda w: ("POST", "/v1/promotions/999999/reject",
-                                                   {"json": {"comment": "no"}}), expect(404)),
-    ("GET /v1/pools/{p}/aliases", lambda w: ("GET", "/v1/pools/serving/aliases", {}),
-     expect(200, serving_node=403)),
-    ("POST /v1/pools/{p}/aliases/{t}/{n}/{a}/rollback",
-     lambda w: ("POST", "/v1/pools/serving/aliases/acme/matrix/production/rollback",
-                {"json": {"comment": "undo"}}),  # passes auth, then finds no alias
-     expect(403, global_admin=404, acme_admin=404, acme_reviewer=404)),
-    ("GET /v1/pools/{p}/active-set", lambda w: ("GET", "/v1/pools/serving/active-set", {}),
-     expect(403, global_admin=200, serving_node=200)),
-    ("PUT /v1/pools/{p}/nodes/{n}/status",
-     lambda w: ("PUT", "/v1/pools/serving/nodes/matrix-node/status", {"json": {
-         "generation": 0, "loaded": [], "vllm_url": "http://10.1.2.3:8000",
-         "limits": {"max_loras": 2, "max_cpu_loras": 4, "max_lora_rank": 16}}}),
-     expect(403, global_admin=200, serving_node=200, serving_router=403)),
-    ("GET /v1/pools/{p}/sizing", lambda w: ("GET", "/v1/pools/serving/sizing", {}),
-     expect(200, serving_node=403)),
-    ("GET /v1/pools/{p}/rollout", lambda w: ("GET", "/v1/pools/serving/rollout", {}), expect(200)),
-    ("POST /v1/webhooks", lambda w: ("POST", "/v1/webhooks", {"json": {
+        expect(403, global_admin=422, acme_admin=422, acme_uploader=422, acme_reviewer=422))],
+    "GET /v1/promotions": [(lambda w: ("GET", "/v1/promotions", {}),
+                            expect(200, serving_node=403, other_pool_node=403))],
+    "GET /v1/promotions/{promotion_id}": [(lambda w: ("GET", "/v1/promotions/999999", {}), expect(404))],
+    "POST /v1/promotions/{promotion_id}/approve": [
+        (lambda w: ("POST", "/v1/promotions/999999/approve", {"json": {"comment": "ok"}}), expect(404))],
+    "POST /v1/promotions/{promotion_id}/reject": [
+        (lambda w: ("POST", "/v1/promotions/999999/reject", {"json": {"comment": "no"}}), expect(404))],
+    "GET /v1/pools/{pool}/aliases": [(lambda w: ("GET", "/v1/pools/serving/aliases", {}),
+                                      expect(200, serving_node=403, other_pool_node=403))],
+    "POST /v1/pools/{pool}/aliases/{tenant}/{name}/{alias}/rollback": [
+        (lambda w: ("POST", "/v1/pools/serving/aliases/acme/matrix/production/rollback",
+                    {"json": {"comment": "undo"}}),  # passes auth, then finds no alias
+         expect(403, global_admin=404, acme_admin=404, acme_reviewer=404))],
+    "GET /v1/pools/{pool}/active-set": [
+        (lambda w: ("GET", "/v1/pools/serving/active-set", {}),
+         expect(403, global_admin=200, serving_node=200, serving_router=200)),
+        (lambda w: ("GET", "/v1/pools/serving/active-set", {"params": {"node": "serving-node"}}),
+         expect(403, global_admin=200, serving_node=200, serving_router=200)),
+        (lambda w: ("GET", "/v1/pools/serving/active-set", {"params": {"node": "another-node"}}),
+         expect(403, global_admin=200, serving_router=200))],
+    "PUT /v1/pools/{pool}/nodes/{node_id}/status": [
+        (lambda w: ("PUT", "/v1/pools/serving/nodes/serving-node/status", {"json": NODE_STATUS}),
+         expect(403, global_admin=200, serving_node=200, serving_router=403)),
+        (lambda w: ("PUT", "/v1/pools/serving/nodes/another-node/status", {"json": NODE_STATUS}),
+         expect(403, global_admin=200, serving_router=403))],
+    "GET /v1/pools/{pool}/rollout": [(lambda w: ("GET", "/v1/pools/serving/rollout", {}),
+                                      expect(200, other_pool_node=403))],
+    "GET /v1/pools/{pool}/placement": [(lambda w: ("GET", "/v1/pools/serving/placement", {}),
+                                        expect(200, other_pool_node=403))],
+    "PUT /v1/pools/{pool}/routers/{router_id}/traffic": [
+        (lambda w: ("PUT", "/v1/pools/serving/routers/serving-router/traffic",
+                    {"json": {"requests_per_s": {}}}),
+         expect(403, global_admin=204, serving_router=204)),
+        (lambda w: ("PUT", "/v1/pools/serving/routers/another-router/traffic",
+                    {"json": {"requests_per_s": {}}}),
+         expect(403, global_admin=204))],
+    "GET /v1/pools/{pool}/sizing": [(lambda w: ("GET", "/v1/pools/serving/sizing", {}),
+                                     expect(200, serving_node=403, other_pool_node=403))],
+    "POST /v1/webhooks": [(lambda w: ("POST", "/v1/webhooks", {"json": {
         # Loopback port 9 refuses at once: its deliveries fail fast and hold up no other test.
         "url": "http://127.0.0.1:9/loraplane", "tenant": "acme"}}),
-     expect(403, global_admin=201, acme_admin=201)),
-    ("GET /v1/webhooks", lambda w: ("GET", "/v1/webhooks", {}),
-     expect(403, global_admin=200, acme_admin=200, globex_admin=200)),
-    ("GET /v1/audit/verify", lambda w: ("GET", "/v1/audit/verify", {}), expect(403, global_admin=200)),
-    ("GET /metrics", lambda w: ("GET", "/metrics", {}), expect(403, global_admin=200)),
-    ("GET /healthz", lambda w: ("GET", "/healthz", {}), {p: 200 for p in ALL}),
-    ("GET /readyz", lambda w: ("GET", "/readyz", {}), {p: 200 for p in ALL}),
-]
+        expect(403, global_admin=201, acme_admin=201))],
+    "GET /v1/webhooks": [(lambda w: ("GET", "/v1/webhooks", {}),
+                          expect(403, global_admin=200, acme_admin=200, globex_admin=200))],
+    "GET /v1/webhooks/{webhook_id}/deliveries": [
+        (lambda w: ("GET", "/v1/webhooks/999999/deliveries", {}),
+         expect(403, global_admin=404, acme_admin=404, globex_admin=404))],
+    "DELETE /v1/webhooks/{webhook_id}": [
+        (lambda w: ("DELETE", "/v1/webhooks/999999", {}),
+         expect(403, global_admin=404, acme_admin=404, globex_admin=404))],
+    # The signed link is the credential, as with S3: no bearer token opens it, none is needed.
+    "GET /v1/artifacts/{key}": [
+        (lambda w: ("GET", f"/v1/artifacts/{BLOB}", {"params": {"expires": 1, "signature": "0" * 64}}),
+         {p: 404 for p in ALL})],
+    "GET /metrics": [(lambda w: ("GET", "/metrics", {}), expect(403, global_admin=200))],
+    "GET /healthz": [(lambda w: ("GET", "/healthz", {}), {p: 200 for p in ALL})],
+    "GET /readyz": [(lambda w: ("GET", "/readyz", {}), {p: 200 for p in ALL})],
+}
+CASES = [(key, index, case) for key, cases in ENDPOINTS.items() for index, case in enumerate(cases)]
 
 
-@pytest.mark.parametrize(("principal", "endpoint"),
-                         [(p, e) for e in ENDPOINTS for p in ALL],
-                         ids=[f"{e[0]} as {p}" for e in ENDPOINTS for p in ALL])
-def test_authorization(client_for, world, principal, endpoint):
-    _, make_request, expected = endpoint
+def test_every_endpoint_has_a_rule(registry):
+    document = httpx.get(registry.url + "/openapi.json").json()
+    operations = {f"{method.upper()} {path}" for path, item in document["paths"].items() for method in item}
+    assert operations - set(ENDPOINTS) == set(), "endpoints without an authorization rule"
+    assert set(ENDPOINTS) - operations == set(), "rules for endpoints that no longer exist"
+
+
+@pytest.mark.parametrize(("principal", "case"), [(p, c) for c in CASES for p in ALL],
+                         ids=[f"{c[0]} #{c[1]} as {p}" for c in CASES for p in ALL])
+def test_authorization(client_for, world, principal, case):
+    _, _, (make_request, expected) = case
     method, path, kwargs = make_request(world)
 
     response = client_for(principal).request(method, path, **kwargs)

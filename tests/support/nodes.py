@@ -55,8 +55,30 @@ def promoter(admin: httpx.Client, uploader: httpx.Client, engine: Engine, pool: 
     return run
 
 
+class NodeFleet:
+    """Clients of many nodes (or routers) of one pool, each with a token bound to its own id, as
+    a real fleet holds them; a token is issued on a node's first use."""
+
+    def __init__(self, admin: httpx.Client, pool: str, role: str = "node") -> None:
+        self.admin, self.pool, self.role = admin, pool, role
+        self._clients: dict[str, httpx.Client] = {}
+
+    def client(self, instance_id: str) -> httpx.Client:
+        if instance_id not in self._clients:
+            token = issue_token(self.admin, instance_id, role=self.role, pool=self.pool,
+                                instance_id=instance_id)
+            self._clients[instance_id] = httpx.Client(
+                base_url=self.admin.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        return self._clients[instance_id]
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+
+
 def issue_token(admin: httpx.Client, subject: str, **scope) -> str:
-    """A new token through the API, e.g. issue_token(admin, "node-1", role="node", pool="chat")."""
+    """A new token through the API, e.g.
+    issue_token(admin, "node-1", role="node", pool="chat", instance_id="node-1")."""
     response = admin.post("/v1/tokens", json={"subject": subject, **scope})
     assert response.status_code == 201, response.text
     return response.json()["token"]

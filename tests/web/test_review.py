@@ -9,6 +9,7 @@ import re
 import httpx
 from playwright.sync_api import expect
 
+from tests.support.nodes import NodeFleet
 from tests.web.conftest import POOL, SUITE, shoot
 
 DECIDE = "/ui/promotions/{}/decide"
@@ -175,16 +176,15 @@ def test_the_pool_page_shows_canary_weights_and_follows_its_nodes_live(
     page = open_as("acme_reviewer")  # it asked for the canary: four-eyes keeps it from approving
     page.goto(f"/ui/promotions/{canary.json()['id']}")
     expect(page.get_by_role("button", name="Approve")).to_be_disabled()
-    expect(page.locator("#approve-why")).to_contain_text("acme_reviewer requested this promotion and may not approve it")
+    expect(page.locator("#approve-why")).to_contain_text(re.compile(r"acme_reviewer \(identity \d+\) requested this promotion and may not approve it"))
     shoot(page, screenshots, "05-promotion-four-eyes")
     assert admin.post(f"/v1/promotions/{canary.json()['id']}/approve", json={"comment": "canary"}).status_code == 200
 
-    token = admin.post("/v1/tokens", json={"subject": "web-nodes", "role": "node", "pool": POOL}).json()["token"]
-    node = httpx.Client(base_url=registry.url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    nodes = NodeFleet(admin, POOL)
     generation = admin.get(f"/v1/pools/{POOL}/active-set").json()["generation"]
     both = [{"served_name": v["served_name"], "digest": v["digest"]} for v in (awaiting["version"], v2)]
-    report(node, "web-node-1", generation, both)
-    report(node, "web-node-2", generation - 1, both[:1])
+    report(nodes.client("web-node-1"), "web-node-1", generation, both)
+    report(nodes.client("web-node-2"), "web-node-2", generation - 1, both[:1])
 
     page.goto(f"/ui/pools/{POOL}")
     expect(page.get_by_role("row", name=re.compile(r"^acme.web-digits canary"))).to_contain_text("acme/web-digits@2")
@@ -199,9 +199,9 @@ def test_the_pool_page_shows_canary_weights_and_follows_its_nodes_live(
     expect(page.get_by_role("img", name="GPUs needed")).to_contain_text("assumed")
     shoot(page, screenshots, "06-pool")
 
-    report(node, "web-node-2", generation, both)  # the page follows without a reload
+    report(nodes.client("web-node-2"), "web-node-2", generation, both)  # the page follows without a reload
     expect(page.get_by_role("heading", name=re.compile("^Nodes: 2 of 2 converged"))).to_be_visible(timeout=15_000)
-    node.close()
+    nodes.close()
 
     page.goto("/ui/pools")
     expect(page.get_by_role("link", name=POOL)).to_be_visible()

@@ -52,7 +52,8 @@ def sign_in_submit(request: Request, token: str = Form("", max_length=512),
 
 @router.post("/ui/sign-out")
 def sign_out(request: Request, csrf_token: str = Form("", max_length=128)) -> Response:
-    check_csrf(visit_of(request), csrf_token)
+    visit = visit_of(request)
+    check_csrf(visit, csrf_token)
     response = see_other("/ui/sign-in")
-    end_session(response)
+    end_session(visit, response)
     return response

@@ -28,7 +28,8 @@ def pool(admin, promo_pools):
 
 @pytest.fixture(scope="module")
 def node_token(admin, pool) -> str:
-    return admin.post("/v1/tokens", json={"subject": "poller", "role": "node", "pool": pool}).json()["token"]
+    return admin.post("/v1/tokens", json={"subject": "poller", "role": "node", "pool": pool,
+                                          "instance_id": "poller"}).json()["token"]
 
 
 def node_client(url: str, token: str) -> httpx.Client:
@@ -135,3 +136,26 @@ def test_a_promotion_approved_on_one_process_wakes_long_polls_on_the_other(
     entries = {e["served_name"] for e in waiters[0].response.json()["entries"]}
     assert "acme/cross-process@1" in entries
     approver.close()
+
+
+def test_a_token_revoked_during_a_long_poll_gets_no_active_set(registry, pool, admin, make_ready,
+                                                               uploader, tokens):
+    """The long-poll was admitted before the revocation; the change it wakes for must not hand
+    the revoked node the new set and its download links."""
+    issued = admin.post("/v1/tokens", json={"subject": "doomed", "role": "node", "pool": pool,
+                                            "instance_id": "doomed"}).json()
+    with node_client(registry.url, issued["token"]) as node:
+        etag = node.get(f"/v1/pools/{pool}/active-set").headers["etag"]
+    waiter = Waiter(registry.url, issued["token"], pool, etag)
+    waiter.start()
+    time.sleep(0.5)  # parked
+    assert admin.post(f"/v1/tokens/{issued['id']}/revoke").json()["revoked_at"] is not None
+    promotion = request_promotion(uploader, pool, make_ready("after-revocation")).json()
+    with node_client(registry.url, tokens["global_admin"]) as approver:
+        assert approver.post(f"/v1/promotions/{promotion['id']}/approve",
+                             json={"comment": "ok"}).status_code == 200
+
+    waiter.join(timeout=20)
+
+    assert_refused(waiter.response, 401, "unauthorized", "invalid or revoked token")
+    assert b"signature" not in waiter.response.content and b"acme/" not in waiter.response.content

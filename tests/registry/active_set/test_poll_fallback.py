@@ -29,7 +29,7 @@ def test_a_change_committed_by_another_process_wakes_a_long_poll_by_polling(tmp_
         assert admin.post("/v1/pools", json={"name": "edge", "base_model": "edge-base", "max_loras": 1,
                                              "max_cpu_loras": 1, "max_lora_rank": 8}).status_code == 201
         token = admin.post("/v1/tokens", json={"subject": "edge-node", "role": "node",
-                                               "pool": "edge"}).json()["token"]
+                                               "pool": "edge", "instance_id": "edge-node"}).json()["token"]
         node = httpx.Client(base_url=server.url, timeout=30, headers={"Authorization": f"Bearer {token}"})
         etag = node.get("/v1/pools/edge/active-set").headers["etag"]
 

@@ -16,7 +16,7 @@ import pytest
 
 from registry.placement.rules import place
 from tests.support.asserts import assert_refused
-from tests.support.nodes import issue_token, wait_for
+from tests.support.nodes import NodeFleet, issue_token, wait_for
 from tests.support.promotions import request_promotion
 
 POOL = "placed"
@@ -71,9 +71,11 @@ def targets(body: dict) -> dict[str, set[str]]:
 def fleet(admin, promo_pools, make_ready, uploader, second_reviewer, client_with):
     assert admin.post("/v1/pools", json={"name": POOL, "base_model": "promo-base", "dtype": "float32",
                                          **LIMITS}).status_code == 201
-    node_client = client_with(issue_token(admin, "placed-nodes", role="node", pool=POOL))
-    router_client = client_with(issue_token(admin, "placed-router", role="router", pool=POOL))
-    nodes = {node_id: StandInNode(node_client, node_id) for node_id in ("node-a", "node-b", "node-c", "node-d", "node-e")}
+    node_fleet = NodeFleet(admin, POOL)
+    router_client = client_with(issue_token(admin, "placed-router", role="router", pool=POOL,
+                                            instance_id="router-1"))
+    nodes = {node_id: StandInNode(node_fleet.client(node_id), node_id)
+             for node_id in ("node-a", "node-b", "node-c", "node-d", "node-e")}
     wait_for(lambda: len(placement(admin)["nodes"]) == 5, what="five live nodes")
     versions = []
     for index in range(ADAPTERS):  # 10 versions, 15 slots, 3 per node
@@ -83,10 +85,11 @@ def fleet(admin, promo_pools, make_ready, uploader, second_reviewer, client_with
         approved = second_reviewer.post(f"/v1/promotions/{promotion.json()['id']}/approve", json={"comment": "ok"})
         assert approved.status_code == 200, approved.text
         versions.append(version["served_name"])
-    yield {"nodes": nodes, "node_client": node_client, "router_client": router_client,
+    yield {"nodes": nodes, "node_fleet": node_fleet, "router_client": router_client,
            "versions": versions}
     for node in nodes.values():
         node.stop()
+    node_fleet.close()
 
 
 def test_each_node_is_told_only_its_part_and_no_node_exceeds_its_capacity(fleet, admin):
@@ -98,11 +101,11 @@ def test_each_node_is_told_only_its_part_and_no_node_exceeds_its_capacity(fleet,
     whole = fleet["router_client"].get(f"/v1/pools/{POOL}/active-set").json()
     assert len(whole["entries"]) == ADAPTERS and all(e["nodes"] for e in whole["entries"])
     for node_id, held in targets(body).items():
-        part = fleet["node_client"].get(f"/v1/pools/{POOL}/active-set", params={"node": node_id}).json()
+        part = fleet["node_fleet"].client(node_id).get(f"/v1/pools/{POOL}/active-set", params={"node": node_id}).json()
         assert part["node"] == node_id and part["generation"] == whole["generation"]
         assert {e["served_name"] for e in part["entries"]} == held
     # A node that has not reported yet is told nothing until it has been placed.
-    newcomer = fleet["node_client"].get(f"/v1/pools/{POOL}/active-set", params={"node": "node-z"}).json()
+    newcomer = fleet["node_fleet"].client("node-z").get(f"/v1/pools/{POOL}/active-set", params={"node": "node-z"}).json()
     assert newcomer["entries"] == []
     rollout = admin.get(f"/v1/pools/{POOL}/rollout").json()
     wait_for(lambda: admin.get(f"/v1/pools/{POOL}/rollout").json()["nodes_converged"] == 5, what="convergence")
@@ -111,7 +114,7 @@ def test_each_node_is_told_only_its_part_and_no_node_exceeds_its_capacity(fleet,
 
 def test_a_joining_node_takes_only_its_share_and_the_old_holder_drains_after(fleet, admin):
     before = targets(placement(admin))
-    fleet["nodes"]["node-f"] = newcomer = StandInNode(fleet["node_client"], "node-f")
+    fleet["nodes"]["node-f"] = newcomer = StandInNode(fleet["node_fleet"].client("node-f"), "node-f")
     newcomer.loads = False  # it downloads slowly: the old holders must keep serving meanwhile
     after = targets(wait_for(lambda: (b := placement(admin)) and "node-f" in targets(b) and b, what="node-f placed"))
     moved = {name for node, held in after.items() for name in held - before.get(node, set())}
@@ -122,11 +125,11 @@ def test_a_joining_node_takes_only_its_share_and_the_old_holder_drains_after(fle
     assert {node: set(held) for node, held in expected.targets.items()} == after
     old_holders = {name: node for node, held in before.items() for name in held & moved}
     for name, node in old_holders.items():
-        part = fleet["node_client"].get(f"/v1/pools/{POOL}/active-set", params={"node": node}).json()
+        part = fleet["node_fleet"].client(node).get(f"/v1/pools/{POOL}/active-set", params={"node": node}).json()
         assert name in {e["served_name"] for e in part["entries"]}, "unloaded before the new node had it"
     newcomer.loads = True
     for name, node in old_holders.items():
-        wait_for(lambda: name not in {e["served_name"] for e in fleet["node_client"].get(
+        wait_for(lambda: name not in {e["served_name"] for e in fleet["node_fleet"].client(node).get(
             f"/v1/pools/{POOL}/active-set", params={"node": node}).json()["entries"]}, what=f"{node} to drain {name}")
 
 
@@ -143,7 +146,7 @@ def test_a_departing_node_moves_only_what_it_held(fleet, admin):
     assert {name for held in after.values() for name in held} == set(fleet["versions"])
     # Should it come back (say, after a network split), it keeps what it last held until it is
     # placed again, instead of unloading everything.
-    returning = fleet["node_client"].get(f"/v1/pools/{POOL}/active-set", params={"node": "node-b"}).json()
+    returning = fleet["node_fleet"].client("node-b").get(f"/v1/pools/{POOL}/active-set", params={"node": "node-b"}).json()
     assert {e["served_name"] for e in returning["entries"]} == before["node-b"]
 
 
@@ -168,11 +171,11 @@ def test_bad_traffic_reports_and_node_ids_are_refused_and_change_nothing(fleet, 
     assert_refused(bad_name, 422, "invalid_request", "'not a served name' is not a served name (tenant/name@N)")
     negative = fleet["router_client"].put(url, json={"requests_per_s": {fleet["versions"][1]: -1}})
     assert_refused(negative, 422, "invalid_request", f"the rate of {fleet['versions'][1]} must be between 0 and 1000000")
-    as_node = fleet["node_client"].put(url, json={"requests_per_s": {}})
+    as_node = fleet["node_fleet"].client("node-a").put(url, json={"requests_per_s": {}})
     assert_refused(as_node, 403, "forbidden", "role 'node' may not do this; it needs a router token of pool 'placed'")
     bad_router_id = fleet["router_client"].put(f"/v1/pools/{POOL}/routers/Bad..Id/traffic", json={"requests_per_s": {}})
     assert bad_router_id.status_code == 422
-    bad_node = fleet["node_client"].get(f"/v1/pools/{POOL}/active-set", params={"node": "../etc"})
+    bad_node = fleet["node_fleet"].client("node-a").get(f"/v1/pools/{POOL}/active-set", params={"node": "../etc"})
     assert bad_node.status_code == 422
     by_other_tenant = client_for("globex_admin").get(f"/v1/pools/{POOL}/placement").json()
     assert by_other_tenant["adapters"] == [] and all(n["targets"] == [] for n in by_other_tenant["nodes"])
@@ -183,7 +186,7 @@ def test_bad_traffic_reports_and_node_ids_are_refused_and_change_nothing(fleet, 
 
 def test_while_the_set_fits_every_node_is_told_the_whole_set(admin, promo_pools, client_with):
     pool = promo_pools["open"]  # max_cpu_loras 64: every node holds everything
-    node = client_with(issue_token(admin, "open-node", role="node", pool=pool))
+    node = client_with(issue_token(admin, "open-node", role="node", pool=pool, instance_id="any-node"))
     whole = node.get(f"/v1/pools/{pool}/active-set").json()
     part = node.get(f"/v1/pools/{pool}/active-set", params={"node": "any-node"}).json()
     assert part["node"] is None and part["entries"] == whole["entries"]

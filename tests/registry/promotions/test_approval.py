@@ -10,6 +10,10 @@ from tests.support.asserts import assert_refused
 from tests.support.promotions import active_set, request_promotion, served
 
 
+def identity(client: httpx.Client) -> int:
+    return client.get("/v1/whoami").json()["identity_id"]
+
+
 def decide(client: httpx.Client, promotion_id: int, verdict: str, comment: str = "checked the evals"):
     return client.post(f"/v1/promotions/{promotion_id}/{verdict}", json={"comment": comment})
 
@@ -26,14 +30,18 @@ def test_the_uploader_and_the_requester_may_not_approve(promo_pools, make_ready,
     as_requester = decide(reviewer, promotion["id"], "approve")
     as_plain_uploader = decide(client_for("acme_uploader"), promotion["id"], "approve")
 
-    assert_refused(as_uploader, 403, "four_eyes", "acme_admin uploaded this version and may not approve it")
-    assert_refused(as_requester, 403, "four_eyes", "acme_reviewer requested this promotion and may not approve it")
+    admin_id, reviewer_id = identity(client_for("acme_admin")), identity(reviewer)
+    assert_refused(as_uploader, 403, "four_eyes",
+                   f"acme_admin (identity {admin_id}) uploaded this version and may not approve it")
+    assert_refused(as_requester, 403, "four_eyes",
+                   f"acme_reviewer (identity {reviewer_id}) requested this promotion and may not approve it")
     assert_refused(as_plain_uploader, 403, "forbidden", "role 'uploader' may not do this")
     assert "another reviewer" in as_uploader.json()["error"]["hint"]
     shown = client_for("acme_admin").get(f"/v1/promotions/{promotion['id']}").json()
     assert shown["state"] == "awaiting_approval"
     assert shown["can_approve"] == {"allowed": False,
-                                    "reason": "acme_admin uploaded this version and may not approve it"}
+                                    "reason": f"acme_admin (identity {admin_id}) uploaded this "
+                                              "version and may not approve it"}
     assert "acme/four-eyes@1" not in served(active_set(admin, pool))
 
     approved = decide(second_reviewer, promotion["id"], "approve", "evals and parity are fine")

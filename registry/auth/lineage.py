@@ -1,0 +1,34 @@
+"""Who could act as whom. An identity that issued a token of another identity holds that
+token's secret for a moment, so it could have acted as that identity; so could whoever issued
+the issuer's tokens. Four-eyes refuses any pair where one side is in the other's lineage."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, aliased
+
+from registry.tables import ApiToken, Identity
+
+MAX_DEPTH = 64  # lineages are a few links long; the bound only guards against a cycle
+
+
+def issuers(session: Session, identity_id: int) -> set[int]:
+    """Every identity that issued a token of `identity_id`, directly or through others."""
+    issuer_token = aliased(ApiToken)
+    found: set[int] = set()
+    frontier = {identity_id}
+    for _ in range(MAX_DEPTH):
+        step = set(session.scalars(
+            select(issuer_token.identity_id)
+            .join_from(ApiToken, issuer_token, ApiToken.created_by_token_id == issuer_token.id)
+            .where(ApiToken.identity_id.in_(frontier)))) - found - {identity_id}
+        if not step:
+            break
+        found |= step
+        frontier = step
+    return found
+
+
+def describe(session: Session, identity_id: int) -> str:
+    identity = session.get(Identity, identity_id)
+    return f"{identity.name} (identity {identity_id})" if identity else f"identity {identity_id}"

@@ -1,0 +1,72 @@
+"""Token administration over the API: who may issue, list and revoke which tokens."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry.auth import tokens
+from registry.auth.principal import Principal, Role
+from registry.auth.schemas import TokenCreate, TokenCreated, TokenOut
+from registry.errors import Forbidden, NotFound
+from registry.pagination import fetch_page
+from registry.tables import ApiToken, Identity, Pool, Tenant
+
+
+def issue(session: Session, principal: Principal, spec: TokenCreate) -> TokenCreated:
+    principal.require({Role.ADMIN}, spec.tenant)
+    if spec.tenant is None and not principal.is_global_admin:
+        raise Forbidden("only a global admin may create tokens without a tenant",
+                        hint="Pass the tenant this token is for.")
+    row, plain = tokens.create_token(
+        session, subject=spec.subject, role=spec.role, tenant=spec.tenant, pool=spec.pool,
+        tier=spec.tier, instance_id=spec.instance_id, identity_id=spec.identity_id,
+        ttl_days=spec.ttl_days, issued_by=principal, actor=principal.label)
+    return TokenCreated(**to_out(session, row).model_dump(), token=plain)
+
+
+def list_tokens(session: Session, principal: Principal, *, tenant: str | None,
+                include_revoked: bool, limit: int, cursor: str | None) -> tuple[list[TokenOut], str | None]:
+    """A global admin sees every token; a tenant admin its tenant's; anyone else their own."""
+    query = select(ApiToken)
+    if principal.is_global_admin:
+        if tenant is not None:
+            query = query.join(Tenant, Tenant.id == ApiToken.tenant_id).where(Tenant.name == tenant)
+    elif principal.role is Role.ADMIN:
+        principal.require({Role.ADMIN}, tenant or principal.tenant)
+        query = query.join(Tenant, Tenant.id == ApiToken.tenant_id).where(Tenant.name == principal.tenant)
+    else:
+        query = query.where(ApiToken.identity_id == principal.identity_id)
+    if not include_revoked:
+        query = query.where(ApiToken.revoked_at.is_(None))
+    rows, next_cursor = fetch_page(session, query, ApiToken.id, limit=limit, cursor=cursor)
+    return [to_out(session, row) for row in rows], next_cursor
+
+
+def revoke(session: Session, principal: Principal, token_id: int) -> TokenOut:
+    """Admins revoke their scope's tokens; anyone may revoke their own. Others' tokens are not
+    found, so ids reveal nothing."""
+    row = session.get(ApiToken, token_id)
+    if row is None or not _may_manage(session, principal, row):
+        raise NotFound(f"token {token_id} does not exist", code="token_not_found",
+                       hint="List the tokens you may manage with GET /v1/tokens.")
+    return to_out(session, tokens.revoke_token(session, token_id, actor=principal.label))
+
+
+def _may_manage(session: Session, principal: Principal, row: ApiToken) -> bool:
+    if principal.is_global_admin or row.identity_id == principal.identity_id:
+        return True
+    if principal.role is not Role.ADMIN or row.tenant_id is None:
+        return False
+    return session.get(Tenant, row.tenant_id).name == principal.tenant
+
+
+def to_out(session: Session, row: ApiToken) -> TokenOut:
+    identity = session.get(Identity, row.identity_id)
+    return TokenOut(
+        id=row.id, subject=row.subject, role=Role(row.role),
+        tenant=session.get(Tenant, row.tenant_id).name if row.tenant_id else None,
+        pool=session.get(Pool, row.pool_id).name if row.pool_id else None,
+        instance_id=row.instance_id, tier=row.tier, identity_id=row.identity_id,
+        identity_name=identity.name, issued_by_token_id=row.created_by_token_id,
+        created_at=row.created_at, expires_at=row.expires_at, revoked_at=row.revoked_at)
