@@ -13,6 +13,7 @@ from pydantic import Field, IPvAnyNetwork, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1024 * 1024
+MAX_PRESIGN_TTL_S = 7 * 24 * 3600  # a download link never lives longer, whatever it says
 
 
 class RegistrySettings(BaseSettings):
@@ -31,12 +32,21 @@ class RegistrySettings(BaseSettings):
         default=None, min_length=32,
         description="Signs local download URLs. Generated into data_dir if unset.",
     )
-    presign_ttl_s: int = Field(default=900, ge=30, le=7 * 24 * 3600)
+    presign_ttl_s: int = Field(default=900, ge=30, le=MAX_PRESIGN_TTL_S)
+    token_ttl_days: int = Field(default=90, ge=1, le=3650, description=(
+        "Lifetime of a new API token unless its creator asks for another."))
+    token_max_ttl_days: int = Field(default=365, ge=1, le=3650, description=(
+        "The longest lifetime a token may be given."))
 
     max_upload_bytes: int = Field(default=1024 * MiB, ge=1024)
     max_archive_files: int = Field(default=64, ge=2, le=10_000)
     max_header_bytes: int = Field(default=16 * MiB, ge=1024)
     max_config_bytes: int = Field(default=1 * MiB, ge=1024)
+    max_concurrent_uploads: int = Field(default=4, ge=1, le=1024, description=(
+        "Uploads one registry process receives at once; each may spool and expand up to "
+        "max_upload_bytes. More are answered 429 with Retry-After."))
+    max_concurrent_uploads_per_tenant: int = Field(default=3, ge=1, le=1024, description=(
+        "One tenant's share of those, so that one tenant never holds every slot."))
 
     broker_url: str = Field(default="", description=(
         "Celery broker, e.g. redis://host:6379/0. Empty means a folder queue inside data_dir "
@@ -65,8 +75,13 @@ class RegistrySettings(BaseSettings):
         "First retry delay of a failed webhook delivery; it doubles on each attempt."))
     webhook_timeout_s: float = Field(default=10.0, ge=0.5, le=120)
     webhook_allowed_networks: list[IPvAnyNetwork] = Field(default_factory=list, description=(
-        "Internal networks webhooks may reach anyway, e.g. [\"10.1.0.0/16\"]; by default "
-        "loopback, link-local and private addresses are refused."))
+        "Internal networks webhooks may reach anyway, e.g. [\"10.1.0.0/16\"]; by default every "
+        "address that is not globally routable is refused (loopback, private, link-local, "
+        "100.64.0.0/10, multicast, reserved, and IPv6 forms that embed such an address)."))
+    audit_head_file: Path | None = Field(default=None, description=(
+        "Where the signed head of the audit chain is kept, outside the database. Unset means a "
+        "file per database under data_dir/audit-heads. Put it where the database's owners cannot "
+        "write."))
 
     @model_validator(mode="after")
     def _fill_defaults(self) -> "RegistrySettings":
