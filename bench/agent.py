@@ -119,7 +119,7 @@ def prepare(work: Path, registry: services.Service, engine, kit, count: int) -> 
     admin.post("/v1/pools", json={"name": POOL, "base_model": BASE, "max_loras": 2, "max_cpu_loras": 8,
                                   "max_lora_rank": 16, "dtype": "float32"}).raise_for_status()
     plain["node"] = admin.post("/v1/tokens", json={"subject": "bench-node", "role": "node",
-                                                   "pool": POOL}).json()["token"]
+                                                   "pool": POOL, "instance_id": "bench-node"}).json()["token"]
     versions = []
     for seed in range(count):
         folder = build_adapter(kit.base_dir, work / f"adapter-{seed}", seed=seed, base_model_name=BASE)

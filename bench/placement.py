@@ -200,7 +200,7 @@ def load_everything(pool) -> None:
 
 def _digests(pool) -> dict[str, str]:
     response = httpx.get(pool.registry.url + "/v1/pools/bench-serving/active-set", timeout=30,
-                         headers={"Authorization": f"Bearer {pool.node_token}"})
+                         headers={"Authorization": f"Bearer {pool.router_token}"})
     response.raise_for_status()
     return {e["served_name"]: e["digest"] for e in response.json()["entries"]}
 

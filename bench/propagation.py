@@ -198,8 +198,11 @@ def prepare(work: Path, registry: services.Service, engine) -> tuple[dict, list[
     admin.post("/v1/pools", json={"name": POOL, "base_model": BASE, "max_loras": 4, "max_cpu_loras": 16,
                                   "max_lora_rank": 16}).raise_for_status()
     with Session(engine) as session, session.begin():
+        # One token read by every simulated node: reads only, of the whole set (every node
+        # holds everything here), which is what each node's own part would be.
         _, plain["node"] = tokens.create_token(session, subject="bench-nodes", role=Role.NODE,
-                                               tenant=None, pool=POOL, actor="bench")
+                                               tenant=None, pool=POOL, instance_id="bench-nodes",
+                                               actor="bench")
     versions = []
     for seed in (1, 2):
         folder = build_adapter(base_dir, work / f"adapter-{seed}", seed=seed, base_model_name=BASE)

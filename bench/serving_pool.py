@@ -40,7 +40,8 @@ class ServingPool:
     agents: list[services.Service]
     router: services.Service
     app_key: str
-    node_token: str
+    node_tokens: dict[str, str]  # node id -> its own token
+    router_token: str
     served_names: list[str] = field(default_factory=list)  # tenant/name@N, one per adapter
 
     @property
@@ -55,7 +56,8 @@ class ServingPool:
         folder = Path(self.agents[index].env["LORAPLANE_AGENT_STATE_DIR"]).parent
         self.agents[index] = services.start_agent(
             folder, pool=POOL, vllm_url=self.vllms[index].url, registry_url=self.registry.url,
-            token=self.node_token, node_id=f"node-{index}", metrics_port=services.free_port())
+            token=self.node_tokens[f"node-{index}"], node_id=f"node-{index}",
+            metrics_port=services.free_port())
 
 
 @contextlib.contextmanager
@@ -74,7 +76,7 @@ def serving_pool(work: Path, *, nodes: int, max_cpu_loras: int, adapters: int,
         plain = _tokens(engine)
         admin = _client(registry, plain["admin"])
         uploader = _client(registry, plain["uploader"])
-        scoped = _set_up_pool(admin, kit, max_cpu_loras)
+        scoped = _set_up_pool(admin, kit, max_cpu_loras, nodes)
         vllms = []
         for index in range(nodes):
             folder = work / f"node-{index}"
@@ -83,7 +85,7 @@ def serving_pool(work: Path, *, nodes: int, max_cpu_loras: int, adapters: int,
                 max_cpu_loras=max_cpu_loras, max_lora_rank=16))
             running.append(vllm)
             agent = services.start_agent(folder / "agent", pool=POOL, vllm_url=vllm.url,
-                                         registry_url=registry.url, token=scoped["node"],
+                                         registry_url=registry.url, token=scoped[f"node-{index}"],
                                          node_id=f"node-{index}", metrics_port=services.free_port())
             running.append(agent)
             vllms.append(vllm)
@@ -103,7 +105,9 @@ def serving_pool(work: Path, *, nodes: int, max_cpu_loras: int, adapters: int,
         admin.close()
         uploader.close()
         engine.dispose()
-        yield ServingPool(kit, registry, vllms, agents, router, scoped["app"], scoped["node"], served)
+        node_tokens = {f"node-{index}": scoped[f"node-{index}"] for index in range(nodes)}
+        yield ServingPool(kit, registry, vllms, agents, router, scoped["app"], node_tokens,
+                          scoped["router"], served)
     finally:
         for agent in agents:  # the pool's list, with any restarted agent in it
             agent.stop()
@@ -124,7 +128,7 @@ def _client(registry: services.Service, token: str) -> httpx.Client:
     return httpx.Client(base_url=registry.url, timeout=60, headers={"Authorization": f"Bearer {token}"})
 
 
-def _set_up_pool(admin: httpx.Client, kit: TaskKit, max_cpu_loras: int) -> dict[str, str]:
+def _set_up_pool(admin: httpx.Client, kit: TaskKit, max_cpu_loras: int, nodes: int) -> dict[str, str]:
     """The base model, a parity suite, the pool, and its node, router and app tokens."""
     config = httpx.Response(200, content=(kit.base_dir / "config.json").read_bytes()).json()
     admin.post("/v1/base-models", json={"name": BASE, "config": config}).raise_for_status()
@@ -133,7 +137,10 @@ def _set_up_pool(admin: httpx.Client, kit: TaskKit, max_cpu_loras: int) -> dict[
     admin.post("/v1/pools", json={"name": POOL, "base_model": BASE, "max_loras": 2,
                                   "max_cpu_loras": max_cpu_loras, "max_lora_rank": 16,
                                   "dtype": "float32"}).raise_for_status()
-    scopes = {"node": {"role": "node", "pool": POOL}, "router": {"role": "router", "pool": POOL},
+    # One token per node, each bound to its node id, as a real fleet holds them.
+    scopes = {**{f"node-{index}": {"role": "node", "pool": POOL, "instance_id": f"node-{index}"}
+                 for index in range(nodes)},
+              "router": {"role": "router", "pool": POOL, "instance_id": "bench-router"},
               "app": {"role": "app", "tenant": TENANT}}
     plain = {}
     for name, scope in scopes.items():

@@ -65,6 +65,17 @@ class RegistryClient:
         if response.status_code != 204:
             raise RegistryUnavailable(f"HTTP {response.status_code}: {response.text[:300]}")
 
+    async def whoami(self) -> dict[str, Any]:
+        """Who this process's token is: its role, pool and the node or router id it is bound to."""
+        try:
+            response = await self._http.get("/v1/whoami")
+            response.raise_for_status()
+            return response.json()
+        except httpx.HTTPStatusError as error:
+            raise RegistryUnavailable(f"HTTP {error.response.status_code}: {error.response.text[:300]}") from error
+        except (httpx.HTTPError, ValueError) as error:
+            raise RegistryUnavailable(f"{type(error).__name__}: {error}") from error
+
     async def rollout(self) -> list[dict[str, Any]]:
         """Every node's last report, as the registry judges it (converged, stale, serving)."""
         try:

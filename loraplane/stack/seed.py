@@ -85,6 +85,10 @@ def _ensure(registry: httpx.Client, path: str, create_path: str, body: dict) -> 
 
 
 def _token(registry: httpx.Client, name: str, saved: str | None) -> str:
-    if saved and registry.get("/v1/whoami", headers={"Authorization": f"Bearer {saved}"}).status_code == 200:
-        return saved
+    """The saved token while it is accepted and still bound as this demo needs (a token from
+    before node and router tokens were bound to their id is replaced)."""
+    if saved:
+        who = registry.get("/v1/whoami", headers={"Authorization": f"Bearer {saved}"})
+        if who.status_code == 200 and who.json().get("instance_id") == TOKENS[name].get("instance_id"):
+            return saved
     return checked(registry.post("/v1/tokens", json=TOKENS[name]))["token"]

@@ -12,7 +12,6 @@ from registry.active_set.watch import WATCH
 from registry.auth import tokens
 from registry.auth.principal import Principal, Role
 from registry.db import transaction
-from registry.errors import Forbidden
 from registry.settings import get_settings
 
 bodies = BodyCache()
@@ -23,7 +22,7 @@ async def answer(pool: str, principal: Principal, known: int | None, wait_s: flo
     """(HTTP status, generation, body or None for a 304). With `node`, the body holds only what
     the placement gives that node; a node token always gets its own node's part."""
     principal.require_pool_reader(pool)
-    node = _own_node(principal, node)
+    node = _own_node(principal, pool, node)
     current = WATCH.known(pool)
     if current is None or (known is not None and known > current):
         # A pool this process has not seen yet (or none: 404 from here), or a node that already
@@ -47,12 +46,11 @@ async def answer(pool: str, principal: Principal, known: int | None, wait_s: flo
     return 200, generation, body
 
 
-def _own_node(principal: Principal, node: str | None) -> str | None:
+def _own_node(principal: Principal, pool: str, node: str | None) -> str | None:
     if principal.role is not Role.NODE:
         return node
-    if node is not None and node != principal.instance_id:
-        raise Forbidden(f"this node token is bound to node '{principal.instance_id}', not '{node}'",
-                        hint="Ask with ?node= set to the token's own node id, or use that node's token.")
+    if node is not None or principal.instance_id is None:
+        principal.require_instance(pool, node or "NODE_ID", Role.NODE)
     return principal.instance_id
 
 

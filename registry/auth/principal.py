@@ -79,6 +79,11 @@ class Principal:
         """Pass a global admin, or the token of `role` issued for this pool and this node or
         router id: a leaked token cannot speak for another node of its pool."""
         self.require_node_of(pool, (role,))
+        if not self.is_global_admin and self.instance_id is None:
+            raise Forbidden(f"this {self.role} token was issued before tokens were bound to one "
+                            f"{self.role}", hint=f"Issue a token for {self.role} '{instance_id}' "
+                                                 f"(loraplane token create --role {self.role} --pool "
+                                                 f"{pool} --instance-id {instance_id}) and revoke this one.")
         if not self.is_global_admin and self.instance_id != instance_id:
             raise Forbidden(f"this {self.role} token is bound to {self.role} "
                             f"'{self.instance_id}', not '{instance_id}'",

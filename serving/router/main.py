@@ -111,10 +111,17 @@ class Router:
 
 
     async def _report_traffic(self) -> None:
+        router_id = self.settings.router_id
         while True:
             await asyncio.sleep(self.settings.traffic_report_s)
             try:
-                await self.registry.report_traffic(self.settings.router_id, self.traffic.rates())
+                # A router token speaks for one router id: by default, report as that one.
+                router_id = router_id or (await self.registry.whoami()).get("instance_id") or ""
+                if not router_id:
+                    log.error("this token is bound to no router id: traffic is not reported "
+                              "(use a router token, or set LORAPLANE_ROUTER_ROUTER_ID)")
+                    return
+                await self.registry.report_traffic(router_id, self.traffic.rates())
             except RegistryUnavailable as error:
                 log.warning("cannot report traffic (%s); placement keeps the last rates", error)
 

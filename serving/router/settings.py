@@ -50,7 +50,7 @@ class RouterSettings(BaseSettings):
         "for one before it gets a 503."))
     retry_after_s: int = Field(default=1, ge=1, le=600)
     router_id: str = Field(default="", pattern=r"^$|^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$", description=(
-        "This router's name in its traffic reports; default: host name and port."))
+        "This router's name in its traffic reports; default: the router id its token is bound to."))
     traffic_report_s: float = Field(default=10, gt=0, le=3600, description=(
         "How often request rates by served name go to the registry, which sizes each adapter's "
         "replicas by them."))
@@ -59,14 +59,6 @@ class RouterSettings(BaseSettings):
     @classmethod
     def _no_trailing_slash(cls, url: AnyHttpUrl) -> AnyHttpUrl:
         return AnyHttpUrl(str(url).rstrip("/"))
-
-    @model_validator(mode="after")
-    def _default_router_id(self) -> "RouterSettings":
-        if not self.router_id:
-            from serving.agent.settings import default_node_id
-
-            self.router_id = f"{default_node_id()[:57]}-{self.port}"
-        return self
 
     @model_validator(mode="after")
     def _batch_within_total(self) -> "RouterSettings":

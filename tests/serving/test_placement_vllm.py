@@ -31,8 +31,10 @@ def spread_pool(admin, kit_base, task_kit) -> dict:
     assert admin.post("/v1/pools", json=body).status_code == 201
     create_suite(admin, "spread-parity", kit_base, task_kit.suites["digits_to_words"][:2],
                  {"parity": {"max_logprob_diff": 0.01}})
-    return {"node_token": issue_token(admin, "spread-nodes", role="node", pool=POOL),
-            "router_token": issue_token(admin, "spread-router", role="router", pool=POOL),
+    return {"node_tokens": {node_id: issue_token(admin, node_id, role="node", pool=POOL, instance_id=node_id)
+                            for node_id in NODES},
+            "router_token": issue_token(admin, "spread-router", role="router", pool=POOL,
+                                        instance_id="spread-router"),
             "app_key": issue_token(admin, "spread-app", role="app", tenant="acme")}
 
 
@@ -49,7 +51,7 @@ def stack(service_dir: Path, task_kit, spread_pool, registry) -> Iterator[dict]:
             running.append(vllms[node_id])
             running.append(services.start_agent(
                 folder / "agent", pool=POOL, vllm_url=vllms[node_id].url, registry_url=registry.url,
-                token=spread_pool["node_token"], node_id=node_id, metrics_port=services.free_port()))
+                token=spread_pool["node_tokens"][node_id], node_id=node_id, metrics_port=services.free_port()))
         router = services.start_router(service_dir / "spread-router", pool=POOL, registry_url=registry.url,
                                        token=spread_pool["router_token"],
                                        settings={"LORAPLANE_ROUTER_NODES_POLL_S": "0.5",

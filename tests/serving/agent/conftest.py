@@ -14,7 +14,7 @@ from tests.conftest import KIT_BASE
 from tests.support import services
 from tests.support.evals import create_suite
 from tests.serving.agent.stand_ins import StandInVllm, Store
-from tests.support.nodes import Restartable, promoter
+from tests.support.nodes import Restartable, issue_token, promoter
 
 POOL = "node-pool"
 
@@ -27,8 +27,15 @@ def node_pool(admin, kit_base, task_kit) -> dict:
     assert admin.post("/v1/pools", json=body).status_code == 201
     create_suite(admin, "node-parity", kit_base, task_kit.suites["digits_to_words"][:4],
                  {"parity": {"max_logprob_diff": 0.01}})
-    token = admin.post("/v1/tokens", json={"subject": "node-agents", "role": "node", "pool": POOL}).json()
-    return {"name": POOL, "token": token["token"]}
+    tokens: dict[str, str] = {}
+
+    def token_for(node_id: str) -> str:
+        """Each node's own token, bound to its id."""
+        if node_id not in tokens:
+            tokens[node_id] = issue_token(admin, node_id, role="node", pool=POOL, instance_id=node_id)
+        return tokens[node_id]
+
+    return {"name": POOL, "token_for": token_for}
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +81,7 @@ def start_agent(service_dir, node_pool, node_vllm, agent_registry):
         if fresh:
             shutil.rmtree(folder, ignore_errors=True)
         agent = services.start_agent(folder, pool=POOL, vllm_url=vllm_url or node_vllm.url,
-                                     registry_url=agent_registry.url, token=node_pool["token"],
+                                     registry_url=agent_registry.url, token=node_pool["token_for"](node_id),
                                      node_id=node_id, metrics_port=services.free_port())
         started.append(agent)
         return agent

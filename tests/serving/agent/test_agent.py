@@ -230,4 +230,5 @@ def test_an_unreachable_store_is_retried_and_reported(promote, node_vllm, servic
 
 
 def admin_node_token(admin) -> str:
-    return admin.post("/v1/tokens", json={"subject": "far-node", "role": "node", "pool": POOL}).json()["token"]
+    return admin.post("/v1/tokens", json={"subject": "far-node", "role": "node", "pool": POOL,
+                                          "instance_id": "node-far"}).json()["token"]

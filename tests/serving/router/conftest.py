@@ -34,8 +34,10 @@ def router_pool(admin, kit_base, task_kit) -> dict:
     create_suite(admin, "router-parity", kit_base, task_kit.suites["digits_to_words"][:4],
                  {"parity": {"max_logprob_diff": 0.01}})
 
-    return {"name": POOL, "node_token": issue_token(admin, "router-nodes", role="node", pool=POOL),
-            "router_token": issue_token(admin, "router-1", role="router", pool=POOL),
+    return {"name": POOL,
+            "node_tokens": {node_id: issue_token(admin, node_id, role="node", pool=POOL, instance_id=node_id)
+                            for node_id in NODES},
+            "router_token": issue_token(admin, "router-1", role="router", pool=POOL, instance_id="router-1"),
             "acme_batch": issue_token(admin, "acme-nightly", role="app", tenant="acme", tier="batch"),
             "globex_app": issue_token(admin, "globex-app", role="app", tenant="globex")}
 
@@ -53,7 +55,7 @@ def nodes(service_dir: Path, task_kit, router_pool, registry) -> Iterator[dict[s
         started[node_id] = Restartable(lambda folder=folder, spec=spec: services.start_vllm(folder, spec))
         agents.append(services.start_agent(
             folder / "agent", pool=POOL, vllm_url=started[node_id].url, registry_url=registry.url,
-            token=router_pool["node_token"], node_id=node_id, metrics_port=services.free_port()))
+            token=router_pool["node_tokens"][node_id], node_id=node_id, metrics_port=services.free_port()))
     yield started
     for agent in agents:
         agent.stop()
