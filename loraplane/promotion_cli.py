@@ -87,17 +87,23 @@ def rollback(
 
 @audit_app.command("verify")
 def verify():
-    """Walk the audit hash chain in the registry's database (LORAPLANE_DATABASE_URL) and list
-    every edited or removed event. Exits 1 if the chain is broken."""
+    """Walk the audit hash chain in the registry's database (LORAPLANE_DATABASE_URL), list every
+    edited, removed or unkeyed event, and check that the head recorded outside the database
+    (LORAPLANE_AUDIT_HEAD_FILE) is still in the chain. Exits 1 if anything is wrong."""
+    from rich.markup import escape
+
     from registry.audit.verify import verify_chain
     from registry.db import transaction
 
     with transaction() as session:
         report = verify_chain(session)
     for problem in report.problems:
-        console.print(f"[red]{problem.kind}[/red] event {problem.id}: {problem.detail}")
+        where = f" event {problem.id}" if problem.id else ""  # a head file's problem has no event
+        console.print(f"[red]{problem.kind}[/red]{where}: {escape(problem.detail)}")
     if not report.intact:
         fail(f"the audit chain is broken: {len(report.problems)} problem(s) in {report.events} events",
-             "Restore the audit_events table from a backup and compare; keep the head hash below "
-             "somewhere the database's owners cannot write.")
+             "Compare the audit_events table with a backup and with the heads your webhook receivers "
+             "kept. If every keyed event shows as altered, check that LORAPLANE_SECRET_KEY is the "
+             "registry's.")
     typer.echo(f"audit chain intact: {report.events} events, head {report.head}")
+    typer.echo(report.anchor)

@@ -11,9 +11,12 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import delete, select, text, update
 from sqlalchemy.orm import Session
 
+from registry import audit
 from registry.clock import aware
 from registry.db import after_commit, before_commit
-from registry.tables import NodeStatus, Pool, PoolAlias, PoolRetirement
+from registry.tables import (
+    Adapter, AdapterVersion, NodeStatus, Pool, PoolAlias, PoolRetirement, Tenant,
+)
 
 CHANNEL = "loraplane_events"
 
@@ -98,9 +101,26 @@ def drop_drained(session: Session, pool_id: int) -> bool:
     drained = _drained(session, pool_id)  # again, now that no other change can interleave
     if not drained:
         return False
-    begin_change(session, pool_id)
+    generation = begin_change(session, pool_id)
+    for retirement in drained:
+        _record_retirement(session, retirement, generation)
     session.execute(delete(PoolRetirement).where(PoolRetirement.id.in_([r.id for r in drained])))
     return True
+
+
+def _record_retirement(session: Session, retirement: PoolRetirement, generation: int) -> None:
+    """The version leaves the active set in this transaction: say so in the audit log, like
+    every other change to what a pool serves."""
+    pool = session.get(Pool, retirement.pool_id).name
+    version = session.get(AdapterVersion, retirement.version_id)
+    adapter = session.get(Adapter, version.adapter_id)
+    served_name = f"{session.get(Tenant, adapter.tenant_id).name}/{adapter.name}@{version.number}"
+    audit.record(session, actor="system (retirement once traffic moved)",
+                 action="pool.retirement.complete", subject=f"pool/{pool}/{served_name}",
+                 tenant_id=adapter.tenant_id,
+                 before={"in_active_set": True, "retiring": True, "retired_at": retirement.retired_at,
+                         "retired_in_generation": retirement.generation},
+                 after={"in_active_set": False, "generation": generation})
 
 
 def _drained(session: Session, pool_id: int) -> list[PoolRetirement]:

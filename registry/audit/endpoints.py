@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Query
 
 from registry.audit import reading
 from registry.audit.reading import AuditFilters
-from registry.audit.schemas import AuditEventOut, ChainReportOut, ProblemOut
+from registry.audit.schemas import AuditEventOut, ChainReportOut, ExternalHeadOut, ProblemOut
 from registry.audit.verify import verify_chain
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal
@@ -38,10 +38,14 @@ def list_audit_events(
 
 @router.get("/verify", response_model=ChainReportOut)
 def verify_audit_chain(principal: Principal = Depends(authenticated)):
-    """Walk the whole hash chain (global admins): edited and removed events are listed."""
+    """Walk the whole hash chain (global admins): edited, removed and unkeyed events are listed,
+    and the head this registry recorded outside the database must still be in the chain."""
     principal.require_global_admin()
     with transaction() as session:
         report = verify_chain(session)
+    external = report.external_head
     return ChainReportOut(intact=report.intact, events=report.events, head=report.head,
                           problems=[ProblemOut(id=p.id, kind=p.kind, detail=p.detail)
-                                    for p in report.problems])
+                                    for p in report.problems],
+                          external_head=ExternalHeadOut(**vars(external)) if external else None,
+                          anchor=report.anchor)

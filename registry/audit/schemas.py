@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class AuditEventOut(BaseModel):
@@ -16,6 +16,7 @@ class AuditEventOut(BaseModel):
     after: dict[str, Any] | None
     prev_hash: str
     hash: str
+    hash_scheme: str
 
 
 class ProblemOut(BaseModel):
@@ -24,8 +25,18 @@ class ProblemOut(BaseModel):
     detail: str
 
 
+class ExternalHeadOut(BaseModel):
+    last_id: int
+    last_hash: str
+    count: int
+    at: str
+
+
 class ChainReportOut(BaseModel):
     intact: bool
     events: int
     head: str
     problems: list[ProblemOut]
+    external_head: ExternalHeadOut | None = Field(
+        description="The signed head this registry recorded outside the database, if any.")
+    anchor: str = Field(description="What the check of that head found, in words.")

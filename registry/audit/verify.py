@@ -1,13 +1,17 @@
-"""Walk the audit chain and report every row that does not fit it."""
+"""Walk the audit chain and report every row that does not fit it, and check that the head
+recorded outside the database is still in the chain."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.audit.chain import GENESIS, event_hash
+from registry.audit import anchor
+from registry.audit.chain import GENESIS, HMAC_SHA256, SHA256, event_hash
+from registry.keys import Purpose, key_for
 from registry.tables import AuditEvent
 
 BATCH = 2000
@@ -16,7 +20,7 @@ BATCH = 2000
 @dataclass
 class Problem:
     id: int
-    kind: str  # altered | removed_before
+    kind: str  # altered | removed_before | unkeyed | head_untrusted | head_mismatch | head_missing
     detail: str
 
 
@@ -25,38 +29,101 @@ class ChainReport:
     events: int = 0
     head: str = GENESIS
     problems: list[Problem] = field(default_factory=list)
+    anchor: str = ""  # what became of the head kept outside the database, in words
+    external_head: anchor.Head | None = None
 
     @property
     def intact(self) -> bool:
         return not self.problems
 
 
-def verify_chain(session: Session, *, max_problems: int = 100) -> ChainReport:
+def verify_chain(session: Session, *, head_file: Path | None = None,
+                 max_problems: int = 100) -> ChainReport:
     """An altered row no longer matches its own hash. A removed row leaves the next one pointing
-    at a hash that is not the row before it. Removing the newest rows leaves no trace inside the
-    chain: compare `head` with a copy kept elsewhere (webhook receivers get every hash)."""
+    at a hash that is not the row before it. A row hashed without the key after keyed rows was
+    written by someone without it. A chain rewritten as a whole (recomputed, or truncated and
+    rebuilt) no longer holds the head recorded outside the database (`head_file`, by default the
+    configured one), or is shorter than it."""
+    path = head_file or anchor.head_path(session.get_bind().engine.url)
     report = ChainReport()
-    expected_prev, last_id = GENESIS, 0
+    # Read before the walk: the chain only grows, so a head read now is inside what is walked.
+    try:
+        external = anchor.read(path)
+    except anchor.UntrustedHead as problem:
+        report.problems.append(Problem(0, "head_untrusted", f"the audit head at {path} cannot be "
+                                                            f"trusted: {problem}"))
+        external = None
+    report.external_head = external
+    keys = {SHA256: None, HMAC_SHA256: key_for(Purpose.AUDIT_CHAIN)}
+    expected_prev, last_id, keyed = GENESIS, 0, False
     while True:
         rows = session.scalars(select(AuditEvent).where(AuditEvent.id > last_id)
                                .order_by(AuditEvent.id).limit(BATCH)).all()
         if not rows:
-            return report
+            break
         for row in rows:
+            if external is not None and last_id < external.last_id < row.id:
+                report.problems.append(_head_missing(external, report.events, last_id))
             report.events += 1
-            if row.prev_hash != expected_prev:
-                report.problems.append(Problem(row.id, "removed_before", (
-                    f"event {row.id} follows a hash that is not event {last_id or 'genesis'}'s: "
-                    "an event before it was removed or reordered")))
-            recomputed = event_hash(row.prev_hash, at=row.at, actor=row.actor, action=row.action,
-                                    subject=row.subject, tenant_id=row.tenant_id,
-                                    before=row.before, after=row.after)
-            if recomputed != row.hash:
-                report.problems.append(Problem(row.id, "altered", (
-                    f"event {row.id} ({row.action} {row.subject}) does not match its hash: "
-                    "it was edited after it was written")))
+            _check_row(row, expected_prev, last_id, keys, keyed, report)
+            keyed = keyed or row.hash_scheme == HMAC_SHA256
+            if external is not None and row.id == external.last_id:
+                _check_head(row, external, report)
             expected_prev, last_id = row.hash, row.id
             report.head = row.hash
             if len(report.problems) >= max_problems:
                 return report
         session.expunge_all()
+    if external is None:
+        report.anchor = (f"no head recorded outside the database at {path} yet: only the chain "
+                         "itself was checked")
+    elif last_id < external.last_id:
+        report.problems.append(_head_missing(external, report.events, last_id))
+    elif not any(p.kind.startswith("head_") for p in report.problems):
+        report.anchor = (f"the head recorded at {external.at} (event {external.last_id}, "
+                         f"{external.count} events) is in the chain")
+    return report
+
+
+def _check_row(row: AuditEvent, expected_prev: str, last_id: int, keys: dict, keyed: bool,
+               report: ChainReport) -> None:
+    if row.prev_hash != expected_prev:
+        report.problems.append(Problem(row.id, "removed_before", (
+            f"event {row.id} follows a hash that is not event {last_id or 'genesis'}'s: "
+            "an event before it was removed or reordered")))
+    if row.hash_scheme not in keys:
+        report.problems.append(Problem(row.id, "altered", (
+            f"event {row.id} names an unknown hash scheme {row.hash_scheme!r}: it was edited "
+            "after it was written")))
+        return
+    if keyed and row.hash_scheme == SHA256:
+        report.problems.append(Problem(row.id, "unkeyed", (
+            f"event {row.id} ({row.action} {row.subject}) is hashed without the audit key after "
+            "keyed events: it was written or rewritten by someone who does not hold the key")))
+    recomputed = event_hash(row.prev_hash, at=row.at, actor=row.actor, action=row.action,
+                            subject=row.subject, tenant_id=row.tenant_id, before=row.before,
+                            after=row.after, key=keys[row.hash_scheme])
+    if recomputed != row.hash:
+        report.problems.append(Problem(row.id, "altered", (
+            f"event {row.id} ({row.action} {row.subject}) does not match its hash: "
+            "it was edited after it was written")))
+
+
+def _check_head(row: AuditEvent, external: anchor.Head, report: ChainReport) -> None:
+    if row.hash != external.last_hash:
+        report.problems.append(Problem(row.id, "head_mismatch", (
+            f"event {row.id} no longer has the hash the head recorded outside the database at "
+            f"{external.at} holds for it: the chain was rewritten")))
+    elif report.events != external.count:
+        report.problems.append(Problem(row.id, "head_mismatch", (
+            f"the head recorded outside the database at {external.at} counts {external.count} "
+            f"events through event {row.id}, and the chain now holds {report.events}: events were "
+            "removed or inserted")))
+
+
+def _head_missing(external: anchor.Head, events: int, last_id: int) -> Problem:
+    return Problem(external.last_id, "head_missing", (
+        f"event {external.last_id}, the head recorded outside the database at {external.at} "
+        f"({external.count} events), is not in the chain, which holds {events} events up to "
+        f"event {last_id or 'genesis'}: events were removed, or the chain was truncated and "
+        "rebuilt"))

@@ -1,13 +1,9 @@
-"""The audit log is append-only and hash-chained: the database refuses edits, and verification
-finds a row edited or removed behind the database's back."""
+"""The audit log is append-only and hash-chained: the database refuses edits, deletes and
+truncation, and verification finds a row edited or removed behind the database's back."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
@@ -15,13 +11,11 @@ import sqlalchemy
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from registry import audit, migrate
+from registry import audit
 from registry.audit.verify import verify_chain
 from registry.db import make_engine
-from tests.support import services
+from tests.registry.audit.tools import run_verify, said, tamper
 from tests.support.asserts import assert_refused
-
-LORAPLANE = Path(sys.executable).parent / "loraplane"
 
 
 def test_events_made_on_two_registry_processes_at_once_form_one_intact_chain(
@@ -56,53 +50,50 @@ def test_the_database_refuses_to_edit_or_delete_events(engine, admin):
     assert admin.get("/v1/audit", params={"limit": 1}).json()["items"][0] == first
 
 
-@pytest.fixture
-def tampered_database(postgres) -> str:
-    """A database of its own: these tests break its chain on purpose."""
-    url = services.create_database(postgres.url, "audit_tamper")
-    migrate.upgrade(url)
-    engine = make_engine(url, pooled=False)
-    for i in range(6):
-        with Session(engine) as session, session.begin():
-            audit.record(session, actor="tests", action="demo.event", subject=f"thing/{i}", after={"i": i})
+@pytest.mark.parametrize("replica", [False, True], ids=["normally", "in_replication_mode"])
+def test_the_database_refuses_truncate_and_replication_mode_lifts_no_refusal(tampered_database, replica):
+    """Even the table's owner, and a superuser switching triggers off for replication, is refused;
+    only disabling the triggers outright (owners only) gets through, and the chain tells then."""
+    engine = make_engine(tampered_database.url, pooled=False)
+    for statement in ("TRUNCATE audit_events", "UPDATE audit_events SET actor = 'someone else'",
+                      "DELETE FROM audit_events"):
+        with pytest.raises(sqlalchemy.exc.DBAPIError, match="audit events are append-only"):
+            with engine.begin() as connection:
+                if replica:
+                    connection.execute(text("SET LOCAL session_replication_role = replica"))
+                connection.execute(text(statement))
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM audit_events")).scalar() == 6
     engine.dispose()
-    return url
-
-
-def run_verify(url: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(LORAPLANE), "audit", "verify"], capture_output=True, text=True,
-                          env={**os.environ, "LORAPLANE_DATABASE_URL": url}, timeout=60)
-
-
-def tamper(url: str, statement: str) -> None:
-    engine = make_engine(url, pooled=False)
-    with engine.begin() as connection:
-        # Someone with the database owner's rights can switch triggers off; the chain still tells.
-        connection.execute(text("SET LOCAL session_replication_role = replica"))
-        connection.execute(text(statement))
-    engine.dispose()
+    assert run_verify(tampered_database.url).returncode == 0
 
 
 def test_verify_finds_an_edited_row_and_a_removed_row(tampered_database):
-    intact = run_verify(tampered_database)
+    url = tampered_database.url
+    intact = run_verify(url)
     assert intact.returncode == 0, intact.stderr
     assert "audit chain intact: 6 events" in intact.stdout
 
-    tamper(tampered_database, "UPDATE audit_events SET after = '{\"i\": 99}' WHERE subject = 'thing/1'")
-    tamper(tampered_database, "DELETE FROM audit_events WHERE subject = 'thing/3'")
+    tamper(url, "UPDATE audit_events SET after = '{\"i\": 99}' WHERE subject = 'thing/1'")
+    tamper(url, "DELETE FROM audit_events WHERE subject = 'thing/3'")
 
-    broken = run_verify(tampered_database)
-    engine = make_engine(tampered_database, pooled=False)
+    broken = run_verify(url)
+    engine = make_engine(url, pooled=False)
     with Session(engine) as session:
         ids = dict(session.execute(text("SELECT subject, id FROM audit_events")).all())
         report = verify_chain(session)
     engine.dispose()
+    # The head kept outside the database still counts the removed event.
     assert [(p.id, p.kind) for p in report.problems] == [(ids["thing/1"], "altered"),
-                                                         (ids["thing/4"], "removed_before")]
+                                                         (ids["thing/4"], "removed_before"),
+                                                         (ids["thing/5"], "head_mismatch")]
     assert broken.returncode == 1
-    assert f"altered event {ids['thing/1']}" in broken.stderr
-    assert f"removed_before event {ids['thing/4']}" in broken.stderr
-    assert "the audit chain is broken: 2 problem(s) in 5 events" in broken.stderr
+    assert f"altered event {ids['thing/1']}" in said(broken)
+    assert f"removed_before event {ids['thing/4']}" in said(broken)
+    assert (f"head_mismatch event {ids['thing/5']}: the head recorded outside the database at "
+            in said(broken))
+    assert f"counts 6 events through event {ids['thing/5']}, and the chain now holds 5" in said(broken)
+    assert "the audit chain is broken: 3 problem(s) in 5 events" in said(broken)
 
 
 def test_audit_filters(admin, client_for, promo_pools, make_ready, uploader, second_reviewer):
