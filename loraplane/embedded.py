@@ -26,8 +26,10 @@ def prepare_state(data_dir: Path, public_url: str) -> str:
     from registry import migrate
     from registry.settings import get_settings
 
+    from registry.db import prepare_folder
+
     settings = get_settings()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    prepare_folder(settings.data_dir)  # 0700: it holds the database, the keys and the tokens
     migrate.upgrade(settings.database_url)
     token_file = settings.data_dir / "admin.token"
     token = bootstrap_admin()

@@ -86,7 +86,11 @@ def list_page(session: Session, *, limit: int, cursor: str | None) -> tuple[list
 def load_examples(store: ArtifactStore, suite: EvalSuite) -> list[Example]:
     """The suite's rows, verified against the digest recorded at creation. A dataset that cannot
     be read raises Unprocessable: reading it again would give the same answer."""
-    data = store.get_bytes(blob_key(suite.dataset_sha256))
+    try:
+        data = store.get_bytes(blob_key(suite.dataset_sha256))
+    except NotFound:
+        raise Unprocessable(f"the dataset of eval suite {suite.name!r} is missing from the store",
+                            code="dataset_invalid", hint=RECREATE) from None
     if hashlib.sha256(data).hexdigest() != suite.dataset_sha256:
         raise Unprocessable(f"the dataset of eval suite {suite.name!r} is damaged in the store",
                             code="dataset_corrupt", hint=RECREATE)

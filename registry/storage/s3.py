@@ -11,7 +11,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from registry.errors import Unavailable
+from registry.errors import NotFound, Unavailable
 from registry.settings import MiB, RegistrySettings
 
 PART_SIZE = 16 * MiB
@@ -21,15 +21,22 @@ TRANSFER = TransferConfig(multipart_threshold=64 * MiB, multipart_chunksize=PART
 
 @contextlib.contextmanager
 def storage_errors():
-    """Turn any S3 failure into a 503 that says nothing was stored."""
+    """Turn an S3 failure into a 503 that says nothing was stored, and a missing object into
+    a 404."""
     try:
         yield
-    except (BotoCoreError, ClientError, S3UploadFailedError) as error:
-        raise Unavailable(
-            f"artifact storage failed: {type(error).__name__}",
-            code="storage_unavailable",
-            hint="Nothing was stored. Retry the upload; if it keeps failing, check /readyz.",
-        ) from error
+    except ClientError as error:
+        # A missing object will not appear on a retry: say so, as the local store does.
+        if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            raise NotFound("artifact not found", code="artifact_not_found") from error
+        raise _unavailable(error) from error
+    except (BotoCoreError, S3UploadFailedError) as error:
+        raise _unavailable(error) from error
+
+
+def _unavailable(error: Exception) -> Unavailable:
+    return Unavailable(f"artifact storage failed: {type(error).__name__}", code="storage_unavailable",
+                       hint="Nothing was stored. Retry the upload; if it keeps failing, check /readyz.")
 
 
 class S3Store:

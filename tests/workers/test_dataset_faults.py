@@ -59,6 +59,13 @@ def overwrite_blob(s3_client, engine, suite: str) -> None:
     s3_client.put_object(Bucket=BUCKET, Key=blob_key(sha256), Body=b"overwritten\n")
 
 
+def delete_blob(s3_client, engine, suite: str) -> None:
+    """The dataset's object is gone from the store: no retry brings it back."""
+    with Session(engine) as session:
+        sha256 = session.scalar(select(EvalSuite.dataset_sha256).where(EvalSuite.name == suite))
+    s3_client.delete_object(Bucket=BUCKET, Key=blob_key(sha256))
+
+
 def point_at_rows_without_a_reference(s3_client, engine, suite: str) -> None:
     """The suite's row names intact bytes that are not valid rows (the database is not trusted)."""
     data = b'{"prompt": "only a prompt"}\n'
@@ -71,6 +78,9 @@ def point_at_rows_without_a_reference(s3_client, engine, suite: str) -> None:
 @pytest.mark.parametrize(("suite", "damage", "reason"), [
     ("damaged-dataset", overwrite_blob,
      "the dataset of eval suite 'damaged-dataset' is damaged in the store. Recreate the suite "
+     "under a new name."),
+    ("deleted-dataset", delete_blob,
+     "the dataset of eval suite 'deleted-dataset' is missing from the store. Recreate the suite "
      "under a new name."),
     ("rowless-dataset", point_at_rows_without_a_reference,
      "the dataset of eval suite 'rowless-dataset' cannot be read: line 1: reference: Field "
