@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -19,6 +20,13 @@ from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.tables import Adapter, AdapterVersion, AuditEvent
 from tests.support import services
+
+# Every process of one deployment shares LORAPLANE_SECRET_KEY (docs/operations.md): the audit chain
+# and every signature are keyed with it, so the registries, workers, CLIs and this process started
+# by the tests all hold the same one. This process keeps its own state (audit heads) in a
+# temporary folder, not the user's ~/.loraplane.
+os.environ.setdefault("LORAPLANE_SECRET_KEY", secrets.token_urlsafe(32))
+os.environ.setdefault("LORAPLANE_DATA_DIR", tempfile.mkdtemp(prefix="loraplane-test-process-"))
 
 BUCKET = "loraplane-test"
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import Iterator
 
 import pytest
 
 from registry import migrate
-from registry.settings import get_settings
 from tests.registry.audit.tools import ChainDatabase, head_file_setting, record_events
 from tests.support import services
 
-# Every process of one deployment shares LORAPLANE_SECRET_KEY (docs/operations.md): the audit
-# chain is keyed with it, so the registry processes, this process and the CLI must all hold it.
-os.environ.setdefault("LORAPLANE_SECRET_KEY", secrets.token_urlsafe(32))
-get_settings.cache_clear()
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import hashlib
 import hmac
 import re
 import time
-from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -70,7 +69,7 @@ def test_the_anonymous_csrf_token_cannot_be_turned_into_a_download_link(local_re
 def test_a_link_signed_for_too_long_or_for_a_path_is_refused(local_registry, link):
     from registry.keys import Purpose, _derive
 
-    secret = (Path(local_registry.env["LORAPLANE_DATA_DIR"]) / "secret.key").read_text().strip().encode()
+    secret = local_registry.env["LORAPLANE_SECRET_KEY"].encode()
     signing_key = _derive(secret, Purpose.DOWNLOAD_LINKS)  # the registry's own key: a valid signature
 
     def signed(key: str, expires: int) -> httpx.Response:
