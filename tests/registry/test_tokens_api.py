@@ -54,6 +54,7 @@ def test_a_lifetime_beyond_the_maximum_is_refused(client_for, engine):
     assert_refused(response, 422, "invalid_token_ttl", "a token lives 1 to 365 days, not 3650")
     with Session(engine) as session:
         assert session.query(ApiToken).filter(ApiToken.subject == "forever").count() == 0
+    assert client_for("acme_admin").get("/readyz").status_code == 200
 
 
 def test_an_expired_token_is_refused(registry, admin, engine):

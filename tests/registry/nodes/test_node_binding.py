@@ -54,6 +54,7 @@ def test_a_node_token_cannot_report_for_another_node(fleet, admin):
     assert "--instance-id node-b" in hijack.json()["error"]["hint"]
     assert stored_nodes(admin) == before
     assert before["node-b"][0] == "http://10.0.0.2:8000/"
+    assert admin.get("/readyz").status_code == 200
 
 
 def test_a_node_token_reads_only_its_own_part_of_the_set(fleet, admin):
@@ -74,6 +75,7 @@ def test_a_router_token_cannot_report_another_routers_traffic(fleet, admin):
 
     assert_refused(forged, 403, "forbidden", "this router token is bound to router 'router-1', not 'router-2'")
     assert admin.get(f"/v1/pools/{POOL}/placement").json() == before
+    assert admin.get("/readyz").status_code == 200
     assert router_1.put(f"/v1/pools/{POOL}/routers/router-1/traffic",
                         json={"requests_per_s": {}}).status_code == 204
 

@@ -34,6 +34,7 @@ def refused_alone(response, admin, pool, promotion, message):
     assert_refused(response, 403, "four_eyes", message)
     assert admin.get(f"/v1/promotions/{promotion['id']}").json()["state"] == "awaiting_approval"
     assert promotion["served_name"] not in served(active_set(admin, pool))
+    assert admin.get("/readyz").status_code == 200
 
 
 def test_a_reviewer_token_the_uploader_minted_cannot_approve(promo_pools, make_ready, admin, lead,
