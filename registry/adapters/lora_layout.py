@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from registry.adapters.peft_config import LoraSpec
 from registry.adapters.safetensors_check import TensorInfo, refuse
 from registry.base_models.shapes import BaseShape
 
+# The layer is taken loosely here and checked by CANONICAL_LAYER, for a message that names it.
 TENSOR_NAME = re.compile(
-    r"^base_model\.model\.model\.layers\.(?P<layer>\d{1,6})\.(?P<parent>\w+)\.(?P<module>\w+)"
-    r"\.lora_(?P<side>[AB])\.weight$"
+    r"base_model\.model\.model\.layers\.(?P<layer>[^.]{1,20})\.(?P<parent>\w+)\.(?P<module>\w+)"
+    r"\.lora_(?P<side>[AB])\.weight", re.ASCII,
 )
+# As PEFT writes it: ASCII digits, no leading zero. int() would also read "00" or "\u0660" as 0,
+# and two tensors for one module would then pass with only one of them checked.
+CANONICAL_LAYER = re.compile(r"0|[1-9][0-9]{0,5}", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -28,9 +33,17 @@ def check_layout(tensors: list[TensorInfo], spec: LoraSpec, base: BaseShape) -> 
     projections = base.projections()
     for tensor in tensors:
         module_path, side = _locate(tensor, base, projections)
-        pairs.setdefault(module_path, {})[side] = tensor
+        pair = pairs.setdefault(module_path, {})
+        if side in pair:
+            raise refuse(
+                f"tensors {pair[side].name!r} and {tensor.name!r} are both lora_{side} of module "
+                f"{module_path!r}", code="duplicate_module",
+                hint="Save each module's lora_A and lora_B once (peft's save_pretrained does).",
+            )
+        pair[side] = tensor
+    targeted = spec.target_matcher()
     for path, pair in sorted(pairs.items()):
-        _check_pair(path, pair, spec, projections)
+        _check_pair(path, pair, spec, projections, targeted)
     _check_targets_covered(spec, pairs)
     dtypes = sorted({t.dtype for t in tensors})
     if len(dtypes) > 1:
@@ -52,6 +65,12 @@ def _locate(tensor: TensorInfo, base: BaseShape, projections: dict) -> tuple[str
             code="unknown_tensor",
             hint="Expected names like base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight.",
         )
+    if CANONICAL_LAYER.fullmatch(match["layer"]) is None:
+        raise refuse(
+            f"tensor {tensor.name!r} writes its layer number as {match['layer']!r}",
+            code="invalid_layer_number",
+            hint="Write layer numbers in ASCII digits without leading zeros, as peft saves them.",
+        )
     layer, parent, module = int(match["layer"]), match["parent"], match["module"]
     if module not in projections or base.module_parent(module) != parent:
         raise refuse(
@@ -68,12 +87,13 @@ def _locate(tensor: TensorInfo, base: BaseShape, projections: dict) -> tuple[str
     return f"model.layers.{layer}.{parent}.{module}", match["side"]
 
 
-def _check_pair(path: str, pair: dict[str, TensorInfo], spec: LoraSpec, projections: dict) -> None:
+def _check_pair(path: str, pair: dict[str, TensorInfo], spec: LoraSpec, projections: dict,
+                targeted: Callable[[str], bool]) -> None:
     if set(pair) != {"A", "B"}:
         missing = "lora_B" if "A" in pair else "lora_A"
         raise refuse(f"module {path!r} has no {missing} tensor", code="incomplete_pair")
     a, b = pair["A"], pair["B"]
-    if not spec.targets(path):
+    if not targeted(path):
         raise refuse(f"tensor {a.name!r} is for a module that target_modules does not list",
                      code="untargeted_module", hint="Add the module to target_modules, or drop it.")
     if len(a.shape) != 2 or len(b.shape) != 2:

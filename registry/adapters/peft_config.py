@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import regex
-
+from registry.adapters import config_json, target_regex
 from registry.errors import Unprocessable
 
 FILE = "adapter_config.json"
 VLLM_LARGEST_RANK = 512
-REGEX_TIMEOUT_S = 0.05  # a module path is short; a pattern that needs longer is hostile
 # Options vLLM's LoRA path does not implement. Each is refused rather than served wrongly.
 UNSUPPORTED_OPTIONS = {
     "use_dora": ("DoRA", "dora_unsupported"),
@@ -33,15 +31,13 @@ class LoraSpec:
     base_model_name: str
     raw: dict[str, Any] = field(default_factory=dict)
 
-    def targets(self, module_path: str) -> bool:
-        """PEFT's rule: a list matches by dotted suffix, a string is a full regex match."""
+    def target_matcher(self) -> Callable[[str], bool]:
+        """PEFT's rule: a list matches by dotted suffix, a string is a full regex match. One
+        matcher serves one upload: a regex gets a time budget for all its module paths."""
         if isinstance(self.target_modules, str):
-            try:
-                return regex.fullmatch(self.target_modules, module_path, timeout=REGEX_TIMEOUT_S) is not None
-            except TimeoutError:
-                raise refuse("target_modules is a regex too slow to evaluate",
-                             hint="Use a list of module names.") from None
-        return any(module_path == t or module_path.endswith("." + t) for t in self.target_modules)
+            return target_regex.Matcher(self.target_modules, refuse)
+        targets = self.target_modules
+        return lambda path: any(path == t or path.endswith("." + t) for t in targets)
 
 
 def refuse(message: str, *, code: str = "invalid_config", hint: str = "") -> Unprocessable:
@@ -54,11 +50,7 @@ def refuse(message: str, *, code: str = "invalid_config", hint: str = "") -> Unp
 def parse_config(data: bytes) -> LoraSpec:
     if not data.strip():
         raise refuse("the file is empty", code="empty_file")
-    try:
-        config = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        # ValueError covers JSONDecodeError and integers too long to convert.
-        raise refuse(f"not valid JSON ({str(error)[:200]})") from None
+    config = config_json.load(data, refuse)
     if not isinstance(config, dict):
         raise refuse("must be a JSON object")
     peft_type = config.get("peft_type")
@@ -125,19 +117,9 @@ def _targets(config: dict) -> tuple[str, ...] | str:
     if targets is None or targets == [] or targets == "":
         raise refuse("target_modules is missing", code="missing_field")
     if isinstance(targets, str):
-        if len(targets) > 256:
-            raise refuse("target_modules regex is longer than 256 characters",
-                         hint="Use a list of module names.")
-        try:
-            regex.compile(targets)
-        except regex.error as error:
-            raise refuse(f"target_modules is not a valid regex ({error})") from None
+        target_regex.check(targets, refuse)
         return targets
     if (not isinstance(targets, list) or len(targets) > 64
             or not all(isinstance(t, str) and 0 < len(t) <= 100 for t in targets)):
         raise refuse("target_modules must be a list of up to 64 module names, or a regex")
     return tuple(sorted(set(targets)))
-
-
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a number JSON allows")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastapi import Request
-from python_multipart.exceptions import MultipartParseError
+from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
 
@@ -30,6 +30,7 @@ MAX_PARTS = 8
 MAX_FIELD_BYTES = 4096
 MAX_HEADER_BYTES = 8192
 MAX_PART_HEADERS = 16
+MAX_BOUNDARY_BYTES = 70
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 OPENAPI_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
@@ -98,7 +99,10 @@ async def receive_upload(request: Request, workdir: Path, store: ArtifactStore) 
     upload, events, parts = ReceivedUpload(), [], []
     header: list[bytes] = [b"", b""]
     headers: dict[bytes, bytes] = {}
-    parser = MultipartParser(options[b"boundary"], {
+    boundary = options[b"boundary"]
+    if len(boundary) > MAX_BOUNDARY_BYTES:  # RFC 2046 allows 70; the parser would raise its own error
+        raise _malformed(f"the boundary is longer than {MAX_BOUNDARY_BYTES} bytes")
+    parser = MultipartParser(boundary, {
         "on_part_begin": lambda: events.append(("begin", b"")),
         "on_header_field": lambda d, s, e: events.append(("field", d[s:e])),
         "on_header_value": lambda d, s, e: events.append(("value", d[s:e])),
@@ -113,7 +117,7 @@ async def receive_upload(request: Request, workdir: Path, store: ArtifactStore) 
         async for chunk in request.stream():
             try:
                 parser.write(chunk)
-            except MultipartParseError as error:
+            except FormParserError as error:
                 raise _malformed(str(error)) from None
             for kind, value in events:
                 if kind == "begin":

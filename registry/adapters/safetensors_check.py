@@ -48,7 +48,13 @@ def refuse(message: str, *, code: str = "invalid_safetensors", hint: str = "") -
     )
 
 
-def read_tensors(f: BinaryIO, file_size: int, max_header_bytes: int) -> list[TensorInfo]:
+@dataclass(frozen=True)
+class HeaderLimit:
+    size: int
+    reason: str  # where the limit comes from, for the hint
+
+
+def read_tensors(f: BinaryIO, file_size: int, limit: HeaderLimit) -> list[TensorInfo]:
     """Parse the header and check that the tensors tile the data section exactly."""
     if file_size == 0:
         raise refuse("the file is empty", code="empty_file")
@@ -56,10 +62,12 @@ def read_tensors(f: BinaryIO, file_size: int, max_header_bytes: int) -> list[Ten
         raise refuse(f"the file is truncated: {file_size} bytes, shorter than the 8-byte header length")
     f.seek(0)
     header_len = int.from_bytes(f.read(8), "little")
-    if header_len > max_header_bytes:
+    if header_len > limit.size:  # before anything is read or parsed
         raise refuse(
-            f"header length {header_len} exceeds the limit of {max_header_bytes} bytes",
+            f"header length {header_len} exceeds the limit of {limit.size} bytes",
             code="header_too_large",
+            hint=f"The limit: {limit.reason}. Save the adapter again with peft's "
+                 "save_pretrained(safe_serialization=True).",
         )
     if 8 + header_len > file_size:
         raise refuse(
@@ -125,7 +133,7 @@ def _tensor_info(name: str, entry: object, data_start: int, data_len: int) -> Te
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
         raise refuse(f"tensor {name!r} must have exactly dtype, shape and data_offsets")
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if dtype not in DTYPE_SIZES:
+    if not isinstance(dtype, str) or dtype not in DTYPE_SIZES:
         raise refuse(f"tensor {name!r} has unknown dtype {_short(dtype)}")
     if not (isinstance(shape, list) and len(shape) <= 8 and all(_is_count(d) for d in shape)):
         raise refuse(f"tensor {name!r} has an invalid shape {_short(shape)}")

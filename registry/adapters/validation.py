@@ -17,6 +17,12 @@ from registry.errors import Unprocessable
 from registry.names import refuse_control_characters
 from registry.tables import BaseModel
 
+# Parsing JSON costs many times its size in memory (an empty list is 56 bytes for 3 bytes of
+# text), so a header is held to what a LoRA of its base can need: two tensors per projection
+# per layer, each a name of at most 300 characters with its dtype, shape and offsets.
+HEADER_BYTES_PER_TENSOR = 512
+HEADER_METADATA_BYTES = 256 * 1024
+
 
 @dataclass(frozen=True)
 class TargetBase:
@@ -56,11 +62,22 @@ def resolve_base(session: Session, spec: LoraSpec, requested: str | None) -> Tar
 
 def check_weights(files: AdapterFiles, spec: LoraSpec, base: BaseShape, max_header_bytes: int) -> LoraLayout:
     with files.weights.open("rb") as weights:
-        tensors = safetensors_check.read_tensors(weights, files.weights_size, max_header_bytes)
+        tensors = safetensors_check.read_tensors(weights, files.weights_size,
+                                                 header_limit(base, max_header_bytes))
         layout = lora_layout.check_layout(tensors, spec, base)
         for tensor in tensors:
             safetensors_check.check_finite(weights, tensor)
     return layout
+
+
+def header_limit(base: BaseShape, max_header_bytes: int) -> safetensors_check.HeaderLimit:
+    tensors = 2 * len(base.projections()) * base.num_layers
+    needed = tensors * HEADER_BYTES_PER_TENSOR + HEADER_METADATA_BYTES
+    if needed >= max_header_bytes:
+        return safetensors_check.HeaderLimit(max_header_bytes, "LORAPLANE_MAX_HEADER_BYTES on the registry")
+    return safetensors_check.HeaderLimit(
+        needed, f"a LoRA of this {base.num_layers}-layer base has at most {tensors} tensors, each with "
+                f"an entry of at most {HEADER_BYTES_PER_TENSOR} bytes")
 
 
 def _target(row: BaseModel) -> TargetBase:

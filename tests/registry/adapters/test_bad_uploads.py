@@ -37,6 +37,11 @@ class Valid:
     def with_config(self, **changes) -> list[tuple[str, bytes]]:
         return self.files(config={**self.config, **changes})
 
+    def with_raw(self, field: str, raw_json: str) -> list[tuple[str, bytes]]:
+        """The config with one field written as this JSON text, which json.dumps cannot write."""
+        text = json.dumps({**self.config, field: "@raw@"}).replace('"@raw@"', raw_json)
+        return self.files(config=text.encode())
+
     def with_tensors(self, change: Callable[[dict], None]) -> list[tuple[str, bytes]]:
         tensors = {name: array.copy() for name, array in self.tensors.items()}
         change(tensors)
@@ -61,6 +66,18 @@ def set_value(name: str, value: float):
 def replace(name: str, array: np.ndarray):
     def change(tensors: dict) -> None:
         tensors[name] = array
+    return change
+
+
+def ride_along(layer: str):
+    """A rank-64 pair for layer 0's q_proj under another spelling of the layer number, before
+    the real rank-8 pair: when both spellings meant one module, only the last pair was checked."""
+    def change(tensors: dict) -> None:
+        spelled = {Q_A.replace("layers.0.", f"layers.{layer}."): np.zeros((64, 128), np.float32),
+                   Q_B.replace("layers.0.", f"layers.{layer}."): np.zeros((128, 64), np.float32)}
+        originals = dict(tensors)
+        tensors.clear()
+        tensors.update({**spelled, **originals})
     return change
 
 
@@ -145,6 +162,8 @@ CASES = [
          for n, a in t.items()})), {}, 422, "non_finite_weights", Q_A),
     ("int8_dtype", lambda v: v.with_tensors(lambda t: t.update(
         {n: a.astype(np.int8) for n, a in t.items()})), {}, 422, "unsupported_dtype", "dtype I8"),
+    ("dtype_not_a_string", lambda v: v.with_header(lambda h: h[Q_A].update(dtype=["F32"])), {}, 422,
+     "invalid_safetensors", f"tensor {Q_A!r} has unknown dtype ['F32']"),
     ("float64_dtype", lambda v: v.with_tensors(replace(Q_A, np.zeros((8, 128), np.float64))), {},
      422, "unsupported_dtype", "dtype F64"),
     ("wrong_shape", lambda v: v.with_tensors(replace(Q_A, np.zeros((8, 100), np.float32))), {},
@@ -188,6 +207,30 @@ CASES = [
      "per_module_scaling_unsupported", "alpha_pattern gives 'q_proj' alpha 64"),
     ("slow_target_regex", lambda v: v.with_config(target_modules="(.|.)*[A-Z]"), {}, 422, "invalid_config",
      "too slow"),
+    ("target_regex_large_repeats", lambda v: v.with_config(target_modules="(a{100}){100}"), {}, 422,
+     "invalid_config", "target_modules regex is too complex to compile safely: its repeat counts "
+                       "multiply out to more than 1000 pattern items"),
+    ("target_regex_nested_plus", lambda v: v.with_config(target_modules="((a+)+)+"), {}, 422,
+     "invalid_config", "target_modules regex is too complex to compile safely: it nests repeats 3 deep"),
+    ("target_regex_fuzzy_braces", lambda v: v.with_config(target_modules=r".*\.(q_proj|v_proj){e<=1}"), {},
+     422, "invalid_config", "target_modules regex has a '{' or '}' that is not a repeat count"),
+    ("target_regex_posix_class", lambda v: v.with_config(target_modules="[[:alpha:]._]+"), {}, 422,
+     "invalid_config", "target_modules regex has '[' inside a character set"),
+    ("target_regex_not_python_syntax", lambda v: v.with_config(target_modules=r"\p{L}+"), {}, 422,
+     "invalid_config", "target_modules is not a valid regex (bad escape \\p"),
+    ("number_overflows_to_infinity", lambda v: v.with_raw("lora_dropout", "1e999"), {}, 422,
+     "invalid_config", "adapter_config.json: lora_dropout is 1e999, which is not a finite number"),
+    ("nested_number_overflows", lambda v: v.with_raw("loftq_config", '{"bits": -1E+400}'), {}, 422,
+     "invalid_config", "loftq_config.bits is -1E+400, which is not a finite number"),
+    ("duplicate_config_key", lambda v: v.files(config=json.dumps(v.config)[:-1].encode() + b', "r": 8}'), {},
+     422, "invalid_config", "adapter_config.json: key 'r' appears more than once in one object"),
+    ("lone_surrogate_in_config", lambda v: v.files(config=json.dumps(
+        {**v.config, "base_model_name_or_path": "tiny-llama\ud800"}).encode()), {}, 422, "invalid_config",
+     "base_model_name_or_path holds a lone surrogate (tiny-llama\\ud800)"),
+    ("layer_number_with_leading_zero", lambda v: v.with_tensors(ride_along("00")), {}, 422,
+     "invalid_layer_number", f"tensor {Q_A.replace('.0.', '.00.')!r} writes its layer number as '00'"),
+    ("layer_number_in_other_digits", lambda v: v.with_tensors(ride_along("\u0660")), {}, 422,
+     "invalid_layer_number", "writes its layer number as '\u0660'"),
     ("mixed_dtypes", lambda v: v.with_tensors(lambda t: t.update(
         {n: a.astype(np.float16) for n, a in t.items() if "v_proj" in n})), {}, 422, "mixed_dtypes",
      "F16, F32"),
@@ -287,6 +330,22 @@ def test_a_body_that_is_not_multipart_is_refused(uploader, stored_state):
     assert response.json()["error"]["code"] == "unsupported_media_type"
     assert "multipart/form-data" in response.json()["error"]["message"]
     assert stored_state() == before
+
+
+def test_a_boundary_longer_than_the_standard_allows_is_refused(uploader, valid, stored_state):
+    """RFC 2046 allows 70 characters; the multipart parser raised its own error past 256."""
+    before = stored_state()
+    boundary = "b" * 300
+    body = b"".join(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n\r\n'
+                    .encode() + data + b"\r\n" for name, data in valid.files()) + f"--{boundary}--\r\n".encode()
+
+    response = uploader.post("/v1/adapters/acme/refused/versions", content=body,
+                             headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+
+    assert_refused(response, 400, "invalid_multipart", "malformed multipart body: the boundary is longer "
+                                                        "than 70 bytes")
+    assert stored_state() == before
+    assert uploader.get("/readyz").status_code == 200
 
 
 def test_unknown_form_field_is_refused(uploader, valid, stored_state):

@@ -1,0 +1,127 @@
+"""A regex `target_modules`: checked for cost before it is compiled, and matched under a time budget.
+
+PEFT matches a string `target_modules` with `re.fullmatch` against each module path. Matching
+needs a timeout, which only the `regex` module has, and `regex.compile` unrolls repeats:
+`((a{1000}){1000}){1000}`, 23 characters, asks for gigabytes, and nested `+` grow just as
+fast. So the pattern is first parsed with `re`'s own parser (PEFT's grammar; cheap, it expands
+nothing) and its shape is bounded: how many pattern items its repeats expand to, and how deeply
+repeats that unroll are nested. Patterns within both bounds compile in about a millisecond and
+well under a MiB (measured with random patterns at the limits).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from re import _constants as sre  # the parser's opcodes; no public name exists for them
+from re import _parser as sre_parse  # re's own parser: the grammar PEFT's re.fullmatch uses
+
+import regex
+
+from registry.errors import Unprocessable
+
+MAX_CHARS = 256
+MAX_EXPANDED_ITEMS = 1000  # pattern items once every repeat count is multiplied out
+MAX_UNROLLED_NESTING = 2  # repeats with a minimum, or a count above one, inside each other
+MATCH_TIMEOUT_S = 0.05  # a module path is short; a pattern that needs longer is hostile
+MATCH_BUDGET_S = 0.5  # for all the module paths of one upload together
+REPEATS = (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT)
+SIMPLER = r"Use a list of module names, or a simple regex such as '.*\.(q_proj|v_proj)'."
+
+Refuse = Callable[..., Unprocessable]
+
+
+def check(pattern: str, refuse: Refuse) -> None:
+    """Refuse a pattern PEFT could not use, or one that would cost too much to compile."""
+    if len(pattern) > MAX_CHARS:
+        raise refuse(f"target_modules regex is longer than {MAX_CHARS} characters", hint=SIMPLER)
+    try:
+        parsed = sre_parse.parse(pattern)
+    except (re.error, RecursionError, OverflowError) as error:
+        raise refuse(f"target_modules is not a valid regex ({str(error)[:200]})", hint=SIMPLER) from None
+    items, nesting = _shape(list(parsed), refuse)
+    if items > MAX_EXPANDED_ITEMS:
+        reason = f"its repeat counts multiply out to more than {MAX_EXPANDED_ITEMS} pattern items"
+    elif nesting > MAX_UNROLLED_NESTING:
+        reason = f"it nests repeats {nesting} deep (the limit is {MAX_UNROLLED_NESTING}; * and ? do not count)"
+    else:
+        reason = ""
+    if reason:
+        raise refuse(f"target_modules regex is too complex to compile safely: {reason}",
+                     hint="Use a list of module names, or a regex without large or nested repeat "
+                          r"counts, such as '.*\.(q_proj|v_proj)'.")
+    try:
+        regex.compile(pattern)
+    except regex.error as error:
+        raise refuse(f"target_modules is not a valid regex ({str(error)[:200]})", hint=SIMPLER) from None
+
+
+class Matcher:
+    """re.fullmatch semantics, with a timeout per path and a budget for all of them."""
+
+    def __init__(self, pattern: str, refuse: Refuse) -> None:
+        self.pattern, self.refuse = regex.compile(pattern), refuse
+        self.deadline = time.monotonic() + MATCH_BUDGET_S
+
+    def __call__(self, module_path: str) -> bool:
+        left = self.deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise TimeoutError
+            return self.pattern.fullmatch(module_path, timeout=min(MATCH_TIMEOUT_S, left)) is not None
+        except TimeoutError:
+            raise self.refuse("target_modules is a regex too slow to evaluate", hint=SIMPLER) from None
+
+
+def _shape(items: list, refuse: Refuse) -> tuple[int, int]:
+    """(pattern items after multiplying out repeat counts, nesting depth of unrolled repeats)."""
+    total = nesting = 0
+    for op, value in items:
+        if op in REPEATS:
+            low, high, body = value
+            inner, depth = _shape(list(body), refuse)
+            copies = _copies(low, high)
+            total += inner * copies
+            nesting = max(nesting, depth + (copies > 1))
+        else:
+            _refuse_other_dialect(op, value, refuse)
+            total += 1
+            for body in _bodies(op, value):
+                inner, depth = _shape(list(body), refuse)
+                total += inner
+                nesting = max(nesting, depth)
+        total = min(total, MAX_EXPANDED_ITEMS + 1)  # past the limit the exact count is moot
+    return total, nesting
+
+
+def _copies(low: int, high: int) -> int:
+    """How many copies of its body `regex` may make of a repeat: `*` and `?` none, `+` two."""
+    if high == sre.MAXREPEAT:
+        return low + 1 if low else 1
+    return high
+
+
+def _bodies(op, value) -> list:
+    if op is sre.SUBPATTERN:
+        return [value[3]]
+    if op is sre.BRANCH:
+        return list(value[1])
+    if op in (sre.ASSERT, sre.ASSERT_NOT):
+        return [value[1]]
+    if op is sre.ATOMIC_GROUP:
+        return [value]
+    if op is sre.GROUPREF_EXISTS:
+        return [body for body in value[1:] if body is not None]
+    return []
+
+
+def _refuse_other_dialect(op, value, refuse: Refuse) -> None:
+    """`re` reads these as literals; `regex` reads them as fuzzy matching or POSIX classes."""
+    if op is sre.LITERAL and value in (ord("{"), ord("}")):
+        raise refuse("target_modules regex has a '{' or '}' that is not a repeat count such as {2}",
+                     hint="Module names hold no braces: remove them. " + SIMPLER)
+    if op is sre.IN and (sre.LITERAL, ord("[")) in value:
+        raise refuse("target_modules regex has '[' inside a character set",
+                     hint="Write a character set as [abc] without a nested [. " + SIMPLER)
+
