@@ -1,0 +1,83 @@
+"""Archives that used to slip past the limits are refused, with their exact reason, storing nothing.
+
+Here each is small enough to be harmless; tests/registry/test_hostile_inputs.py sends the full
+sized ones to a memory-capped registry and bounds its memory.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.hostile_corpus import Adapter, Attack
+from bench.hostile_corpus import archives as ar
+from tests.support.asserts import assert_refused
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def adapter(make_adapter, base_model) -> Adapter:
+    folder = make_adapter(seed=3)
+    return Adapter(json.loads((folder / "adapter_config.json").read_text()),
+                   (folder / "adapter_model.safetensors").read_bytes())
+
+
+CASES = [
+    # (id, attack(adapter), status, code, message)
+    ("gnu_long_name", lambda a: ar.tar_long_name(70_000, "gnu", "gzip"), 413, "archive_header_too_large",
+     "a.tar.gz: a long-name or pax header of 70000 bytes exceeds the limit of 65536"),
+    ("pax_long_path", lambda a: ar.tar_long_name(70_000, "pax", "none"), 413, "archive_header_too_large",
+     "a.tar: a long-name or pax header of 70000 bytes exceeds the limit of 65536"),
+    ("chain_of_long_names", lambda a: ar.tar_header_chain(200, "gzip"), 413, "archive_header_too_large",
+     "a.tar.gz: the headers of one entry are longer than 106496 bytes"),
+    ("sparse_map_in_pax", lambda a: ar.tar_sparse_map(100_000, "gzip"), 413, "archive_header_too_large",
+     "the headers of one entry are longer than"),
+    ("old_gnu_sparse", lambda a: ar.tar_old_sparse(1, "gzip"), 400, "archive_link",
+     "member 'sparse' is a link or special file"),
+    ("zeros_after_the_end", lambda a: ar.tar_trailing(a, 2 * MiB, "gzip"), 400, "archive_trailing_data",
+     "a.tar.gz continues for more than 1048576 bytes after its end-of-archive marker"),
+    ("garbage_after_gzip", lambda a: ar.tar_after_gzip(a, "garbage"), 400, "archive_trailing_data",
+     "a.tar.gz holds more bytes after its gzip stream"),
+    ("second_gzip_member", lambda a: ar.tar_after_gzip(a, "second_member"), 400, "archive_trailing_data",
+     "a.tar.gz holds more bytes after its gzip stream"),
+    ("bzip2_tar", lambda a: ar.tar_trailing(a, 0, "bzip2"), 415, "unsupported_compression",
+     "a.tar.gz is compressed with bzip2; only gzip (.tar.gz, .tgz) and zip's deflate are accepted"),
+    ("xz_tar", lambda a: ar.tar_trailing(a, 0, "xz"), 415, "unsupported_compression",
+     "a.tgz is compressed with xz"),
+    ("device_node", lambda a: ar.tar_special(a, "chrdev", "gzip"), 400, "archive_link", "'tty'"),
+    ("bzip2_zip_member", lambda a: ar.zip_method(a, 12), 415, "unsupported_compression",
+     "a.zip:adapter_config.json is compressed with bzip2"),
+    ("lzma_zip_member", lambda a: ar.zip_method(a, 14), 415, "unsupported_compression",
+     "a.zip:adapter_config.json is compressed with lzma"),
+    ("zip_name_too_long", lambda a: ar.zip_long_fields(2000, 0), 413, "archive_header_too_large",
+     "a.zip: entry 1 has a 2000-byte name and 0 bytes of extra fields; the limits are 1024 and 16384"),
+    ("zip_directory_longer_than_claimed", lambda a: ar.zip_directory(1000, 2), 413, "too_many_files",
+     "a.zip holds more than 16 entries"),
+    ("zip_directory_size_lie", lambda a: ar.zip_special(a, "zip64_lie"), 400, "invalid_archive",
+     "Bad offset for central directory"),
+]
+
+
+@pytest.mark.parametrize(("attack", "status", "code", "message"), [case[1:] for case in CASES],
+                         ids=[case[0] for case in CASES])
+def test_archive_past_a_limit_is_refused(uploader, adapter, stored_state, attack, status, code, message):
+    before = stored_state()
+    sent: Attack = attack(adapter)
+
+    response = uploader.post("/v1/adapters/acme/refused/versions", content=sent.body,
+                             headers={"Content-Type": sent.content_type})
+
+    assert_refused(response, status, code, message)
+    assert response.json()["error"]["hint"]
+    assert stored_state() == before
+    assert uploader.get("/readyz").status_code == 200
+
+
+def test_a_valid_archive_still_uploads(uploader, adapter):
+    """Guards the table: the same adapter as a .tar.gz, a .tar and a .zip is accepted."""
+    for name, packed in (("a.tar.gz", ar.compress([ar.adapter_tar(adapter)], "gzip")),
+                         ("a.tar", ar.adapter_tar(adapter)), ("a.zip", ar.zip_of(adapter.files()))):
+        response = uploader.post("/v1/adapters/acme/archived/versions", files=[("file", (name, packed))])
+        assert response.status_code in (200, 201), response.text
