@@ -5,12 +5,14 @@ from functools import partial
 from pathlib import Path as FilePath
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
 from registry.adapters import service, upload
 from registry.adapters.receive import OPENAPI_BODY, receive_upload
 from registry.adapters.schemas import AdapterOut, DownloadOut, VersionOut
+from registry.adapters.upload_slots import RETRY_AFTER_S, TooManyUploads, upload_slots
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal
 from registry.db import transaction
@@ -35,7 +37,8 @@ Cursor = Query(None, max_length=18)
     status_code=201,
     response_model=VersionOut,
     openapi_extra=OPENAPI_BODY,
-    responses={200: {"description": "These exact bytes were uploaded before: the existing version."}},
+    responses={200: {"description": "These exact bytes were uploaded before: the existing version."},
+               429: {"description": "Too many uploads at once; retry after the Retry-After seconds."}},
 )
 async def upload_version(
     request: Request,
@@ -48,7 +51,8 @@ async def upload_version(
     try:
         check_name(tenant, "tenant")
         check_name(name, "adapter")
-        with tempfile.TemporaryDirectory(prefix="upload-", dir=get_settings().spool_dir()) as workdir:
+        with (upload_slots().hold(tenant),  # before the first byte is spooled
+              tempfile.TemporaryDirectory(prefix="upload-", dir=get_settings().spool_dir()) as workdir):
             received = await receive_upload(request, FilePath(workdir), get_store())
             try:
                 version, created = await run_in_threadpool(
@@ -63,6 +67,10 @@ async def upload_version(
         UPLOAD_REFUSALS.labels(reason="client_disconnected").inc()
         raise BadRequest("the client disconnected before the upload finished",
                          code="client_disconnected", hint="Upload again.") from None
+    except TooManyUploads as busy:
+        UPLOAD_REFUSALS.labels(reason=busy.code).inc()
+        return JSONResponse(busy.body(), status_code=busy.status,
+                            headers={"Retry-After": str(RETRY_AFTER_S)})
     except LoraplaneError as refusal:
         UPLOAD_REFUSALS.labels(reason=refusal.code).inc()
         raise
