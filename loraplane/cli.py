@@ -267,12 +267,14 @@ def token_list(
 
 
 @token_app.command("revoke")
-def token_revoke(token_id: int = typer.Argument(..., help="The token's id.")):
+def token_revoke(token_id: int = typer.Argument(..., help="The token's id."),
+                 with_issued: bool = typer.Option(False, "--with-issued", help=(
+                     "Also revoke every token it issued, and theirs (e.g. a departed admin's)."))):
     """Revoke a token at once."""
     from loraplane.tokens import revoke_token
 
-    _call(lambda: revoke_token(token_id))
-    typer.echo(f"token {token_id} revoked")
+    _call(lambda: revoke_token(token_id, with_issued=with_issued))
+    typer.echo(f"token {token_id} revoked" + (", with every token it issued" if with_issued else ""))
 
 
 # --- client side --------------------------------------------------------------------------------

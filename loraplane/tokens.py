@@ -41,9 +41,9 @@ def list_tokens(*, tenant: str | None, include_revoked: bool) -> list[dict]:
         return [to_out(session, row).model_dump(mode="json") for row in session.scalars(query)]
 
 
-def revoke_token(token_id: int) -> None:
+def revoke_token(token_id: int, *, with_issued: bool = False) -> None:
     with transaction() as session:
-        tokens.revoke_token(session, token_id, actor=OPERATOR)
+        tokens.revoke_token(session, token_id, actor=OPERATOR, with_issued=with_issued)
 
 
 def bootstrap_admin() -> str | None:

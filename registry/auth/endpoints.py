@@ -35,10 +35,12 @@ def list_tokens(tenant: str | None = Query(None, max_length=64, pattern=NAME_PAT
 
 
 @router.post("/tokens/{token_id}/revoke", response_model=TokenOut)
-def revoke_token(token_id: int = TokenId, principal: Principal = Depends(authenticated)):
+def revoke_token(token_id: int = TokenId, with_issued: bool = Query(False, description=(
+                     "Also revoke every token this one issued, and theirs.")),
+                 principal: Principal = Depends(authenticated)):
     """Revoke at once, everywhere (dashboard sessions included). Safe to repeat."""
     with transaction() as session:
-        return service.revoke(session, principal, token_id)
+        return service.revoke(session, principal, token_id, with_issued=with_issued)
 
 
 @router.get("/whoami", response_model=WhoAmI)

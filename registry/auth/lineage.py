@@ -1,12 +1,15 @@
 """Who could act as whom. An identity that issued a token of another identity holds that
 token's secret for a moment, so it could have acted as that identity; so could whoever issued
-the issuer's tokens. Four-eyes refuses any pair where one side is in the other's lineage."""
+the issuer's tokens. Four-eyes refuses any pair where one side is in the other's lineage, or
+where both sides share an issuer below the global admins (the root of trust, who can act as
+anyone in any case)."""
 
 from __future__ import annotations
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
+from registry.auth.principal import Role
 from registry.tables import ApiToken, Identity
 
 MAX_DEPTH = 64  # lineages are a few links long; the bound only guards against a cycle
@@ -27,6 +30,15 @@ def issuers(session: Session, identity_id: int) -> set[int]:
         found |= step
         frontier = step
     return found
+
+
+def global_admins(session: Session, identity_ids: set[int]) -> set[int]:
+    """Those of `identity_ids` that hold a global admin token: the root of trust."""
+    if not identity_ids:
+        return set()
+    return set(session.scalars(select(ApiToken.identity_id).where(
+        ApiToken.identity_id.in_(identity_ids), ApiToken.role == Role.ADMIN.value,
+        ApiToken.tenant_id.is_(None))))
 
 
 def describe(session: Session, identity_id: int) -> str:

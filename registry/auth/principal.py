@@ -96,9 +96,10 @@ class Principal:
         self.require_node_of(pool, (Role.NODE, Role.ROUTER))
 
     def require_pool_viewer(self, pool: str) -> None:
-        """Pass what may see a pool's nodes (rollout, placement): its node and router tokens,
-        and admins, reviewers and uploaders (who see their own tenant's names only)."""
-        if self.role in (Role.NODE, Role.ROUTER):
-            self.require_pool_reader(pool)
+        """Pass what may see a pool's nodes (rollout, placement): its router tokens, which route
+        by them, and admins, reviewers and uploaders (who see their own tenant's names only). A
+        node token may not: the other nodes' vLLM addresses are none of a node's business."""
+        if self.role is Role.ROUTER:
+            self.require_node_of(pool, (Role.ROUTER,))
         else:
             self.require({Role.ADMIN, Role.REVIEWER, Role.UPLOADER})

@@ -8,11 +8,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from registry.auth.principal import Role
 from registry.names import NAME_PATTERN
 
+# Letters and digits of any script, and a few separators: no parentheses or commas that could
+# forge the "(role@scope, identity N, token M)" part of an audit actor, and no invisible or
+# direction-changing characters (Unicode format characters are not word characters).
+SUBJECT_PATTERN = r"^\w[\w .@'+-]{0,127}$"
+
 
 class TokenCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    subject: str = Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$",
-                         description="The person or service.")
+    subject: str = Field(min_length=1, max_length=128, pattern=SUBJECT_PATTERN,
+                         description="The person or service: letters, digits, spaces and . _ @ ' + -")
     role: Role
     tenant: str | None = Field(default=None, max_length=64)
     pool: str | None = Field(default=None, max_length=64, pattern=NAME_PATTERN.pattern,

@@ -43,14 +43,15 @@ def list_tokens(session: Session, principal: Principal, *, tenant: str | None,
     return [to_out(session, row) for row in rows], next_cursor
 
 
-def revoke(session: Session, principal: Principal, token_id: int) -> TokenOut:
+def revoke(session: Session, principal: Principal, token_id: int, *, with_issued: bool = False) -> TokenOut:
     """Admins revoke their scope's tokens; anyone may revoke their own. Others' tokens are not
     found, so ids reveal nothing."""
     row = session.get(ApiToken, token_id)
     if row is None or not _may_manage(session, principal, row):
         raise NotFound(f"token {token_id} does not exist", code="token_not_found",
                        hint="List the tokens you may manage with GET /v1/tokens.")
-    return to_out(session, tokens.revoke_token(session, token_id, actor=principal.label))
+    return to_out(session, tokens.revoke_token(session, token_id, actor=principal.label,
+                                               with_issued=with_issued))
 
 
 def _may_manage(session: Session, principal: Principal, row: ApiToken) -> bool:

@@ -4,6 +4,7 @@ identity, records the token that issued it, and expires."""
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from datetime import UTC, datetime, timedelta
 
@@ -12,8 +13,9 @@ from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.auth.principal import POOL_ROLES, TIERS, Principal, Role
+from registry.auth.schemas import SUBJECT_PATTERN
 from registry.clock import aware
-from registry.errors import NotFound, Unauthorized, Unprocessable
+from registry.errors import Forbidden, NotFound, Unauthorized, Unprocessable
 from registry.names import check_name
 from registry.settings import get_settings
 from registry.tables import ApiToken, Identity, Pool, Tenant
@@ -47,15 +49,16 @@ def create_token(
     serves every tenant's adapters. App keys belong to one tenant and carry an SLO tier.
     `identity_id` issues another token to an existing identity; otherwise a new identity is
     made. `issued_by` is the calling token, None for an operator on the database."""
-    if not subject.strip() or len(subject) > 128:
-        raise Unprocessable("subject must be 1-128 characters", hint="Name the person or service.")
+    if not re.fullmatch(SUBJECT_PATTERN, subject.strip()):
+        raise Unprocessable("subject must be 1-128 letters, digits, spaces or . _ @ ' + -",
+                            code="invalid_subject", hint="Name the person or service plainly.")
     pool_row = _node_pool(session, role, tenant, pool)
     instance_id = _instance(role, instance_id)
     if tenant is None and role not in (Role.ADMIN, *POOL_ROLES):
         raise Unprocessable(f"a '{role}' token needs a tenant", hint="Pass --tenant NAME.")
     tier = _tier(role, tier)
     tenant_row = ensure_tenant(session, tenant) if tenant is not None else None
-    identity = _identity(session, identity_id, subject.strip(), tenant_row)
+    identity = _identity(session, identity_id, subject.strip(), tenant_row, issued_by)
     plain = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = ApiToken(
         token_hash=hash_token(plain),
@@ -67,7 +70,7 @@ def create_token(
         pool_id=pool_row.id if pool_row else None,
         instance_id=instance_id,
         tier=tier,
-        expires_at=datetime.now(UTC) + timedelta(days=_ttl_days(ttl_days)),
+        expires_at=_expiry(session, ttl_days, issued_by),
     )
     session.add(row)
     session.flush()
@@ -84,12 +87,20 @@ def create_token(
     return row, plain
 
 
-def _identity(session: Session, identity_id: int | None, name: str, tenant: Tenant | None) -> Identity:
+def _identity(session: Session, identity_id: int | None, name: str, tenant: Tenant | None,
+              issued_by: Principal | None) -> Identity:
     if identity_id is None:
         identity = Identity(name=name, tenant_id=tenant.id if tenant else None)
         session.add(identity)
         session.flush()
         return identity
+    # Only for oneself (a second device), or by the root of trust: a token on someone else's
+    # identity would act, and be audited, as that person.
+    if issued_by is not None and not issued_by.is_global_admin and issued_by.identity_id != identity_id:
+        raise Forbidden("only a global admin may issue a token to another identity",
+                        code="forbidden",
+                        hint="Omit identity_id to make a new identity, or ask that person to issue "
+                             "their own second token.")
     identity = session.get(Identity, identity_id)
     if identity is None or identity.tenant_id != (tenant.id if tenant else None):
         raise NotFound(f"identity {identity_id} does not exist in this token's tenant",
@@ -97,6 +108,16 @@ def _identity(session: Session, identity_id: int | None, name: str, tenant: Tena
                        hint="Give an identity of the same tenant (GET /v1/tokens lists them), or "
                             "omit it to make a new identity.")
     return identity
+
+
+def _expiry(session: Session, ttl_days: int | None, issued_by: Principal | None) -> datetime:
+    """Never later than the issuer's own expiry: a stolen short-lived token cannot mint itself
+    lasting access."""
+    expires = datetime.now(UTC) + timedelta(days=_ttl_days(ttl_days))
+    issuer = session.get(ApiToken, issued_by.token_id) if issued_by else None
+    if issuer is not None and issuer.expires_at is not None:
+        expires = min(expires, aware(issuer.expires_at))
+    return expires
 
 
 def _ttl_days(ttl_days: int | None) -> int:
@@ -154,10 +175,15 @@ def _node_pool(session: Session, role: Role, tenant: str | None, pool: str | Non
     return row
 
 
-def revoke_token(session: Session, token_id: int, *, actor: str) -> ApiToken:
+def revoke_token(session: Session, token_id: int, *, actor: str, with_issued: bool = False) -> ApiToken:
+    """Revoke a token; `with_issued` also every token it issued, and theirs (a departed admin's
+    whole lineage). Safe to repeat."""
     row = session.get(ApiToken, token_id)
     if row is None:
         raise NotFound(f"token {token_id} does not exist", code="token_not_found")
+    if with_issued:
+        for issued in session.scalars(select(ApiToken).where(ApiToken.created_by_token_id == row.id)):
+            revoke_token(session, issued.id, actor=actor, with_issued=True)
     if row.revoked_at is None:
         row.revoked_at = datetime.now(UTC)
         audit.record(

@@ -160,7 +160,8 @@ def _pool_capacity(session: Session, pool) -> tuple[int, str]:
 
 def four_eyes(session: Session, promotion: Promotion, approver: Principal) -> Gate:
     """Compare identities and their issuing lineage, never names: an approver who is, issued,
-    or was issued by the uploader or the requester could have acted alone."""
+    or was issued by the uploader or the requester, or who shares an issuer with either (below
+    the global admins), could have acted alone."""
     version = session.get(AdapterVersion, promotion.version_id)
     second_person = ("Ask another reviewer, with a token of their own that was not issued by or to "
                      "the other party.")
@@ -177,8 +178,17 @@ def four_eyes(session: Session, promotion: Promotion, approver: Principal) -> Ga
         if party in my_issuers:
             return Gate("four_eyes", False, f"{me} holds a token issued through {them}, who "
                         f"{deed}, and may not approve it", second_person)
-        if approver.identity_id in lineage.issuers(session, party):
+        their_issuers = lineage.issuers(session, party)
+        if approver.identity_id in their_issuers:
             return Gate("four_eyes", False, f"{me} issued a token of {them}, who {deed}, and may "
                         "not approve it", second_person)
+        shared = my_issuers & their_issuers
+        shared -= lineage.global_admins(session, shared)
+        if shared:
+            common = lineage.describe(session, min(shared))
+            return Gate("four_eyes", False, f"{me} and {them}, who {deed}, hold tokens issued "
+                        f"through the same {common}, who could act as both; {me} may not approve it",
+                        "Ask a reviewer whose token was issued by someone else (another tenant "
+                        "admin, or a global admin).")
     return Gate("four_eyes", True, "the approver is neither the uploader nor the requester, nor in "
-                "either one's token lineage")
+                "either one's token lineage, and shares no issuer with them")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import logging
 import socket
 from urllib.parse import urlsplit
 
@@ -19,6 +20,8 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 SHARED_ADDRESS_SPACE = ipaddress.IPv4Network("100.64.0.0/10")
 # NAT64: the IPv4 address in the last 32 bits is where the packets really go.
 NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+log = logging.getLogger(__name__)
 
 
 def address_refusal(written: str, allowed: list[Network]) -> str | None:
@@ -45,7 +48,10 @@ def resolved_refusal(host: str, addresses: list[str], allowed: list[Network]) ->
             return address_refusal(address, allowed)
         why = _internal_because(ipaddress.ip_address(address), allowed)
         if why is not None:
-            return f"{host} resolves to {address}, an internal address{why}"
+            # The address stays in the log: told to whoever made the webhook, it would map the
+            # registry's internal DNS for them.
+            log.warning("webhook host %s resolves to %s, an internal address%s", host, address, why)
+            return f"{host} resolves to an internal address"
     return None
 
 

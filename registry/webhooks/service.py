@@ -4,6 +4,7 @@ event itself: an event is delivered only if it happened, and always if it did.""
 from __future__ import annotations
 
 import secrets
+from urllib.parse import urlsplit
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,9 +42,16 @@ def create(session: Session, principal: Principal, spec: WebhookCreate) -> Webho
                   created_by=principal.label)
     session.add(row)
     session.flush()
+    # Only where it points: a receiver's path or query often holds a secret of its own, and the
+    # audit log keeps what it is given for ever.
     audit.record(session, actor=principal.label, action="webhook.create", subject=f"webhook/{row.id}",
-                 tenant_id=row.tenant_id, after={"url": row.url, "events": row.events})
+                 tenant_id=row.tenant_id, after={"url": _origin(row.url), "events": row.events})
     return WebhookCreated(**_out(session, row).model_dump(), secret=row.secret)
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}/…"
 
 
 def list_all(session: Session, principal: Principal) -> list[WebhookOut]:

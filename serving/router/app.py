@@ -18,7 +18,7 @@ from serving.router.app_keys import AppKeys
 from serving.router.catalog import Catalog, Target
 from serving.router.errors import RouterError
 from serving.router.forward import Forwarder
-from serving.router.requests import header, json_body, tier_of, wants_prompt_logprobs
+from serving.router.requests import check_fields, header, json_body, tier_of, wants_prompt_logprobs
 from serving.router.traffic import TrafficMeter
 
 log = logging.getLogger("loraplane.router")
@@ -68,6 +68,7 @@ class RouterApp:
         app = await self.keys.authenticate(header(scope, b"authorization"))
         tier = tier_of(app, scope)
         payload = await json_body(scope, receive, self.max_body_bytes)
+        check_fields(payload)
         self._require_ready()
         target = self.catalog.resolve(payload.get("model"), app.tenant)
         self.traffic.record(target.served_name)

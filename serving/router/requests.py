@@ -65,9 +65,28 @@ async def json_body(scope: Scope, receive: Receive, limit: int) -> dict[str, Any
     return body
 
 
+# Fields of vLLM's own that reach into the engine (KV transfer, extension arguments): an
+# application has no business setting them through the router.
+ENGINE_INTERNAL_FIELDS = ("kv_transfer_params", "vllm_xargs")
+MAX_CHOICES = 16  # n and best_of: each choice is a whole sequence the node must generate
+
+
+def check_fields(body: dict[str, Any]) -> None:
+    for name in ENGINE_INTERNAL_FIELDS:
+        if name in body:
+            raise RouterError(400, "field_not_allowed", f"{name!r} is not accepted by the router",
+                              "Drop it: it reaches into the engine, not the model.")
+    for name in ("n", "best_of"):
+        value = body.get(name)
+        if value is not None and (type(value) is not int or not 1 <= value <= MAX_CHOICES):
+            raise RouterError(400, "invalid_request", f"{name} must be a whole number from 1 to "
+                              f"{MAX_CHOICES}", "Ask for fewer choices, or send several requests.")
+
+
 def wants_prompt_logprobs(body: dict[str, Any]) -> bool:
-    return bool(body.get("echo")) and body.get("logprobs") is not None \
-        or body.get("prompt_logprobs") is not None
+    # Chat with echo sets prompt logprobs in vLLM even without `logprobs` (top_logprobs defaults
+    # to 0), so any echo counts.
+    return bool(body.get("echo")) or body.get("prompt_logprobs") is not None
 
 
 def _too_large(limit: int) -> RouterError:

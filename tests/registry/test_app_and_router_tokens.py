@@ -62,7 +62,11 @@ def test_a_router_token_reads_its_pool_but_reports_nothing(client_for, admin):
     assert router.get("/v1/pools/serving/rollout").status_code == 200
     status = {"generation": 0, "loaded": [], "vllm_url": "http://10.9.9.9:8000",
               "limits": {"max_loras": 2, "max_cpu_loras": 4, "max_lora_rank": 16}}
-    before = admin.get("/v1/pools/serving/rollout").json()["nodes"]
+    def reports() -> list[tuple]:  # what is stored, without the age that grows as we look
+        return [(n["node_id"], n["reported_at"], n["vllm_url"])
+                for n in admin.get("/v1/pools/serving/rollout").json()["nodes"]]
+
+    before = reports()
     assert_refused(router.put("/v1/pools/serving/nodes/impostor/status", json=status), 403, "forbidden",
                    "role 'router' may not do this; it needs a node token of pool 'serving'")
-    assert admin.get("/v1/pools/serving/rollout").json()["nodes"] == before
+    assert reports() == before

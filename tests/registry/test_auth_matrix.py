@@ -138,9 +138,11 @@ ENDPOINTS = {
         (lambda w: ("PUT", "/v1/pools/serving/nodes/another-node/status", {"json": NODE_STATUS}),
          expect(403, global_admin=200, serving_router=403))],
     "GET /v1/pools/{pool}/rollout": [(lambda w: ("GET", "/v1/pools/serving/rollout", {}),
-                                      expect(200, other_pool_node=403))],
+                                      expect(200, serving_node=403, serving_router=200,
+                                             other_pool_node=403))],
     "GET /v1/pools/{pool}/placement": [(lambda w: ("GET", "/v1/pools/serving/placement", {}),
-                                        expect(200, other_pool_node=403))],
+                                        expect(200, serving_node=403, serving_router=200,
+                                               other_pool_node=403))],
     "PUT /v1/pools/{pool}/routers/{router_id}/traffic": [
         (lambda w: ("PUT", "/v1/pools/serving/routers/serving-router/traffic",
                     {"json": {"requests_per_s": {}}}),

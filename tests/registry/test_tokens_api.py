@@ -14,6 +14,11 @@ from tests.support.asserts import assert_refused
 from tests.support.nodes import issue_token
 
 
+def token_count(engine) -> int:
+    with Session(engine) as session:
+        return session.query(ApiToken).count()
+
+
 def as_client(registry, plain: str) -> httpx.Client:
     return httpx.Client(base_url=registry.url, headers={"Authorization": f"Bearer {plain}"}, timeout=30)
 
@@ -26,8 +31,10 @@ def test_each_scope_lists_only_the_tokens_it_may_manage(client_for, admin):
     acme = client_for("acme_admin").get("/v1/tokens").json()["items"]
     assert acme and {t["tenant"] for t in acme} == {"acme"}
     assert all("token" not in t for t in acme)  # secrets are never listed
+    me = whoami(client_for("acme_uploader"))
     mine = client_for("acme_uploader").get("/v1/tokens").json()["items"]
-    assert [t["id"] for t in mine] == [whoami(client_for("acme_uploader"))["token_id"]]
+    assert me["token_id"] in {t["id"] for t in mine}
+    assert {t["identity_id"] for t in mine} == {me["identity_id"]}  # its own identity's only
     assert_refused(client_for("acme_admin").get("/v1/tokens", params={"tenant": "globex"}), 403,
                    "forbidden", "this token belongs to tenant 'acme', not 'globex'")
     globex = admin.get("/v1/tokens", params={"tenant": "globex"}).json()["items"]
@@ -55,6 +62,43 @@ def test_a_lifetime_beyond_the_maximum_is_refused(client_for, engine):
     with Session(engine) as session:
         assert session.query(ApiToken).filter(ApiToken.subject == "forever").count() == 0
     assert client_for("acme_admin").get("/readyz").status_code == 200
+
+
+def test_a_token_never_outlives_the_token_that_issued_it(registry, admin, client_with):
+    short = admin.post("/v1/tokens", json={"subject": "short-lead", "role": "admin", "tenant": "acme",
+                                           "ttl_days": 1}).json()
+    child = client_with(short["token"]).post("/v1/tokens", json={
+        "subject": "long-child", "role": "admin", "tenant": "acme", "ttl_days": 365}).json()
+    assert child["expires_at"] == short["expires_at"]
+
+
+def test_revoking_with_issued_ends_a_departed_admins_whole_lineage(registry, admin, client_with):
+    lead = admin.post("/v1/tokens", json={"subject": "departing-lead", "role": "admin",
+                                          "tenant": "acme"}).json()
+    lead_client = client_with(lead["token"])
+    child = lead_client.post("/v1/tokens", json={"subject": "its-admin", "role": "admin",
+                                                 "tenant": "acme"}).json()
+    grandchild = client_with(child["token"]).post("/v1/tokens", json={
+        "subject": "its-reviewer", "role": "reviewer", "tenant": "acme"}).json()
+    bystander = issue_token(admin, "bystander", role="reviewer", tenant="acme")
+
+    revoked = admin.post(f"/v1/tokens/{lead['id']}/revoke", params={"with_issued": True})
+
+    assert revoked.status_code == 200, revoked.text
+    for plain in (lead["token"], child["token"], grandchild["token"]):
+        assert_refused(as_client(registry, plain).get("/v1/whoami"), 401, "unauthorized",
+                       "invalid or revoked token")
+    assert as_client(registry, bystander).get("/v1/whoami").status_code == 200
+
+
+def test_a_subject_cannot_forge_the_structured_part_of_an_audit_actor(client_for, engine):
+    before = token_count(engine)
+    for subject in ("acme_reviewer (reviewer@acme, identity 4, token 4)", "x\u202ey", "x\u200by"):
+        response = client_for("globex_admin").post("/v1/tokens", json={
+            "subject": subject, "role": "uploader", "tenant": "globex"})
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["message"].startswith("body.subject")
+    assert token_count(engine) == before
 
 
 def test_an_expired_token_is_refused(registry, admin, engine):

@@ -98,3 +98,12 @@ def test_unbound_or_misbound_tokens_are_not_issued(admin, fleet, engine, scope, 
 def test_a_global_admin_may_still_report_for_any_node(fleet, admin):
     response = admin.put(f"/v1/pools/{POOL}/nodes/node-c/status", json=status("node-c", "http://10.0.0.3:8000"))
     assert response.status_code == 200, response.text
+
+
+def test_a_node_token_cannot_read_other_nodes_addresses(fleet, admin):
+    """The rollout and placement hold every node's vLLM address: the router's business, not a
+    node's."""
+    node_a = fleet["nodes"].client("node-a")
+    for path in (f"/v1/pools/{POOL}/rollout", f"/v1/pools/{POOL}/placement"):
+        assert_refused(node_a.get(path), 403, "forbidden", "role 'node' may not do this")
+    assert fleet["routers"].client("router-1").get(f"/v1/pools/{POOL}/rollout").status_code == 200

@@ -8,12 +8,21 @@ import itertools
 
 import httpx
 import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from registry.tables import ApiToken
 
 from tests.support.asserts import assert_refused
 from tests.support.nodes import issue_token
 from tests.support.promotions import active_set, request_promotion, served
 
 names = itertools.count()
+
+
+def token_count(engine) -> int:
+    with Session(engine) as session:
+        return session.scalar(select(func.count()).select_from(ApiToken))
 
 
 def identity(client: httpx.Client) -> int:
@@ -101,11 +110,37 @@ def test_a_look_alike_name_is_neither_refused_nor_trusted_for_its_name(promo_poo
     assert f"identity {identity(twin)}" in events[-1]["actor"]
 
 
-def test_an_identity_of_another_tenant_cannot_be_given_a_token(admin, client_for, lead):
-    globex = client_for("globex_uploader")
-    before = admin.get("/v1/tokens", params={"tenant": "acme"}).json()["items"]
-    response = lead.post("/v1/tokens", json={"subject": "borrowed", "role": "reviewer", "tenant": "acme",
-                                             "identity_id": identity(globex)})
-    assert_refused(response, 404, "identity_not_found",
-                   f"identity {identity(globex)} does not exist in this token's tenant")
-    assert admin.get("/v1/tokens", params={"tenant": "acme"}).json()["items"] == before
+def test_two_puppets_of_one_admin_cannot_approve_each_other(promo_pools, make_ready, admin, lead,
+                                                           client_with):
+    """The lead mints an uploader and a reviewer; neither is the lead, nor issued the other, but
+    the lead holds both their secrets."""
+    pool = promo_pools["open"]
+    alice = client_with(issue_token(lead, "alice", role="uploader", tenant="acme"))
+    bob = client_with(issue_token(lead, "bob", role="reviewer", tenant="acme"))
+    version = make_ready(f"puppets-{next(names)}", uploader=alice)
+    promotion = request_promotion(alice, pool, version).json()
+    lead_name = lead.get("/v1/whoami").json()["subject"]
+
+    refused_alone(approve(bob, promotion["id"]), admin, pool, {**promotion, **version},
+                  f"bob (identity {identity(bob)}) and alice (identity {identity(alice)}), who "
+                  f"uploaded this version, hold tokens issued through the same {lead_name} "
+                  f"(identity {identity(lead)}), who could act as both; bob (identity "
+                  f"{identity(bob)}) may not approve it")
+
+
+def test_only_a_global_admin_may_give_another_identity_a_token(admin, client_for, lead, engine):
+    """Else a tenant admin could act, and be audited, as a peer."""
+    peer = identity(client_for("acme_admin"))
+    before = token_count(engine)
+    response = lead.post("/v1/tokens", json={"subject": "borrowed", "role": "reviewer",
+                                             "tenant": "acme", "identity_id": peer})
+    assert_refused(response, 403, "forbidden", "only a global admin may issue a token to another identity")
+    own = lead.post("/v1/tokens", json={"subject": "second-device", "role": "admin", "tenant": "acme",
+                                        "identity_id": identity(lead)})
+    assert own.status_code == 201 and own.json()["identity_id"] == identity(lead)
+    globex = identity(client_for("globex_uploader"))
+    wrong_tenant = admin.post("/v1/tokens", json={"subject": "borrowed", "role": "reviewer",
+                                                  "tenant": "acme", "identity_id": globex})
+    assert_refused(wrong_tenant, 404, "identity_not_found",
+                   f"identity {globex} does not exist in this token's tenant")
+    assert token_count(engine) == before + 1  # only the second device

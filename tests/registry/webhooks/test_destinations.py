@@ -34,8 +34,8 @@ LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
     ("http://[2002:a00:1::1]/hook", [], "2002:a00:1::1 is an internal address (it embeds 10.0.0.1)"),  # 6to4
     ("http://[2001::1]/hook", [], "2001::1 is an internal address"),  # Teredo
     ("http://[::127.0.0.1]/hook", [], "::127.0.0.1 is an internal address"),  # IPv4-compatible
-    ("http://localhost:8080/hook", [], "localhost resolves to 127.0.0.1, an internal address"),
-    ("http://a.localhost/hook", LOOPBACK, "a.localhost resolves to ::1, an internal address"),
+    ("http://localhost:8080/hook", [], "localhost resolves to an internal address"),
+    ("http://a.localhost/hook", LOOPBACK, "a.localhost resolves to an internal address"),
     ("http://127.0.0.1:8080/hook", LOOPBACK, None),
     ("http://[::ffff:127.0.0.1]/hook", LOOPBACK, None),  # the same allowed destination, in IPv6
     ("https://hooks.example.com/hook", [], None),  # does not resolve here: checked at delivery
@@ -52,15 +52,15 @@ def test_a_name_is_refused_when_any_address_it_resolves_to_is_internal():
     address = destinations.resolve(host, 80)[0]
     assert ipaddress.ip_address(address).is_loopback
     assert destinations.url_refusal(f"http://{host}/hook", []) == (
-        f"{host} resolves to {address}, an internal address")
+        f"{host} resolves to an internal address")
     assert destinations.resolved_refusal("hooks.example", ["8.8.8.8", "100.64.0.1"], []) == (
-        "hooks.example resolves to 100.64.0.1, an internal address")
+        "hooks.example resolves to an internal address")
     assert destinations.resolved_refusal("hooks.example", ["8.8.8.8", "2606:4700::1111"], []) is None
 
 
 def test_a_name_that_resolves_inside_is_refused_at_delivery():
     reason = destinations.resolved_reason("http://localhost:9/hook", [])
-    assert reason == "localhost resolves to 127.0.0.1, an internal address"
+    assert reason == "localhost resolves to an internal address"
     assert destinations.resolved_reason("http://localhost:9/hook",
                                         [*LOOPBACK, ipaddress.ip_network("::1/128")]) is None
     assert destinations.resolved_reason("http://no-such-host.invalid/", []).startswith(

@@ -96,7 +96,9 @@ def test_a_name_that_resolves_to_an_internal_address_is_refused_for_good(dns, re
 
     attempt = sending.deliver(send_to(f"http://{NAME}:{public.port}/hook"), timeout_s=2, allowed=ALLOWED)
 
-    assert attempt == sending.Attempt(None, f"refused: {NAME} resolves to {reason}", final=True)
+    # Which address, and why, goes to the log only (`reason`): the webhook's owner learns nothing
+    # of the registry's internal DNS.
+    assert attempt == sending.Attempt(None, f"refused: {NAME} resolves to an internal address", final=True)
     assert public.requests == internal.requests == []
 
 
@@ -138,7 +140,7 @@ def test_a_refused_delivery_fails_at_once_with_its_reason(engine: Engine):
         session.add(row)
         session.flush()
         hook_id, delivery_id = hook.id, row.id
-    refused = "refused: hooks.example resolves to 100.64.0.1, an internal address"
+    refused = "refused: hooks.example resolves to an internal address"
     try:
         with Session(engine) as session, session.begin():
             later = deliveries.record_attempt(session, delivery_id, status=None, error="ConnectError",

@@ -46,8 +46,8 @@ HOST = socket.gethostname()  # /etc/hosts resolves it to loopback here
     ("http://224.0.0.251/hook", "224.0.0.251 is an internal address"),
     ("http://127.0.0.1:5432/", "127.0.0.1 is an internal address"),
     # Names that resolve inside, as metadata.google.internal does on a cloud VM:
-    ("http://localhost:8080/hook", "localhost resolves to 127.0.0.1, an internal address"),
-    (f"http://{HOST}:8080/hook", f"{HOST} resolves to 127.0.0.1, an internal address"),
+    ("http://localhost:8080/hook", "localhost resolves to an internal address"),
+    (f"http://{HOST}:8080/hook", f"{HOST} resolves to an internal address"),
 ])
 def test_a_webhook_to_an_internal_address_is_refused(strict_admin, url, message):
     before = strict_admin.get("/v1/webhooks").json()

@@ -147,3 +147,13 @@ def test_tenant_admins_manage_only_their_tenants_webhooks(client_for):
     assert_refused(client_for("globex_admin").delete(f"/v1/webhooks/{hook['id']}"), 404,
                    "webhook_not_found", "does not exist")
     client_for("acme_admin").delete(f"/v1/webhooks/{hook['id']}")
+
+
+def test_the_audit_log_keeps_where_a_webhook_points_not_its_secret_path(client_for, admin):
+    created = client_for("acme_admin").post("/v1/webhooks", json={
+        "url": "http://127.0.0.1:9/services/T000/B000/sEcReTsEcReT?token=hunter2", "tenant": "acme"})
+    assert created.status_code == 201, created.text
+    event = admin.get("/v1/audit", params={"action": "webhook.create",
+                                           "subject": f"webhook/{created.json()['id']}"}).json()["items"][0]
+    assert event["after"]["url"] == "http://127.0.0.1:9/…"
+    assert "sEcReT" not in json.dumps(event) and "hunter2" not in json.dumps(event)

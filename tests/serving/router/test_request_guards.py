@@ -16,7 +16,7 @@ from aiohttp import web
 
 from serving.router.app_keys import MAX_LOOKUPS, AppKeys
 from serving.router.errors import RouterError
-from serving.router.requests import json_body
+from serving.router.requests import check_fields, json_body, wants_prompt_logprobs
 
 
 @contextlib.asynccontextmanager
@@ -131,3 +131,26 @@ def test_key_checks_that_wait_too_long_for_the_registry_get_503_instead_of_queue
     assert all(isinstance(e, RouterError) and (e.status, e.code, e.message) == (
         503, "registry_unavailable", "cannot check the API key: the registry did not answer in time")
         for e in errors), errors[:3]
+
+
+@pytest.mark.parametrize(("body", "code", "message"), [
+    ({"kv_transfer_params": {"do_remote_prefill": True}}, "field_not_allowed",
+     "'kv_transfer_params' is not accepted by the router"),
+    ({"vllm_xargs": {"x": 1}}, "field_not_allowed", "'vllm_xargs' is not accepted by the router"),
+    ({"n": 5000}, "invalid_request", "n must be a whole number from 1 to 16"),
+    ({"n": True}, "invalid_request", "n must be a whole number from 1 to 16"),
+    ({"best_of": 0}, "invalid_request", "best_of must be a whole number from 1 to 16"),
+])
+def test_engine_internals_and_runaway_choices_are_refused_before_any_node(body, code, message):
+    with pytest.raises(RouterError) as refused:
+        check_fields({"model": "acme/x", "prompt": "hi", **body})
+    assert (refused.value.status, refused.value.code, refused.value.message) == (400, code, message)
+
+
+def test_echo_counts_as_prompt_logprobs_even_without_logprobs():
+    """vLLM's chat endpoint computes prompt logprobs whenever echo is set (top_logprobs
+    defaults to 0), so such requests take turns like any other prompt-logprob request."""
+    assert wants_prompt_logprobs({"messages": [], "echo": True})
+    assert wants_prompt_logprobs({"prompt": "x", "prompt_logprobs": 0})
+    assert not wants_prompt_logprobs({"prompt": "x", "logprobs": 1})
+    check_fields({"model": "acme/x", "n": 16, "best_of": 1})  # within bounds: accepted
