@@ -7,6 +7,7 @@ Large contents are produced as streams of repeated chunks and compressed on the 
 from __future__ import annotations
 
 import bz2
+import hashlib
 import io
 import lzma
 import stat
@@ -115,6 +116,25 @@ def tar_sparse_map(entries: int, how: str) -> Attack:
               header("sparse", size=len(sparse_map), fmt=tarfile.USTAR_FORMAT),
               sparse_map + b"\0" * (-len(sparse_map) % 512), end()]
     return as_attack(f"tar_sparse_map/{how}/{entries}", [(f"a{suffix(how)}", compress(chunks, how))])
+
+
+def tar_pax_digits(size: int, entries: int, how: str) -> Attack:
+    """`entries` empty files, each after a pax header of `size` ASCII '1's (CVE-2024-6232): tarfile's
+    pax regexes backtrack quadratically over them, 64 KiB taking seconds with the GIL held."""
+    one = header("pax", kind=tarfile.XHDTYPE, size=size, fmt=tarfile.USTAR_FORMAT)
+    chunks = [part for index in range(entries)
+              for part in (one, *repeated(b"1", size), b"\0" * (-size % 512), header(f"f{index}"))]
+    return as_attack(f"tar_pax_digits/{how}/{size}/{entries}",
+                     [(f"a{suffix(how)}", compress([*chunks, end()], how))])
+
+
+def tar_pax_payload(payload: bytes, how: str) -> Attack:
+    """One pax header holding these bytes, then an empty file: no PEFT files in any case."""
+    chunks = [header("pax", kind=tarfile.XHDTYPE, size=len(payload), fmt=tarfile.USTAR_FORMAT),
+              payload, b"\0" * (-len(payload) % 512), header("notes.txt"), end()]
+    digest = hashlib.sha256(payload).hexdigest()[:16]
+    return as_attack(f"tar_pax_payload/{how}/{len(payload)}/{digest}",
+                     [(f"a{suffix(how)}", compress(chunks, how))])
 
 
 def tar_old_sparse(extension_blocks: int, how: str) -> Attack:

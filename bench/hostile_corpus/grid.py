@@ -11,6 +11,9 @@ from bench.hostile_corpus import multipart_attacks as mp
 from bench.hostile_corpus.adapter import Adapter
 
 MiB = 1024 * 1024
+# Pax headers that are not "%d %s=%s\n" records: each one tarfile would have parsed by regex.
+PAX_PAYLOADS = (b"1" * 4000 + b" ", b"12 path=abc\n", b"9 path=abcdefgh\n", b"5 =x\n",
+                b"".join(b"10 a=%04d\n" % n for n in range(33)), b"14 size=-5000\n", b"12 path=abc\nX")
 
 
 def grid(adapter: Adapter, *, max_upload_bytes: int, max_files: int) -> list[Attack]:
@@ -22,6 +25,8 @@ def grid(adapter: Adapter, *, max_upload_bytes: int, max_files: int) -> list[Att
         *(ar.tar_long_name(size, "gnu", "none") for size in (70_000, under // 2)),
         *(ar.tar_header_chain(count, how) for count in (100, 5000) for how in ("gzip", "none")),
         *(ar.tar_sparse_map(entries, "gzip") for entries in (10, 1_000_000)),
+        *(ar.tar_pax_digits(size, entries, "gzip") for size, entries in ((65_536, 3), (4096, max_files))),
+        *(ar.tar_pax_payload(payload, "none") for payload in PAX_PAYLOADS),
         *(ar.tar_old_sparse(blocks, "gzip") for blocks in (1, 100_000)),
         *(ar.tar_trailing(adapter, size, "gzip") for size in (2 * MiB, 64 * MiB, 512 * MiB)),
         ar.tar_trailing(adapter, 2 * MiB, "gzip", b"\x5a"),

@@ -4,6 +4,7 @@
 to, and every byte it asks for is counted first. The header of each entry, with everything
 `tarfile` reads to complete it (GNU long names, pax records, sparse maps), has a budget: an
 uploader's header can say it is gigabytes long, and `tarfile` would read it whole into memory.
+Pax headers are parsed by pax_headers, never by `tarfile`, whose regexes take quadratic time.
 """
 
 from __future__ import annotations
@@ -11,13 +12,16 @@ from __future__ import annotations
 import tarfile
 from typing import BinaryIO
 
+from registry.adapters import pax_headers
 from registry.adapters.archive_entries import REBUILD_HINT, Entries, refuse_link, too_large
 from registry.adapters.archive_streams import INPUT_CHUNK, GzipReader, Meter
 from registry.errors import BadRequest, PayloadTooLarge
 
 EXTENDED_TYPES = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
                   tarfile.SOLARIS_XHDTYPE)
-EXTENDED_HEADER_BYTES = 64 * 1024  # a long name is one path; a pax record holds a few of them
+# A long name is one path, and a pax header a few short records; an adapter's file names are short.
+EXTENDED_HEADER_BYTES = 4 * 1024
+PAX_TYPES = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
 # All that is read to complete one entry's header; tarfile reads ahead a record at a time.
 HEADER_BYTES = EXTENDED_HEADER_BYTES + 4 * tarfile.RECORDSIZE
 TRAILING_BYTES = 1024 * 1024  # after the end marker tar pads to its record size, 10 KiB by default
@@ -51,7 +55,24 @@ def _metered_tarinfo(meter: Meter, filename: str) -> type[tarfile.TarInfo]:
             if self.type in EXTENDED_TYPES and self.size > EXTENDED_HEADER_BYTES:
                 raise header_too_large(self.size)
             with meter.phase(HEADER_BYTES, header_too_large):
+                if self.type in PAX_TYPES:
+                    return self._proc_checked_pax(tar)
                 return super()._proc_member(tar)
+
+        def _proc_checked_pax(self, tar: tarfile.TarFile):
+            payload = tar.fileobj.read(self._block(self.size))[:self.size]
+            if len(payload) < self.size:
+                raise tarfile.ReadError("unexpected end of data in a pax header")
+            try:
+                records = pax_headers.parse(payload)
+            except pax_headers.MalformedPax as error:
+                raise BadRequest(f"{filename}: malformed pax header: {error}", code="invalid_pax_header",
+                                 hint=REBUILD_HINT) from None
+            entry = pax_headers.apply(self, tar, records)
+            sparse = pax_headers.sparse_name(records)
+            if sparse is not None:
+                raise refuse_link(filename, sparse)
+            return entry
 
     return MeteredTarInfo
 

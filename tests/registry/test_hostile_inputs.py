@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import resource
+import threading
 import time
 from pathlib import Path
 
@@ -138,7 +139,7 @@ def test_a_long_name_tar_header_is_refused_before_it_is_read(client, memory, sto
     response = send(client, ar.tar_long_name(150_000_000, kind, "gzip"))
 
     assert_refused(response, 413, "archive_header_too_large",
-                   "a.tar.gz: a long-name or pax header of 150000000 bytes exceeds the limit of 65536")
+                   "a.tar.gz: a long-name or pax header of 150000000 bytes exceeds the limit of 4096")
     assert_unharmed(client, memory, stored_state, before, since=start, bound_mb=ATTACK_RSS_GROWTH_MB)
 
 
@@ -194,6 +195,57 @@ def test_a_bzip2_tar_is_refused_without_decompressing_it(client, memory, adapter
     assert_unharmed(client, memory, stored_state, before)
 
 
+class HealthProbe:
+    """Polls /healthz from another connection while a request runs: how long others wait."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.seconds, self.stop = url, [], threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=120) as other:
+            while not self.stop.is_set():
+                started = time.monotonic()
+                assert other.get("/healthz").status_code == 200
+                self.seconds.append(time.monotonic() - started)
+
+    def __enter__(self) -> "HealthProbe":
+        self.thread.start()
+        time.sleep(0.1)  # polling before the request starts
+        return self
+
+    def __exit__(self, *_) -> None:
+        time.sleep(0.1)
+        self.stop.set()
+        self.thread.join()
+
+
+@pytest.mark.parametrize(("size", "entries", "status", "code", "message"), [
+    (65_536, 3, 413, "archive_header_too_large",
+     "a.tar.gz: a long-name or pax header of 65536 bytes exceeds the limit of 4096"),
+    (4096, MAX_FILES, 400, "invalid_pax_header",
+     "a.tar.gz: malformed pax header: record 1 does not start with its length and a space"),
+], ids=["64KiB_x3", "4KiB_x16"])
+def test_pax_headers_that_make_tarfile_backtrack_are_refused_at_once(
+        capped, client, memory, stored_state, size, entries, status, code, message):
+    """CVE-2024-6232 on this Python (3.11.7): tarfile's pax regexes backtrack quadratically over
+    digits. Three 64 KiB pax headers of '1's, under 1 kB gzipped, used to keep one upload busy
+    for 27.5 s with the GIL held, and /healthz then took up to 18.8 s for everyone else."""
+    before = stored_state()
+    attack = ar.tar_pax_digits(size, entries, "gzip")
+    assert len(attack.body) < 4096
+
+    with HealthProbe(capped.url) as health:
+        started = time.monotonic()
+        response = send(client, attack)
+        elapsed = time.monotonic() - started
+
+    assert_refused(response, status, code, message)
+    assert elapsed < 1.0, f"the refusal took {elapsed:.2f} s"
+    assert health.seconds and max(health.seconds) < 2.0, f"/healthz waited {max(health.seconds):.2f} s"
+    assert_unharmed(client, memory, stored_state, before)
+
+
 # --- every attack of the fixed corpus, which bench/hostile.py measures ----------------------
 
 
@@ -208,8 +260,26 @@ def test_every_attack_of_the_fixed_corpus_is_refused_cleanly(client, memory, ada
 
 # --- generated attacks, family by family ----------------------------------------------------
 
-sizes_over_header_limit = st.integers(65_537, 160_000_000)
+sizes_over_header_limit = st.integers(4097, 160_000_000)
 compressions = st.sampled_from(["gzip", "none"])
+
+
+def pax_payloads() -> st.SearchStrategy[bytes]:
+    """Pax headers: raw bytes, and records whose parts (length, keyword, value) are each drawn
+    right or wrong, so the parser meets near misses as well as noise."""
+    def record(length_delta: int, keyword: bytes, value: bytes) -> bytes:
+        text = b" " + keyword + b"=" + value + b"\n"
+        length = len(text) + 1
+        while len(str(length)) + len(text) != length:  # the length counts its own digits
+            length = len(str(length)) + len(text)
+        return str(max(length + length_delta, 0)).encode() + text
+
+    keywords = st.sampled_from([b"path", b"size", b"mtime", b"hdrcharset", b"GNU.sparse.name", b"", b"a b",
+                                b"linkpath", b"SCHILY.xattr.user.x"])
+    values = st.one_of(st.binary(max_size=300), st.sampled_from([b"1" * 3000, b"-1", b"1.5", b"BINARY"]))
+    records = st.lists(st.builds(record, st.sampled_from([0, 0, 0, -1, 1, 1000]), keywords, values),
+                       max_size=40).map(b"".join)
+    return st.one_of(st.binary(max_size=5000), records)
 
 
 def archive_attacks(adapter: Adapter) -> st.SearchStrategy[Attack]:
@@ -218,6 +288,8 @@ def archive_attacks(adapter: Adapter) -> st.SearchStrategy[Attack]:
         st.builds(ar.tar_long_name, st.integers(1, UNDER_LIMIT), st.sampled_from(["gnu", "pax"]), st.just("none")),
         st.builds(ar.tar_header_chain, st.integers(1, 6000), compressions),
         st.builds(ar.tar_sparse_map, st.integers(1, 2_000_000), st.just("gzip")),
+        st.builds(ar.tar_pax_digits, st.integers(1, 200_000), st.integers(1, MAX_FILES), compressions),
+        st.builds(ar.tar_pax_payload, pax_payloads(), compressions),
         st.builds(ar.tar_old_sparse, st.integers(1, 200_000), st.just("gzip")),
         st.builds(ar.tar_trailing, st.just(adapter), st.integers(2 * MiB, 128 * MiB), st.just("gzip"),
                   st.sampled_from([b"\0", b"\x5a"])),
