@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from registry.adapters import config_json, target_regex
+from registry.adapters import config_json, peft_keys, target_regex
 from registry.errors import Unprocessable
 
 FILE = "adapter_config.json"
@@ -61,6 +61,7 @@ def parse_config(data: bytes) -> LoraSpec:
         if config.get(key):
             raise refuse(f"{key} is set; vLLM does not support {what}", code=code,
                          hint=f"Train without {what}, or merge it into the base model.")
+    peft_keys.check(config, refuse)
     bias = config.get("bias", "none")
     if bias not in (None, "none"):
         raise refuse(f"bias is {str(bias)[:40]!r}; vLLM only serves adapters with bias 'none'",
