@@ -75,8 +75,10 @@ def create_app() -> FastAPI:
 
 
 async def _domain_error(_: Request, error: LoraplaneError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
-    return JSONResponse(error.body(), status_code=error.status, headers=headers)
+    headers = dict(error.headers)
+    if error.status == 401:
+        headers.setdefault("WWW-Authenticate", "Bearer")
+    return JSONResponse(error.body(), status_code=error.status, headers=headers or None)
 
 
 async def _validation_error(_: Request, error: RequestValidationError) -> JSONResponse:

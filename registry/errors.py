@@ -1,20 +1,26 @@
-"""One error hierarchy: each domain error carries its HTTP status, code, message and hint."""
+"""One error hierarchy: each domain error carries its HTTP status, code, message and hint, and
+the response headers that belong to it (Retry-After, Connection: close)."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 
 class LoraplaneError(Exception):
     status = 400
     code = "bad_request"
+    headers: Mapping[str, str] = {}
 
     def __init__(self, message: str, *, hint: str = "", code: str | None = None,
-                 details: list[dict] | None = None) -> None:
+                 details: list[dict] | None = None, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
         self.details = details
         if code is not None:
             self.code = code
+        if headers is not None:
+            self.headers = {**self.headers, **headers}
 
     def body(self) -> dict:
         error = {"code": self.code, "message": self.message, "hint": self.hint}

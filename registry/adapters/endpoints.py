@@ -5,14 +5,14 @@ from functools import partial
 from pathlib import Path as FilePath
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
 from registry.adapters import service, upload
 from registry.adapters.receive import OPENAPI_BODY, receive_upload
 from registry.adapters.schemas import AdapterOut, DownloadOut, VersionOut
-from registry.adapters.upload_slots import RETRY_AFTER_S, TooManyUploads, upload_slots
+from registry.adapters.receive_deadlines import TimedBody, receive_timing
+from registry.adapters.upload_slots import upload_slots
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal
 from registry.db import transaction
@@ -24,6 +24,7 @@ from registry.settings import get_settings
 from registry.storage import get_store
 
 router = APIRouter(prefix="/v1/adapters", tags=["adapters"])
+receive_timing()  # read at startup: a bad LORAPLANE_UPLOAD_* value stops the registry from starting
 # The pattern is documented here and enforced by check_name, which gives the clearer error.
 Tenant = Path(max_length=64, json_schema_extra={"pattern": NAME_PATTERN.pattern})
 Name = Path(max_length=64, json_schema_extra={"pattern": NAME_PATTERN.pattern})
@@ -38,6 +39,7 @@ Cursor = Query(None, max_length=18)
     response_model=VersionOut,
     openapi_extra=OPENAPI_BODY,
     responses={200: {"description": "These exact bytes were uploaded before: the existing version."},
+               408: {"description": "The body stalled or arrived too slowly; the connection is closed."},
                429: {"description": "Too many uploads at once; retry after the Retry-After seconds."}},
 )
 async def upload_version(
@@ -51,9 +53,11 @@ async def upload_version(
     try:
         check_name(tenant, "tenant")
         check_name(name, "adapter")
+        body = TimedBody(request.stream(), receive_timing())
+        await body.first_bytes()  # a client that sends only headers holds no slot
         with (upload_slots().hold(tenant),  # before the first byte is spooled
               tempfile.TemporaryDirectory(prefix="upload-", dir=get_settings().spool_dir()) as workdir):
-            received = await receive_upload(request, FilePath(workdir), get_store())
+            received = await receive_upload(request, body, FilePath(workdir), get_store())
             try:
                 version, created = await run_in_threadpool(
                     partial(upload.upload_version, get_store(), get_settings(), principal=principal,
@@ -67,10 +71,6 @@ async def upload_version(
         UPLOAD_REFUSALS.labels(reason="client_disconnected").inc()
         raise BadRequest("the client disconnected before the upload finished",
                          code="client_disconnected", hint="Upload again.") from None
-    except TooManyUploads as busy:
-        UPLOAD_REFUSALS.labels(reason=busy.code).inc()
-        return JSONResponse(busy.body(), status_code=busy.status,
-                            headers={"Retry-After": str(RETRY_AFTER_S)})
     except LoraplaneError as refusal:
         UPLOAD_REFUSALS.labels(reason=refusal.code).inc()
         raise

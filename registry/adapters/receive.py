@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,7 +90,9 @@ class _Part:
             await self.pump.wrote(len(data), self.file)
 
 
-async def receive_upload(request: Request, workdir: Path, store: ArtifactStore) -> ReceivedUpload:
+async def receive_upload(request: Request, body: AsyncIterable[bytes], workdir: Path,
+                         store: ArtifactStore) -> ReceivedUpload:
+    """Receive the multipart body, read from `body` (the request's, under receive_deadlines)."""
     content_type, options = parse_options_header(request.headers.get("content-type", ""))
     if content_type != b"multipart/form-data" or not options.get(b"boundary"):
         raise UnsupportedMediaType(
@@ -114,7 +117,7 @@ async def receive_upload(request: Request, workdir: Path, store: ArtifactStore) 
     })
     part: _Part | None = None
     try:
-        async for chunk in request.stream():
+        async for chunk in body:
             try:
                 parser.write(chunk)
             except FormParserError as error:

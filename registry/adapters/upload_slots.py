@@ -1,8 +1,9 @@
 """How many uploads one registry process receives at once, in all and per tenant.
 
 Each upload may spool and expand up to the upload limit on the disk beside the state, and holds
-a thread while it is checked. A slot is taken before the first byte is read, and an upload
-beyond the limits is answered at once with 429 and Retry-After rather than queued.
+a thread while it is checked. A slot is taken once the first bytes of the body have arrived (a
+client that sends only headers holds none) and before anything is spooled; an upload beyond the
+limits is answered at once with 429 and Retry-After rather than queued.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ RETRY_AFTER_S = 5
 
 class TooManyUploads(LoraplaneError):
     status, code = 429, "too_many_uploads"
+    headers = {"Retry-After": str(RETRY_AFTER_S)}
 
 
 class UploadSlots:

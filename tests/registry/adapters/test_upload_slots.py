@@ -1,6 +1,6 @@
 """A registry process receives at most LORAPLANE_MAX_CONCURRENT_UPLOADS uploads at once (4 by
 default), a tenant at most LORAPLANE_MAX_CONCURRENT_UPLOADS_PER_TENANT of them (3): beyond that
-it answers 429 with Retry-After before reading the body, and stores nothing."""
+it answers 429 with Retry-After once the body begins, before spooling it, and stores nothing."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ def start_slow_upload(registry_url: str, token: str, adapter: str) -> socket.soc
 def refused_while_full(client: httpx.Client, adapter: str, files) -> httpx.Response:
     """Post an upload the registry would refuse anyway (a bad config) until the stalled uploads
     hold their slots: until then it gets its own 422, and nothing can be stored either way."""
+    # The stalled uploads are received first: a probe among them could take one's slot itself.
+    time.sleep(0.5)
     deadline = time.monotonic() + 20
     while True:
         response = client.post(f"/v1/adapters/{adapter}/versions", files=files)
