@@ -48,6 +48,13 @@ class RegistrySettings(BaseSettings):
     max_concurrent_uploads_per_tenant: int = Field(default=3, ge=1, le=1024, description=(
         "One tenant's share of those, so that one tenant never holds every slot."))
 
+    upload_idle_timeout_s: float = Field(default=30.0, gt=0, le=3600, description=(
+        "Longest wait for the next bytes of an upload body, and the grace period before the "
+        "minimum rate applies. Past it the upload is answered 408 and its slot is freed."))
+    upload_min_bytes_per_s: int = Field(default=32 * 1024, ge=0, le=1024**3, description=(
+        "Average rate an upload body must keep once the grace period is over (0: no minimum). "
+        "At 32 KiB/s a 1 GiB upload may take about 9 hours."))
+
     broker_url: str = Field(default="", description=(
         "Celery broker, e.g. redis://host:6379/0. Empty means a folder queue inside data_dir "
         "that needs no server (one machine only)."))

@@ -24,7 +24,6 @@ from registry.settings import get_settings
 from registry.storage import get_store
 
 router = APIRouter(prefix="/v1/adapters", tags=["adapters"])
-receive_timing()  # read at startup: a bad LORAPLANE_UPLOAD_* value stops the registry from starting
 # The pattern is documented here and enforced by check_name, which gives the clearer error.
 Tenant = Path(max_length=64, json_schema_extra={"pattern": NAME_PATTERN.pattern})
 Name = Path(max_length=64, json_schema_extra={"pattern": NAME_PATTERN.pattern})

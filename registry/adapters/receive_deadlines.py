@@ -16,12 +16,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterable, AsyncIterator
-from functools import lru_cache
-
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from registry.errors import LoraplaneError
+from registry.settings import RegistrySettings, get_settings
 
 SEND_HINT = "Upload again over a steadier connection (loraplane push sends the whole body at once)."
 
@@ -32,28 +29,15 @@ class UploadTimedOut(LoraplaneError):
     headers = {"Connection": "close"}
 
 
-class ReceiveTiming(BaseSettings):
-    """Read from the same LORAPLANE_* variables as RegistrySettings, and as strictly."""
-
-    model_config = SettingsConfigDict(env_prefix="LORAPLANE_", extra="ignore")
-
-    upload_idle_timeout_s: float = Field(default=30.0, gt=0, le=3600, description=(
-        "Longest wait for the next bytes of an upload body, and the grace period before the "
-        "minimum rate applies. Past it the upload is answered 408 and its slot is freed."))
-    upload_min_bytes_per_s: int = Field(default=32 * 1024, ge=0, le=1024**3, description=(
-        "Average rate an upload body must keep once the grace period is over (0: no minimum). "
-        "At 32 KiB/s a 1 GiB upload may take about 9 hours."))
-
-
-@lru_cache
-def receive_timing() -> ReceiveTiming:
-    return ReceiveTiming()
+def receive_timing() -> RegistrySettings:
+    """The registry's settings, which hold upload_idle_timeout_s and upload_min_bytes_per_s."""
+    return get_settings()
 
 
 class TimedBody:
     """An upload body, chunk by chunk, each read bounded by the idle timeout and the minimum rate."""
 
-    def __init__(self, chunks: AsyncIterable[bytes], timing: ReceiveTiming) -> None:
+    def __init__(self, chunks: AsyncIterable[bytes], timing: RegistrySettings) -> None:
         self.chunks: AsyncIterator[bytes] = chunks.__aiter__()
         self.idle_s, self.min_rate = timing.upload_idle_timeout_s, timing.upload_min_bytes_per_s
         self.waited = 0.0  # seconds spent waiting for the client

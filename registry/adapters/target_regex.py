@@ -45,6 +45,10 @@ def check(pattern: str, refuse: Refuse) -> None:
         reason = f"its repeat counts multiply out to more than {MAX_EXPANDED_ITEMS} pattern items"
     elif nesting > MAX_UNROLLED_NESTING:
         reason = f"it nests repeats {nesting} deep (the limit is {MAX_UNROLLED_NESTING}; * and ? do not count)"
+    elif _unbounded_inside_repeat(list(parsed)):
+        # PEFT matches with `re`, which has no timeout, in the evaluation worker too: `(.*)*x`
+        # backtracks exponentially there.
+        reason = "it repeats a group that itself holds an unbounded repeat (such as (.*)*)"
     else:
         reason = ""
     if reason:
@@ -93,6 +97,23 @@ def _shape(items: list, refuse: Refuse) -> tuple[int, int]:
                 nesting = max(nesting, depth)
         total = min(total, MAX_EXPANDED_ITEMS + 1)  # past the limit the exact count is moot
     return total, nesting
+
+
+def _unbounded_inside_repeat(items: list, inside: bool = False) -> bool:
+    """Whether an unbounded repeat (*, +, {n,}) sits inside a repeat that may match its body
+    more than once: the shape of catastrophic backtracking."""
+    for op, value in items:
+        if op in REPEATS:
+            low, high, body = value
+            if inside and high == sre.MAXREPEAT:
+                return True
+            if _unbounded_inside_repeat(list(body), inside or high > 1):
+                return True
+        else:
+            for body in _bodies(op, value):
+                if _unbounded_inside_repeat(list(body), inside):
+                    return True
+    return False
 
 
 def _copies(low: int, high: int) -> int:

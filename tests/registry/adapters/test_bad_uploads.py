@@ -212,6 +212,10 @@ CASES = [
                        "multiply out to more than 1000 pattern items"),
     ("target_regex_nested_plus", lambda v: v.with_config(target_modules="((a+)+)+"), {}, 422,
      "invalid_config", "target_modules regex is too complex to compile safely: it nests repeats 3 deep"),
+    # The worker's peft matches with `re`, which has no timeout: nested unbounded repeats would hang it.
+    ("target_regex_catastrophic", lambda v: v.with_config(target_modules=r"(.*)*x"), {}, 422,
+     "invalid_config", "target_modules regex is too complex to compile safely: it repeats a group "
+                       "that itself holds an unbounded repeat (such as (.*)*)"),
     ("target_regex_fuzzy_braces", lambda v: v.with_config(target_modules=r".*\.(q_proj|v_proj){e<=1}"), {},
      422, "invalid_config", "target_modules regex has a '{' or '}' that is not a repeat count"),
     ("target_regex_posix_class", lambda v: v.with_config(target_modules="[[:alpha:]._]+"), {}, 422,
