@@ -6,8 +6,8 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint,
-    func, text,
+    JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text,
+    UniqueConstraint, false, func, text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -24,7 +24,25 @@ class Tenant(Base):
     __tablename__ = "tenants"
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
+    # Uploads must carry a model-signing signature by one of the tenant's signing keys.
+    require_signed_uploads: Mapped[bool] = mapped_column(Boolean, server_default=false())
     created_at: Mapped[datetime] = created_at_column()
+
+
+class TenantSigningKey(Base):
+    """A public key a tenant's teams sign their uploads with (a model-signing bundle beside the
+    adapter is verified against these)."""
+
+    __tablename__ = "tenant_signing_keys"
+    __table_args__ = (UniqueConstraint("tenant_id", "name"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    public_key_pem: Mapped[str] = mapped_column(Text)
+    fingerprint: Mapped[str] = mapped_column(String(64))  # sha256 of the DER public key
+    created_by: Mapped[str] = mapped_column(String(300))
+    created_at: Mapped[datetime] = created_at_column()
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Identity(Base):
@@ -145,6 +163,8 @@ class AdapterVersion(Base):
     uploaded_by_token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id"))
     uploaded_by_identity_id: Mapped[int | None] = mapped_column(
         ForeignKey("identities.id", name="fk_adapter_versions_uploader_identity"))
+    # The model-signing signature it came with, once verified: file, sha256, key fingerprint.
+    upload_signature: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = created_at_column()
 
 
@@ -315,6 +335,9 @@ class NodeStatus(Base):
     failures: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     vllm_url: Mapped[str] = mapped_column(String(500))
     limits: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # Recent bytes that failed a re-check (tampered or rotted on the node's disk).
+    incidents: Mapped[list[dict[str, Any]]] = mapped_column(JSON, server_default="[]")
+    engine: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # vLLM version, flags, dtype
     reported_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     first_seen_at: Mapped[datetime] = created_at_column()
 
@@ -347,3 +370,21 @@ class WebhookDelivery(Base):
     next_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = created_at_column()
     delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Attestation(Base):
+    """A signed statement that a version may serve in a pool: issued when a promotion points an
+    alias at it (approval or rollback), and again when the signing key rotates."""
+
+    __tablename__ = "attestations"
+    __table_args__ = (Index("ix_attestations_pool_version", "pool_id", "version_id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id"))
+    version_id: Mapped[int] = mapped_column(ForeignKey("adapter_versions.id"), index=True)
+    promotion_id: Mapped[int | None] = mapped_column(ForeignKey("promotions.id"))
+    action: Mapped[str] = mapped_column(String(24))  # approve | rollback | resign | backfill
+    key_id: Mapped[str] = mapped_column(String(64))
+    statement_sha256: Mapped[str] = mapped_column(String(64))
+    envelope: Mapped[dict[str, Any]] = mapped_column(JSON)
+    audit_event_hash: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = created_at_column()

@@ -16,7 +16,9 @@ from registry.errors import Unprocessable
 from registry.names import check_name
 from registry.placement import service as placement
 from registry.placement.rules import EVERYWHERE, Placement
-from registry.nodes.schemas import DriftOut, NodeFailure, NodeOut, NodeReport, RolloutOut
+from registry.nodes.schemas import (
+    DriftOut, NodeFailure, NodeIncident, NodeOut, NodeReport, RolloutOut,
+)
 from registry.settings import get_settings
 from registry.tables import NodeStatus
 
@@ -31,7 +33,9 @@ def report(session: Session, principal: Principal, pool_name: str, node_id: str,
                             f"{pool.generation}", code="generation_ahead",
                             hint="Report the generation of the active set the node applied.")
     fields = dict(generation=body.generation, loaded=[a.model_dump() for a in body.loaded],
-                  failures=[f.model_dump() for f in body.failures], vllm_url=str(body.vllm_url),
+                  failures=[f.model_dump() for f in body.failures],
+                  incidents=[i.model_dump(mode="json") for i in body.incidents],
+                  engine=body.engine.model_dump() if body.engine else None, vllm_url=str(body.vllm_url),
                   limits=body.limits.model_dump(), reported_at=datetime.now(UTC))
     row = _upsert(session, pool.id, node_id, fields)
     changes.drop_drained(session, pool.id)
@@ -102,6 +106,7 @@ def _node_out(row: NodeStatus, desired: dict[str, str], generation: int, visible
                        extra=[n for n in drift.extra if visible(n)],
                        wrong_digest=[n for n in drift.wrong_digest if visible(n)]),
         failures=[NodeFailure(**f) for f in row.failures if visible(f["served_name"])],
+        incidents=[NodeIncident(**i) for i in row.incidents or [] if visible(i["served_name"])],
         serving=sorted(n for n, digest in desired.items() if loaded.get(n) == digest and visible(n)),
         vllm_url=row.vllm_url if internals else None, limits=row.limits if internals else None,
         reported_at=row.reported_at)
