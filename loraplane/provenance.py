@@ -136,6 +136,12 @@ class TrustBundle:
         return document
 
 
+def unverified_statement(signed: Any) -> dict[str, Any]:
+    """The statement inside an attestation, without checking who signed it: for display, and for
+    re-signing a statement the registry already holds."""
+    return _payload(signed, IN_TOTO_PAYLOAD)
+
+
 def check_subject(document: dict[str, Any], served_name: str, digest: str,
                   files: list[dict[str, Any]]) -> None:
     """The statement is about exactly these bytes under this name."""

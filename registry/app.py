@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from registry import log_redaction
@@ -15,6 +16,8 @@ from registry.active_set.endpoints import router as active_set
 from registry.active_set.fast_path import ActiveSetFastPath
 from registry.active_set.watch import WATCH
 from registry.adapters.endpoints import router as adapters
+from registry.attestations import service as attestation_service
+from registry.attestations.endpoints import router as attestations
 from registry.audit.endpoints import router as audit
 from registry.auth.endpoints import router as auth
 from registry.base_models.endpoints import router as base_models
@@ -41,6 +44,8 @@ from web.routes import STATIC, router as dashboard
 async def lifespan(_: FastAPI):
     # Build the store's client and sign once now, not on the first node's long-poll.
     get_store().presigned_url("warm-up", 60)
+    # Versions approved before attestations existed, or signed by a key rotated out since.
+    await run_in_threadpool(attestation_service.attest_active)
     await WATCH.start(poll_s=get_settings().active_set_poll_s)
     # Everything loaded so far lives as long as the process: keep the collector from walking it
     # again and again, which pauses every open long-poll at once.
@@ -61,7 +66,8 @@ def create_app() -> FastAPI:
         lifespan=lifespan,
     )
     for router in (auth, base_models, pools, eval_suites, adapters, evaluations, promotions,
-                   active_set, nodes, placement, sizing, webhooks, audit, artifacts, ops, dashboard):
+                   active_set, nodes, placement, sizing, webhooks, audit, attestations, artifacts, ops,
+                   dashboard):
         app.include_router(router)
     app.mount("/ui/static", STATIC, name="dashboard-static")
     app.add_middleware(BodySizeLimitMiddleware, max_upload_bytes=get_settings().max_upload_bytes)

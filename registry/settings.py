@@ -32,6 +32,18 @@ class RegistrySettings(BaseSettings):
         default=None, min_length=32,
         description="Signs local download URLs. Generated into data_dir if unset.",
     )
+    attestation_key_dir: Path | None = Field(default=None, description=(
+        "Where the attestation signing keys live (Ed25519, one PEM per key, rotated through the "
+        "API). Empty means data_dir/attestation-keys, generated on first use."))
+    attestation_private_key: SecretStr | None = Field(default=None, description=(
+        "One Ed25519 private key (PEM) to sign attestations with, instead of the key folder. "
+        "Rotate it by deploying a new one; the API cannot."))
+    attestation_keyring: str | None = Field(default=None, pattern=r"^[\w.]+:[\w]+$", description=(
+        "module:factory of a keyring plug-in (a KMS, say) instead of either; see "
+        "registry/attestations/keyring.py for the interface."))
+    attestation_key_overlap_s: int = Field(default=7 * 86400, ge=0, le=365 * 86400, description=(
+        "How long a rotated-out key stays trusted, so attestations it signed keep verifying "
+        "while nodes move to the re-signed ones."))
     presign_ttl_s: int = Field(default=900, ge=30, le=MAX_PRESIGN_TTL_S)
     token_ttl_days: int = Field(default=90, ge=1, le=3650, description=(
         "Lifetime of a new API token unless its creator asks for another."))

@@ -27,6 +27,9 @@ from tests.support import services
 # temporary folder, not the user's ~/.loraplane.
 os.environ.setdefault("LORAPLANE_SECRET_KEY", secrets.token_urlsafe(32))
 os.environ.setdefault("LORAPLANE_DATA_DIR", tempfile.mkdtemp(prefix="loraplane-test-process-"))
+# Likewise one attestation key folder: the registries that share the session's database must
+# sign with, and publish, the same keys (docs/security.md, "Attestation keys").
+os.environ.setdefault("LORAPLANE_ATTESTATION_KEY_DIR", tempfile.mkdtemp(prefix="loraplane-test-keys-"))
 
 BUCKET = "loraplane-test"
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024

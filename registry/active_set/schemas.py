@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 
@@ -29,6 +31,10 @@ class ActiveEntry(BaseModel):
     retiring: bool = Field(description=(
         "No alias points here any more; it stays loaded until traffic has moved."))
     files: list[ArtifactFile]
+    attestation: dict[str, Any] | None = Field(None, description=(
+        "The signed statement that this version may serve in this pool: a DSSE envelope holding "
+        "an in-toto statement about its digest and files (see docs/security.md). Nodes refuse "
+        "an entry whose attestation does not verify."))
     nodes: list[str] | None = Field(None, description=(
         "The nodes the placement gives this version, when the set outgrows one node; None while "
         "every node holds every version."))

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from registry.active_set.schemas import ActiveEntry, ActiveSet, AliasWeight, ArtifactFile
 from registry.adapters import artifact
+from registry.attestations import repository as attestations
 from registry.errors import NotFound
 from registry.settings import RegistrySettings
 from registry.storage.base import ArtifactStore
@@ -47,8 +48,9 @@ def read(session: Session, pool_name: str, store: ArtifactStore,
         by_version[alias.version_id].append(AliasWeight(
             alias=alias.alias, weight=_weight(alias, canary_weight.get(alias.adapter_id, 0))))
     version_ids = sorted(set(by_version) | retiring)
+    proofs = attestations.current(session, pool.id, version_ids)
     entries = [_entry(session, session.get(AdapterVersion, vid), by_version.get(vid, []),
-                      store, settings) for vid in version_ids]
+                      store, settings, proofs.get(vid)) for vid in version_ids]
     spread = placement.stored(pool)
     part_of = None
     if spread is not None and spread.mode == "spread":
@@ -76,14 +78,14 @@ def _weight(alias: PoolAlias, canary: int) -> int:
 
 
 def _entry(session: Session, version: AdapterVersion, aliases: list[AliasWeight],
-           store: ArtifactStore, settings: RegistrySettings) -> ActiveEntry:
+           store: ArtifactStore, settings: RegistrySettings, attestation: dict | None) -> ActiveEntry:
     adapter = session.get(Adapter, version.adapter_id)
     tenant = session.get(Tenant, adapter.tenant_id).name
     return ActiveEntry(
         served_name=f"{tenant}/{adapter.name}@{version.number}", tenant=tenant,
         adapter=adapter.name, version=version.number, digest=version.digest, rank=version.rank,
         size_bytes=version.size_bytes, aliases=sorted(aliases, key=lambda a: a.alias),
-        retiring=not aliases,
+        retiring=not aliases, attestation=attestation,
         files=[ArtifactFile(**f, url=store.presigned_url(artifact.blob_key(f["sha256"]),
                                                          settings.presign_ttl_s))
                for f in version.files])

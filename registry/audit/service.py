@@ -37,10 +37,13 @@ def record(
     tenant_id: int | None = None,
     before: dict[str, Any] | None = None,
     after: dict[str, Any] | None = None,
-) -> None:
-    session.info.setdefault(PENDING, []).append(dict(
-        at=datetime.now(UTC), actor=actor, action=action, subject=subject, tenant_id=tenant_id,
-        before=as_json(before), after=as_json(after)))
+) -> dict[str, Any]:
+    """The event, as it waits in the session; its `sealed_hash` is set when the commit seals it
+    into the chain (a `when_sealed` callback can read it)."""
+    fields = dict(at=datetime.now(UTC), actor=actor, action=action, subject=subject,
+                  tenant_id=tenant_id, before=as_json(before), after=as_json(after))
+    session.info.setdefault(PENDING, []).append(fields)
+    return fields
 
 
 def pending(session: Session) -> list[dict[str, Any]]:
@@ -75,7 +78,7 @@ def _seal(session: Session) -> None:
     for fields in events:
         digest = event_hash(prev_hash, **fields, key=key)
         rows.append(AuditEvent(**fields, prev_hash=prev_hash, hash=digest, hash_scheme=HMAC_SHA256))
-        prev_hash = digest
+        prev_hash = fields["sealed_hash"] = digest
     session.add_all(rows)
     session.flush()  # the ids, for the head
     head = None

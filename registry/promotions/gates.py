@@ -41,7 +41,7 @@ class Target:
 
 
 def check(session: Session, target: Target) -> list[Gate]:
-    evaluations = _latest_evaluations(session, target.version.id)
+    evaluations = latest_evaluations(session, target.version.id)
     return [_base_model(session, target), _rank(target), _alias(session, target),
             _required_suites(target, evaluations), _parity(evaluations), _capacity(session, target)]
 
@@ -86,7 +86,7 @@ def _alias(session: Session, t: Target) -> Gate:
     return Gate("alias", True, f"canary at {t.weight}% beside production")
 
 
-def _latest_evaluations(session: Session, version_id: int) -> dict[str, Evaluation]:
+def latest_evaluations(session: Session, version_id: int) -> dict[str, Evaluation]:
     rows = session.execute(select(EvalSuite.name, Evaluation).join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
                            .where(Evaluation.version_id == version_id).order_by(Evaluation.id)).all()
     return {suite: evaluation for suite, evaluation in rows}  # later rows win

@@ -13,6 +13,7 @@ from registry import audit, webhooks
 from registry.active_set import changes
 from registry.active_set.snapshot import CANARY, PRODUCTION, pool_by_name
 from registry.adapters import service as adapters
+from registry.attestations import service as attestations
 from registry.auth.principal import Principal, Role
 from registry.errors import Conflict, Forbidden, NotFound, Unprocessable
 from registry.pagination import fetch_page
@@ -146,7 +147,9 @@ def _point(session: Session, promotion: Promotion, generation: int) -> None:
                         weight=promotion.weight, promotion_id=promotion.id, generation=generation)
     rules.transition(promotion, rules.ACTIVE)
     promotion.activated_at = _now()
-    _record(session, promotion, "promotion.activated", promotion.decided_by or promotion.requested_by)
+    event = _record(session, promotion, "promotion.activated", promotion.decided_by or promotion.requested_by)
+    action = attestations.ROLLBACK if promotion.kind == rules.ROLLBACK else attestations.APPROVE
+    attestations.issue_on_commit(session, promotion, action, event)
 
 
 def _graduate_canary(session: Session, promotion: Promotion, generation: int, actor: str) -> None:
@@ -265,16 +268,17 @@ def _tenant_of(session: Session, promotion: Promotion) -> str:
 
 
 def _record(session: Session, promotion: Promotion, action: str, actor: str, *,
-            comment: str | None = None) -> None:
+            comment: str | None = None) -> dict:
     out = to_out(session, promotion)
     data = out.model_dump(mode="json", include={"id", "pool", "served_name", "digest", "alias",
                                                 "weight", "kind", "state", "previous_id"})
     if comment:
         data["comment"] = comment
     tenant_id = session.get(Adapter, promotion.adapter_id).tenant_id
-    audit.record(session, actor=actor, action=action, subject=f"pool/{out.pool}/{out.served_name}",
-                 tenant_id=tenant_id, after=data)
+    event = audit.record(session, actor=actor, action=action, subject=f"pool/{out.pool}/{out.served_name}",
+                         tenant_id=tenant_id, after=data)
     webhooks.emit(session, action, tenant_id=tenant_id, data=data)
+    return event
 
 
 def _now() -> datetime:

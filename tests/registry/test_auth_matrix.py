@@ -61,6 +61,13 @@ BLOB = "blobs/sha256/00/" + "0" * 64
 # a rule here fails test_every_endpoint_has_a_rule. Some keys have several cases (own and other
 # pool, node or router). Each case: (request, expected status per principal).
 ENDPOINTS = {
+    "GET /.well-known/loraplane/trust-bundle.json": [
+        (lambda w: ("GET", "/.well-known/loraplane/trust-bundle.json", {}), {p: 200 for p in ALL})],
+    "GET /v1/adapters/{tenant}/{name}/versions/{number}/attestations": [
+        (lambda w: ("GET", "/v1/adapters/acme/matrix/versions/1/attestations", {}), READERS)],
+    # A real rotation for the global admin, with the usual overlap: every key stays trusted.
+    "POST /v1/attestation-keys/rotate": [(lambda w: ("POST", "/v1/attestation-keys/rotate", {
+        "json": {"overlap_s": 7 * 86400}}), expect(403, global_admin=200))],
     "GET /v1/whoami": [(lambda w: ("GET", "/v1/whoami", {}), expect(200, acme_app=200))],
     "POST /v1/tokens": [(lambda w: ("POST", "/v1/tokens", {"json": {
         "subject": unique("person"), "role": "reviewer", "tenant": "acme"}}),

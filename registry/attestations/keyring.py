@@ -1,0 +1,177 @@
+"""The keys that sign attestations, wherever they live: a folder (the default, rotated through the
+API), one key from the environment, or a plug-in (a KMS, say) that implements `Keyring`.
+
+A key folder holds one PEM per key and `keys.json`, which names the signing key and when each
+rotated-out key stops being trusted. Every registry process reads it at each use (it changes only
+at rotation), so a rotation by one process is seen by all that share the folder."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import importlib
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from pathlib import Path
+from typing import Protocol
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from loraplane.provenance import ALGORITHM, key_id
+from registry.settings import RegistrySettings, get_settings
+
+
+@dataclass(frozen=True)
+class PublishedKey:
+    key_id: str
+    public_key: bytes  # 32 raw bytes
+    not_after: datetime | None
+
+    def as_bundle_item(self) -> dict:
+        return {"key_id": self.key_id, "algorithm": ALGORITHM,
+                "public_key": base64.b64encode(self.public_key).decode(),
+                "not_after": self.not_after.isoformat() if self.not_after else None}
+
+
+class RotationUnsupported(Exception):
+    """This keyring is rotated by its owner, not through the registry."""
+
+
+class Keyring(Protocol):
+    def signing_key_id(self) -> str: ...
+    def sign(self, key_id: str, message: bytes) -> bytes: ...
+    def published(self) -> tuple[int, list[PublishedKey]]:
+        """(bundle version, keys still trusted now). The version grows with every rotation."""
+    def rotate(self, overlap: timedelta) -> str:
+        """Make a new signing key; the current one stays trusted for `overlap`. Returns its id."""
+
+
+class FolderKeyring:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def signing_key_id(self) -> str:
+        return self._index()["current"]
+
+    def sign(self, kid: str, message: bytes) -> bytes:
+        return _load_private(self.folder / f"{kid}.pem").sign(message)
+
+    def published(self) -> tuple[int, list[PublishedKey]]:
+        index, now = self._index(), datetime.now(UTC)
+        keys = []
+        for kid, meta in sorted(index["keys"].items()):
+            not_after = datetime.fromisoformat(meta["not_after"]) if meta.get("not_after") else None
+            if not_after is None or not_after > now:
+                public = _load_private(self.folder / f"{kid}.pem").public_key()
+                keys.append(PublishedKey(kid, _raw(public), not_after))
+        return index["version"], keys
+
+    def rotate(self, overlap: timedelta) -> str:
+        with self._locked():
+            index = self._read() or self._create()
+            retiring = index["current"]
+            new = self._new_key()
+            index["keys"][retiring]["not_after"] = (datetime.now(UTC) + overlap).isoformat()
+            index["keys"][new] = {"created": datetime.now(UTC).isoformat(), "not_after": None}
+            index["current"], index["version"] = new, index["version"] + 1
+            self._write(index)
+            return new
+
+    def _index(self) -> dict:
+        index = self._read()
+        if index is None:
+            with self._locked():
+                index = self._read() or self._create()
+        return index
+
+    def _create(self) -> dict:
+        kid = self._new_key()
+        index = {"version": 1, "current": kid,
+                 "keys": {kid: {"created": datetime.now(UTC).isoformat(), "not_after": None}}}
+        self._write(index)
+        return index
+
+    def _new_key(self) -> str:
+        private = Ed25519PrivateKey.generate()
+        kid = key_id(_raw(private.public_key()))
+        pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption())
+        descriptor = os.open(self.folder / f"{kid}.pem", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(pem)
+        return kid
+
+    def _read(self) -> dict | None:
+        try:
+            return json.loads((self.folder / "keys.json").read_text())
+        except FileNotFoundError:
+            return None
+
+    def _write(self, index: dict) -> None:
+        staging = self.folder / f".keys.json.{os.getpid()}"
+        staging.write_text(json.dumps(index, indent=2))
+        os.replace(staging, self.folder / "keys.json")  # readers see the old index or the new
+
+    @contextlib.contextmanager
+    def _locked(self):
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with (self.folder / ".lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # processes on one machine share this folder
+            yield
+
+
+class SingleKey:
+    """One key from the environment: rotated by deploying another."""
+
+    def __init__(self, pem: bytes) -> None:
+        self._private = serialization.load_pem_private_key(pem, password=None)
+        if not isinstance(self._private, Ed25519PrivateKey):
+            raise ValueError("LORAPLANE_ATTESTATION_PRIVATE_KEY must be an Ed25519 private key (PEM)")
+        self._id = key_id(_raw(self._private.public_key()))
+
+    def signing_key_id(self) -> str:
+        return self._id
+
+    def sign(self, kid: str, message: bytes) -> bytes:
+        return self._private.sign(message)
+
+    def published(self) -> tuple[int, list[PublishedKey]]:
+        return 1, [PublishedKey(self._id, _raw(self._private.public_key()), None)]
+
+    def rotate(self, overlap: timedelta) -> str:
+        raise RotationUnsupported("the attestation key comes from LORAPLANE_ATTESTATION_PRIVATE_KEY")
+
+
+_built: tuple[int, Keyring] | None = None
+
+
+def get_keyring() -> Keyring:
+    """The deployment's keyring, built once per settings object."""
+    global _built
+    settings = get_settings()
+    if _built is None or _built[0] != id(settings):
+        _built = (id(settings), _build(settings))
+    return _built[1]
+
+
+def _build(settings: RegistrySettings) -> Keyring:
+    if settings.attestation_keyring:
+        module, factory = settings.attestation_keyring.split(":")
+        return getattr(importlib.import_module(module), factory)()
+    if settings.attestation_private_key is not None:
+        return SingleKey(settings.attestation_private_key.get_secret_value().encode())
+    return FolderKeyring(settings.attestation_key_dir or settings.data_dir / "attestation-keys")
+
+
+@lru_cache(maxsize=64)
+def _load_private(path: Path) -> Ed25519PrivateKey:
+    return serialization.load_pem_private_key(path.read_bytes(), password=None)
+
+
+def _raw(public) -> bytes:
+    return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)

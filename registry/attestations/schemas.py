@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class AttestationOut(BaseModel):
+    id: int
+    pool: str
+    action: str = Field(description="approve | rollback | resign (same statement, new key) | backfill")
+    key_id: str
+    created_at: datetime
+    audit_event_hash: str | None = Field(description="The audit event of the change it attests.")
+    statement_sha256: str
+    verified: bool = Field(description="Whether it verifies against the current trust bundle.")
+    problem: str | None = Field(None, description="Why it does not verify, when it does not.")
+    statement: dict[str, Any] = Field(description="The in-toto statement inside the envelope.")
+    envelope: dict[str, Any] = Field(description="The DSSE envelope, as nodes receive it.")
+
+
+class RotationIn(BaseModel):
+    overlap_s: int | None = Field(None, ge=0, le=365 * 86400, description=(
+        "How long the retired key stays trusted; the deployment's default when absent."))
+
+
+class RotationOut(BaseModel):
+    retired_key_id: str
+    key_id: str
+    retired_key_trusted_until: datetime
+    resigned: int = Field(description="Active attestations signed again with the new key.")

@@ -1,0 +1,121 @@
+"""Rotating the attestation key: during the overlap both keys are trusted and the old attestations
+still verify; the active set is re-signed with the new key at once, and after the overlap only the
+re-signed attestations verify. On a registry with a database and key folder of its own, since a
+rotation changes what every registry sharing them publishes."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy.orm import Session
+
+from loraplane import provenance
+from loraplane.tiny_model import build_adapter
+from registry import migrate
+from registry.auth import tokens as token_service
+from registry.auth.principal import Role
+from registry.db import make_engine
+from tests.support import services
+from tests.support.asserts import assert_refused
+from tests.support.evals import create_suite, request_evaluation, upload_dir
+from tests.support.promotions import active_set, finish_evaluation, request_promotion
+
+BUNDLE = "/.well-known/loraplane/trust-bundle.json"
+OVERLAP_S = 3
+
+
+@pytest.fixture(scope="module")
+def rotating(service_dir: Path, postgres, s3, tmp_path_factory) -> Iterator[dict]:
+    database_url = services.create_database(postgres.url, "attestation_keys")
+    migrate.upgrade(database_url)
+    engine = make_engine(database_url)
+    tokens = {}
+    with Session(engine) as session, session.begin():
+        for subject, role, tenant in (("root", Role.ADMIN, None), ("kim", Role.REVIEWER, "acme"),
+                                      ("lee", Role.REVIEWER, "acme"), ("ann", Role.UPLOADER, "acme"),
+                                      ("acme-admin", Role.ADMIN, "acme")):
+            _, tokens[subject] = token_service.create_token(session, subject=subject, role=role,
+                                                            tenant=tenant, actor="tests")
+    keys = tmp_path_factory.mktemp("rotating-keys")
+    server = services.start_registry(tmp_path_factory.mktemp("registry-rotating"), {
+        "LORAPLANE_DATABASE_URL": database_url, "LORAPLANE_STORAGE": "s3",
+        "LORAPLANE_S3_ENDPOINT_URL": s3.url, "LORAPLANE_S3_BUCKET": "loraplane-test",
+        "LORAPLANE_ATTESTATION_KEY_DIR": str(keys)})
+    clients = {name: httpx.Client(base_url=server.url, timeout=60,
+                                  headers={"Authorization": f"Bearer {plain}"})
+               for name, plain in tokens.items()}
+    yield {"server": server, "engine": engine, "clients": clients, "keys": keys}
+    for client in clients.values():
+        client.close()
+    server.stop()
+    engine.dispose()
+
+
+def approved_entry(rotating: dict, tiny_base: Path, tmp_path: Path) -> dict:
+    root, acme = rotating["clients"]["root"], rotating["clients"]
+    config = json.loads((tiny_base / "config.json").read_text())
+    assert root.post("/v1/base-models", json={"name": "keys-base", "config": config}).status_code == 201
+    create_suite(root, "keys-suite", "keys-base", [{"prompt": "1 2 =>", "reference": "one two"}],
+                 {"exact_match": {"min": 0.5}, "parity": {"max_logprob_diff": 0.01}})
+    pool = {"name": "keys", "base_model": "keys-base", "dtype": "float32", "max_loras": 2,
+            "max_cpu_loras": 4, "max_lora_rank": 8}
+    assert root.post("/v1/pools", json=pool).status_code == 201
+    folder = build_adapter(tiny_base, tmp_path / "adapter", r=8, lora_alpha=16,
+                           target_modules=("q_proj", "v_proj"), seed=7, base_model_name="keys-base")
+    version = upload_dir(acme["ann"], "acme/keyed", folder)
+    evaluation = request_evaluation(acme["ann"], version, "keys-suite")
+    finish_evaluation(rotating["engine"], evaluation["id"])
+    requested = request_promotion(acme["kim"], "keys", version)
+    assert requested.status_code == 201, requested.text
+    promotion = requested.json()
+    approved = acme["lee"].post(f"/v1/promotions/{promotion['id']}/approve", json={"comment": "ok"})
+    assert approved.status_code == 200, approved.text
+    [entry] = active_set(root, "keys")["entries"]
+    return entry
+
+
+def bundle(rotating: dict) -> provenance.TrustBundle:
+    return provenance.TrustBundle.parse(httpx.get(rotating["server"].url + BUNDLE).json())
+
+
+def test_rotation_keeps_old_attestations_valid_through_the_overlap(rotating, tiny_base, tmp_path):
+    entry = approved_entry(rotating, tiny_base, tmp_path)
+    before = bundle(rotating)
+    old = entry["attestation"]
+    assert before.verify(old)
+
+    refused = rotating["clients"]["acme-admin"].post("/v1/attestation-keys/rotate", json={})
+    assert_refused(refused, 403, "forbidden", "global admin")
+    assert bundle(rotating).keys.keys() == before.keys.keys()  # nothing rotated
+
+    rotated = rotating["clients"]["root"].post("/v1/attestation-keys/rotate", json={"overlap_s": OVERLAP_S})
+
+    assert rotated.status_code == 200, rotated.text
+    body = rotated.json()
+    assert body["retired_key_id"] == old["signatures"][0]["keyid"] and body["resigned"] == 1
+    during = provenance.TrustBundle.parse(httpx.get(rotating["server"].url + BUNDLE).json(),
+                                          trusted_by=before)  # a node moves on from what it pinned
+    assert set(during.keys) == {body["retired_key_id"], body["key_id"]}
+    assert during.verify(old)["predicate"]["served_name"] == entry["served_name"]
+    [resigned] = active_set(rotating["clients"]["root"], "keys")["entries"]
+    assert resigned["attestation"]["signatures"][0]["keyid"] == body["key_id"]
+    assert provenance.unverified_statement(resigned["attestation"]) == provenance.unverified_statement(old)
+
+    deadline = time.monotonic() + OVERLAP_S + 10
+    while body["retired_key_id"] in bundle(rotating).keys and time.monotonic() < deadline:
+        time.sleep(0.2)
+    after = provenance.TrustBundle.parse(httpx.get(rotating["server"].url + BUNDLE).json(),
+                                         trusted_by=during)
+    assert set(after.keys) == {body["key_id"]}
+    with pytest.raises(provenance.Unverified, match="which the trust bundle does not hold"):
+        after.verify(old)
+    with pytest.raises(provenance.Unverified, match="whose trust ended at"):
+        during.verify(old)  # a node still holding the overlap's bundle sees the old key expired
+    assert after.verify(resigned["attestation"])["predicate"]["pool"] == "keys"
+    events = rotating["clients"]["root"].get("/v1/audit", params={"action": "attestation_key.rotated"})
+    assert [e["subject"] for e in events.json()["items"]] == [f"attestation-key/{body['key_id']}"]
