@@ -14,7 +14,7 @@ COPY serving serving
 COPY web web
 # The state folders exist before any volume is mounted on them, so a new volume takes their owner.
 RUN pip install --no-cache-dir ".[${EXTRAS}]" && useradd --system --home /var/lib/loraplane loraplane \
-    && mkdir -p /var/lib/loraplane/eval-cache /var/lib/loraplane-agent \
+    && mkdir -p /var/lib/loraplane/eval-cache /var/lib/loraplane/attestation-keys /var/lib/loraplane-agent \
     && chown -R loraplane /var/lib/loraplane /var/lib/loraplane-agent
 USER loraplane
 ENV LORAPLANE_DATA_DIR=/var/lib/loraplane
