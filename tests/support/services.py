@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -252,8 +253,10 @@ def start_housekeeper(folder: Path, env: dict[str, str]) -> Service:
 
 
 def start_agent(folder: Path, *, pool: str, vllm_url: str, registry_url: str, token: str,
-                node_id: str, metrics_port: int, resync_s: float = 0.5) -> Service:
-    """A node agent, exactly as `loraplane agent` runs it; its token comes from the environment."""
+                node_id: str, metrics_port: int, resync_s: float = 0.5,
+                settings: dict[str, str] | None = None) -> Service:
+    """A node agent, exactly as `loraplane agent` runs it; its token comes from the environment,
+    and `settings` (LORAPLANE_AGENT_* variables) override the defaults below."""
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "agent.log"
     env = {key: value for key, value in os.environ.items() if not key.startswith("LORAPLANE_")}
@@ -262,7 +265,7 @@ def start_agent(folder: Path, *, pool: str, vllm_url: str, registry_url: str, to
                 "LORAPLANE_AGENT_POLL_WAIT_S": "10", "LORAPLANE_AGENT_BACKOFF_MAX_S": "1",
                 "LORAPLANE_AGENT_RETRY_FAILED_AFTER_S": "600",
                 # Well under the test registry's LORAPLANE_NODE_STALE_AFTER_S of 3.
-                "LORAPLANE_AGENT_HEARTBEAT_S": "1"})
+                "LORAPLANE_AGENT_HEARTBEAT_S": "1", **(settings or {})})
     process = subprocess.Popen(
         [str(VENV_BIN / "loraplane"), "agent", "--pool", pool, "--vllm-url", vllm_url,
          "--registry", registry_url, "--node-id", node_id],
@@ -278,6 +281,13 @@ def start_database_and_store(work: Path, running: list[Service], bucket: str) ->
     them; both are appended to `running` for the caller to stop. Returns (database URL, S3)."""
     from registry import migrate
 
+    # The benchmark process approves through the registry's own service, so it must sign and key
+    # the audit chain with what the registry processes use: the same secret and attestation keys.
+    os.environ.setdefault("LORAPLANE_SECRET_KEY", secrets.token_urlsafe(32))
+    os.environ.setdefault("LORAPLANE_ATTESTATION_KEY_DIR", str(work / "attestation-keys"))
+    from registry.settings import get_settings
+
+    get_settings.cache_clear()  # read before these were set, by a module imported earlier
     postgres = start_postgres(work / "postgres")
     running.append(postgres)
     database_url = create_database(postgres.url, "bench")
