@@ -1,12 +1,17 @@
-"""The registry, as serving processes see it: the active-set long-poll, the node status report
-and the pool's rollout."""
+"""The registry, as serving processes see it: the active-set long-poll, the node status report,
+the pool's rollout and the trust bundle of the keys that sign attestations."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from loraplane.provenance import MAX_ENVELOPE_BYTES
+
+TRUST_BUNDLE_PATH = "/.well-known/loraplane/trust-bundle.json"
 
 
 class RegistryUnavailable(Exception):
@@ -86,6 +91,27 @@ class RegistryClient:
             raise RegistryUnavailable(f"HTTP {error.response.status_code}: {error.response.text[:300]}") from error
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
             raise RegistryUnavailable(f"{type(error).__name__}: {error}") from error
+
+    async def trust_bundle(self) -> dict[str, Any]:
+        """The registry's trust bundle envelope, as published (not yet verified: the caller
+        decides whether to believe it). Read at most MAX_ENVELOPE_BYTES before parsing."""
+        try:
+            async with self._http.stream("GET", TRUST_BUNDLE_PATH) as response:
+                if response.status_code != 200:
+                    raise RegistryUnavailable(f"the trust bundle: HTTP {response.status_code}")
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > MAX_ENVELOPE_BYTES:
+                        raise RegistryUnavailable("the trust bundle is larger than 512 KiB")
+            document = json.loads(body)
+        except httpx.HTTPError as error:
+            raise RegistryUnavailable(f"{type(error).__name__}: {error}") from error
+        except ValueError as error:
+            raise RegistryUnavailable(f"the trust bundle is not JSON: {error}") from error
+        if not isinstance(document, dict):
+            raise RegistryUnavailable("the trust bundle is not a JSON object")
+        return document
 
     async def close(self) -> None:
         await self._http.aclose()

@@ -1,7 +1,10 @@
 """The node's adapter cache: `<cache>/<digest>/` holds a version's files, downloaded from their
 presigned URLs, every sha256 verified, then renamed into place in one step, so vLLM never sees
-a partial folder. Least recently used folders are evicted past a size cap, except those vLLM may
-still read: it reloads from that path after evicting an adapter itself.
+a partial folder, and sealed read-only. Least recently used folders are evicted past a size cap,
+except those vLLM may still read: it reloads from that path after evicting an adapter itself.
+
+A cached folder is hashed again before every load from it, and checked by its fingerprint at
+every pass while vLLM holds it (integrity.py): bytes changed on the disk are never loaded again.
 
 The disk is not trusted to stay as it was left: a download the agent died in, a folder half
 deleted, or a file where a folder belongs are removed before they are used, at start and before
@@ -21,10 +24,11 @@ from pathlib import Path
 import httpx
 
 from loraplane.digests import manifest_digest
+from serving.agent import integrity
 from serving.agent.entries import DIGEST, ArtifactFile, Entry
+from serving.agent.integrity import COMPLETE, Fingerprint
 
 DIGEST_NAME = re.compile(DIGEST)
-COMPLETE = ".complete"
 PARTIAL = ".partial-"
 CHUNK = 1024 * 1024
 log = logging.getLogger(__name__)
@@ -45,6 +49,8 @@ class CacheUnwritable(Exception):
 class AdapterCache:
     def __init__(self, root: Path, max_bytes: int, timeout_s: float) -> None:
         self.root, self.max_bytes, self.timeout_s = root, max_bytes, timeout_s
+        # digest -> the folder's fingerprint when its bytes were last verified, this process
+        self.fingerprints: dict[str, Fingerprint] = {}
         root.mkdir(parents=True, exist_ok=True)
         for leftover in root.iterdir():  # a download the agent was killed in, a folder half deleted
             if leftover.name.startswith(PARTIAL) or (DIGEST_NAME.fullmatch(leftover.name)
@@ -62,15 +68,47 @@ class AdapterCache:
         return folder.name if self.owns(path) and _complete(folder) else None
 
     async def ensure(self, entry: Entry) -> Path:
+        """The folder to load `entry` from: downloaded and verified now, or cached and hashed again
+        now. Raises Tampered (folder left as found) when the cached bytes are not the approved
+        ones; the caller decides what to do about it, then may discard() and ask again."""
         folder = self.root / entry.digest  # a checked digest: 64 hex characters, never a path
         try:
             if _complete(folder):
+                await asyncio.to_thread(self._verify, entry, folder)
                 os.utime(folder)  # most recently used
                 return folder
             return await asyncio.to_thread(self._download, entry, folder)
         except OSError as error:
             raise CacheUnwritable(f"the node's cache could not store {entry.served_name}: "
                                   f"{error.strerror or type(error).__name__}") from error
+
+    async def check_loaded(self, entry: Entry) -> None:
+        """For a folder vLLM holds and may reload from at any time: unchanged since it was last
+        verified (fingerprint), or verified again in full now. Raises Tampered."""
+        folder = self.root / entry.digest
+        try:
+            if integrity.fingerprint(folder) == self.fingerprints.get(entry.digest):
+                return
+        except OSError:
+            pass  # gone or unreadable: the full check says which file
+        await asyncio.to_thread(self._verify, entry, folder)
+
+    def discard(self, digest: str) -> None:
+        self.fingerprints.pop(digest, None)
+        _remove(self.root / digest)
+
+    def _verify(self, entry: Entry, folder: Path) -> None:
+        """Hash every file again; remember the fingerprint the bytes were verified under, unless
+        the folder changed while it was being hashed (then the next check hashes it again)."""
+        self.fingerprints.pop(entry.digest, None)
+        try:
+            integrity.seal(folder)
+            before = integrity.fingerprint(folder)
+        except OSError:
+            before = None
+        integrity.rehash(folder, entry.files)
+        if before is not None and integrity.fingerprint(folder) == before:
+            self.fingerprints[entry.digest] = before
 
     def _download(self, entry: Entry, folder: Path) -> Path:
         if manifest_digest(entry.manifest()) != entry.digest:
@@ -90,6 +128,12 @@ class AdapterCache:
             except OSError:  # another pass finished the same digest first
                 if not _complete(folder):
                     raise
+                self._verify(entry, folder)
+                return folder
+            integrity.seal(folder)
+            # The bytes were hashed as they were written; what they look like on disk now is
+            # what later checks compare against.
+            self.fingerprints[entry.digest] = integrity.fingerprint(folder)
             return folder
         finally:
             _remove(staging)
@@ -127,7 +171,7 @@ class AdapterCache:
                 break
             if folder.name in pinned:
                 continue
-            _remove(folder)
+            self.discard(folder.name)
             total -= size
             evicted.append(folder.name)
         return evicted
@@ -149,6 +193,7 @@ def _remove(path: Path) -> None:
     """Whatever is at `path`: a folder, a file or a link (never what a link points to)."""
     try:
         if path.is_dir() and not path.is_symlink():
+            integrity.unseal(path)  # a sealed folder's entries cannot be removed
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)

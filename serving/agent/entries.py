@@ -43,6 +43,8 @@ class Entry(BaseModel):
     served_name: str = Field(pattern=SERVED_NAME, max_length=140)
     digest: str = Field(pattern=DIGEST)
     files: tuple[ArtifactFile, ...] = Field(min_length=1, max_length=4096)
+    # The signed approval, checked by serving.agent.proof before anything is downloaded or loaded.
+    attestation: dict[str, Any] | None = None
 
     @field_validator("files")
     @classmethod

@@ -1,6 +1,6 @@
 """The agent's loops: follow the active set by long-poll (persisting each one), converge vLLM on
 it whenever it changes and every `resync_s` (which is how a restarted vLLM is noticed and refilled),
-report after each pass, and serve /metrics and /healthz."""
+report after each pass, keep the trust bundle current, and serve /metrics and /healthz."""
 
 from __future__ import annotations
 
@@ -15,16 +15,20 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_random_exponential
 
-from serving.agent import metrics
+from serving.agent import engine, metrics
 from serving.agent.artifacts import AdapterCache
+from serving.agent.incidents import Incidents
 from serving.agent.last_known_good import LastKnownGood
+from serving.agent.proof import ProofCheck
 from serving.agent.reconcile import Reconciler
 from serving.agent.settings import AgentSettings
+from serving.agent.trust import TrustStore
 from serving.agent.vllm_client import VllmClient, VllmUnavailable
 from serving.process import configure_logging, keep_running, until_signalled
 from serving.registry_client import ActiveSet, RegistryClient, RegistryUnavailable
 
 log = logging.getLogger("loraplane.agent")
+URGENT_TRUST_REFRESH_S = 10  # at most this often for attestations naming a key not held
 
 
 class Agent:
@@ -34,21 +38,30 @@ class Agent:
         self.registry = RegistryClient(str(settings.registry_url), settings.node_token.get_secret_value(),
                                        settings.pool, timeout, node_id=settings.node_id)
         self.vllm = VllmClient(str(settings.vllm_url), timeout)
+        self.trust = TrustStore(pinned=settings.pinned_trust_bundle, operator_file=settings.trust_bundle,
+                                fetch=self.registry.trust_bundle)
+        self.proof = ProofCheck(self.trust, settings.pool) if settings.verify_provenance else None
         self.reconciler = Reconciler(self.vllm, AdapterCache(settings.cache_dir, settings.cache_max_bytes, timeout),
-                                     retry_failed_after_s=settings.retry_failed_after_s)
+                                     retry_failed_after_s=settings.retry_failed_after_s,
+                                     proof=self.proof, incidents=Incidents())
         self.last_known_good = LastKnownGood(settings.state_dir)
         self.desired: ActiveSet | None = self.last_known_good.load()
         self.changed = asyncio.Event()
+        self.trust_wanted = asyncio.Event()
         self.sync = metrics.SyncClock()
         self.vllm_up = False
+        self.engine: dict | None = None
+        self.engine_at = float("-inf")
 
     async def run(self, stop: asyncio.Event) -> None:
+        await self._start_trusting()
         if self.desired is not None:
             log.info("serving the last-known-good set (generation %d) until the registry answers",
                      self.desired.generation)
             self.changed.set()
         tasks = [asyncio.create_task(keep_running("following the active set", self._follow)),
-                 asyncio.create_task(keep_running("converging", self._converge))]
+                 asyncio.create_task(keep_running("converging", self._converge)),
+                 asyncio.create_task(keep_running("following the trust bundle", self._follow_trust))]
         http = self._http_server()
         serving = asyncio.create_task(http.serve()) if http else None
         await stop.wait()
@@ -76,6 +89,40 @@ class Agent:
                 self.desired, etag = active, active.etag
                 self.changed.set()
 
+    async def _start_trusting(self) -> None:
+        if self.proof is None:
+            log.warning("!!! LORAPLANE_AGENT_VERIFY_PROVENANCE is off: this node loads versions "
+                        "without checking their attestations. Use it only to measure what the "
+                        "check costs, never to serve. !!!")
+            return
+        self.trust.load()
+        if self.trust.bundle is None:  # first start: pin the registry's, if it answers now
+            await self._refresh_trust()
+
+    async def _follow_trust(self) -> None:
+        """Fetch the bundle every `trust_refresh_s`, and soon after an attestation named a key
+        the node does not hold (a rotation), at most once per URGENT_TRUST_REFRESH_S so that a
+        stream of forged entries cannot make the node hammer its registry."""
+        if self.proof is None:
+            return
+        loop, last = asyncio.get_running_loop(), float("-inf")
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.trust_wanted.wait(), self.settings.trust_refresh_s)
+            if self.trust_wanted.is_set():
+                await asyncio.sleep(max(0.0, last + URGENT_TRUST_REFRESH_S - loop.time()))
+                self.trust_wanted.clear()
+            last = loop.time()
+            await self._refresh_trust()
+
+    async def _refresh_trust(self) -> None:
+        try:
+            if await self.trust.refresh():
+                self.changed.set()  # entries refused for want of a key may be proven now
+        except RegistryUnavailable as error:
+            metrics.FAILURES.labels("registry_unavailable").inc()
+            log.warning("could not fetch the registry's trust bundle: %s", error)
+
     def _keep(self, active: ActiveSet) -> None:
         """Persist the set for a restart without the registry. A disk that cannot take it (full,
         or something in the way) must not stop the node from following the registry now."""
@@ -100,20 +147,33 @@ class Agent:
             except VllmUnavailable as error:
                 if self.vllm_up:
                     log.warning("vLLM is unavailable (%s); will reload everything when it is back", error)
-                self.vllm_up = False
+                self.vllm_up, self.engine = False, None  # it may come back as another version
                 metrics.FAILURES.labels("vllm_unavailable").inc()
                 continue
             except Exception:  # a bug must not stop the node from converging: log, try again
                 log.exception("reconcile pass failed")
                 metrics.FAILURES.labels("internal").inc()
                 continue
+            if self.proof is not None and self.proof.unknown_key:
+                self.proof.unknown_key = False
+                self.trust_wanted.set()
             status |= {"vllm_url": str(self.settings.vllm_url), "limits": self._limits()}
+            if described := await self._engine():
+                status["engine"] = engine.with_limits(described, self._limits())
             if status != last_report or loop.time() - last_sent > self.settings.heartbeat_s:
                 try:
                     await self.registry.report(self.settings.node_id, status)
                     last_report, last_sent = status, loop.time()
                 except RegistryUnavailable:  # the next pass reports again
                     metrics.FAILURES.labels("registry_unavailable").inc()
+
+    async def _engine(self) -> dict | None:
+        """vLLM's version and settings, asked again at each heartbeat: a restart between two
+        passes goes unseen, and may have brought another version."""
+        now = asyncio.get_running_loop().time()
+        if self.engine is None or now - self.engine_at > self.settings.heartbeat_s:
+            self.engine, self.engine_at = await engine.describe(self.vllm, self.settings.engine_dtype), now
+        return self.engine
 
     def _limits(self) -> dict[str, int]:
         # The pool's limits, which its nodes' vLLMs are started with (vLLM does not expose them).

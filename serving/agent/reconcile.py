@@ -1,12 +1,20 @@
 """One reconcile pass: compare the desired set with what vLLM really holds, load what is missing
-(downloaded and verified first), unload what this agent loaded and is no longer wanted, and
-return the status to report. Adapters loaded at vLLM's start are never touched: the agent manages
-only adapters whose files live in its own cache, which is also how it adopts, after a restart,
-what it had loaded before.
+(proven, downloaded and verified first), unload what this agent loaded and is no longer wanted,
+and return the status to report. Adapters loaded at vLLM's start are never touched: the agent
+manages only adapters whose files live in its own cache, which is also how it adopts, after a
+restart, what it had loaded before.
 
-Each version fails on its own: a refused entry, bad bytes, a full disk or a refused load is
-recorded as that version's failure with its reason, and the pass goes on with the others and
-returns its status, so the node still reports. Only vLLM being away ends a pass early."""
+Each version fails on its own: a refused entry, an attestation that does not prove it, bad bytes,
+a full disk or a refused load is recorded as that version's failure with its reason, and the pass
+goes on with the others and returns its status, so the node still reports. Only vLLM being away
+ends a pass early.
+
+Never half-applied: an entry that is not proven is neither loaded nor, when an earlier proof let
+it load, unloaded; the node keeps what it had until the set proves something else or drops it.
+
+Cached bytes are checked again before every load and, while vLLM holds them, at every pass
+(artifacts.py). Bytes that changed are unloaded, removed and reported as an incident, and fresh
+ones are fetched and loaded in the same pass."""
 
 from __future__ import annotations
 
@@ -19,12 +27,15 @@ from typing import Any
 from serving.agent import entries, metrics
 from serving.agent.artifacts import AdapterCache, CacheUnwritable, DigestMismatch, DownloadFailed
 from serving.agent.entries import Entry
+from serving.agent.incidents import Incidents
+from serving.agent.integrity import Tampered
+from serving.agent.proof import ProofCheck
 from serving.agent.vllm_client import LoadRefused, VllmClient, VllmUnavailable
 from serving.registry_client import ActiveSet
 
 log = logging.getLogger(__name__)
 KINDS = {DigestMismatch: "digest", DownloadFailed: "download", CacheUnwritable: "disk",
-         LoadRefused: "vllm"}
+         LoadRefused: "vllm", Tampered: "tampered"}
 # What the registry accepts as a failure's reason: no control characters but tabs and newlines.
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -32,35 +43,54 @@ CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 @dataclass
 class Failure:
     reason: str
-    kind: str  # digest | download | disk | vllm | internal
+    kind: str  # digest | download | disk | vllm | tampered | internal
     at: float
 
 
 class Reconciler:
-    def __init__(self, vllm: VllmClient, cache: AdapterCache, *, retry_failed_after_s: float) -> None:
+    def __init__(self, vllm: VllmClient, cache: AdapterCache, *, retry_failed_after_s: float,
+                 proof: ProofCheck | None, incidents: Incidents | None = None) -> None:
+        """`proof` None: attestations are not checked (only to measure what checking costs)."""
         self.vllm, self.cache, self.retry_after_s = vllm, cache, retry_failed_after_s
+        self.proof, self.incidents = proof, incidents or Incidents()
         self.failures: dict[str, Failure] = {}
         self.refused: dict[str, str] = {}  # entries the agent would not use, and why
         self.unnamed: list[str] = []  # the same, for entries without a served name to report under
+        self.unproven: dict[str, str] = {}  # entries whose attestation did not prove them, and why
+        self.proven: dict[str, Entry] = {}  # the entry each managed name was last proven as
 
     async def run_pass(self, desired: ActiveSet) -> dict[str, Any]:
         """Raises VllmUnavailable when vLLM cannot be asked (it is down or restarting)."""
         metrics.PASSES.inc()
         parsed = entries.parse(desired.entries)
         self._note_refusals(parsed)
-        wanted = parsed.wanted
+        self._note_unproven(self.proof.refusals(parsed.wanted) if self.proof else {})
+        wanted = {name: entry for name, entry in parsed.wanted.items() if name not in self.unproven}
         actual = await self.vllm.adapters()
+        # What vLLM may go on holding: the proven set, and what an earlier proof let it load.
+        keep = {name: self.proven[name] for name in self.unproven if name in self.proven} | wanted
         for name, path in list(actual.items()):
-            if self.cache.owns(path) and (name not in wanted or not self.cache.digest_at(path)):
+            if not self.cache.owns(path):
+                continue
+            entry = keep.get(name)
+            if entry is None or self.cache.digest_at(path) != entry.digest:
                 # Not wanted any more, or its files are gone from the cache (vLLM would fail to
                 # reload it after evicting it): unload, and load again below if wanted.
-                try:
-                    await self.vllm.unload(name)
-                except LoadRefused as error:
-                    metrics.FAILURES.labels("unload").inc()
-                    log.warning("could not unload %s: %s", name, error)
-                    continue
-                del actual[name]
+                if await self._unload(name):
+                    del actual[name]
+                continue
+            try:
+                await self.cache.check_loaded(entry)
+            except Tampered as tampered:  # vLLM may already have reloaded the bytes: out first
+                await self._unload(name)
+                self._tampered(name, entry, tampered)
+                actual.pop(name)
+            except OSError as error:  # the folder vanished or cannot be read: fetch it again
+                log.warning("the cached folder of %s cannot be checked (%s); loading it again", name, error)
+                if await self._unload(name):
+                    self.cache.discard(entry.digest)
+                    del actual[name]
+        self.proven = {name: entry for name, entry in keep.items() if name in actual} | wanted
         for name, entry in wanted.items():
             if name not in actual and not self._backing_off(name):
                 await self._load(name, entry)
@@ -73,16 +103,37 @@ class Reconciler:
             log.warning("could not evict from the cache: %s", error)
         metrics.ADAPTERS_LOADED.set(len(ours))
         metrics.GENERATION.set(desired.generation)
-        reasons = {**self.refused, **{n: f.reason for n, f in self.failures.items()}}
+        reasons = {**self.refused, **self.unproven, **{n: f.reason for n, f in self.failures.items()}}
         return {"generation": desired.generation,
                 "loaded": [{"served_name": n, "digest": d} for n, d in sorted(ours.items())],
                 "failures": [{"served_name": n, "reason": _reportable(r)}
-                             for n, r in sorted(reasons.items())]}
+                             for n, r in sorted(reasons.items())],
+                "incidents": [{**i, "reason": _reportable(i["reason"])} for i in self.incidents.current()]}
+
+    async def _unload(self, name: str) -> bool:
+        try:
+            await self.vllm.unload(name)
+            return True
+        except LoadRefused as error:
+            metrics.FAILURES.labels("unload").inc()
+            log.warning("could not unload %s: %s", name, error)
+            return False
+
+    def _tampered(self, name: str, entry: Entry, tampered: Tampered) -> None:
+        """Bytes verified before are not what is on the disk now: never load them again."""
+        log.error("%s: %s; removing the cached copy and fetching the approved bytes again", name, tampered)
+        self.cache.discard(entry.digest)
+        self.incidents.record(name, "tampered", str(tampered))
+        metrics.FAILURES.labels("tampered").inc()
 
     async def _load(self, name: str, entry: Entry) -> None:
         started = time.monotonic()
         try:
-            path = await self.cache.ensure(entry)
+            try:
+                path = await self.cache.ensure(entry)
+            except Tampered as tampered:
+                self._tampered(name, entry, tampered)
+                path = await self.cache.ensure(entry)  # fresh bytes, verified as they arrive
             await self.vllm.load(name, str(path))
         except VllmUnavailable:
             raise
@@ -110,6 +161,13 @@ class Reconciler:
             for reason in parsed.unnamed:
                 log.warning("%s", reason)
         self.refused, self.unnamed = parsed.refused, parsed.unnamed
+
+    def _note_unproven(self, unproven: dict[str, str]) -> None:
+        for name, reason in unproven.items():
+            if self.unproven.get(name) != reason:
+                log.warning("%s: %s", name, reason)
+                metrics.FAILURES.labels("attestation").inc()
+        self.unproven = unproven
 
     def _backing_off(self, name: str) -> bool:
         """Bad bytes, a full disk and refused loads are not retried at every pass: the same bytes

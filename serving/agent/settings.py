@@ -44,6 +44,19 @@ class AgentSettings(BaseSettings):
         "A version that failed to load (bad digest, vLLM refused it) is not tried again sooner."))
     request_timeout_s: float = Field(default=30, gt=0, le=600)
     backoff_max_s: float = Field(default=30, gt=0, le=600)
+    trust_bundle: Path | None = Field(default=None, description=(
+        "An operator-managed trust bundle (the registry's /.well-known/loraplane/trust-bundle.json, "
+        "checked out of band): only its keys are trusted, and the file is read again when it "
+        "changes. Unset: the first bundle the registry publishes is pinned in state_dir, and a "
+        "later one is taken only when a key already pinned signed it."))
+    trust_refresh_s: float = Field(default=300, ge=5, le=86400, description=(
+        "How often the registry's trust bundle is fetched again (or the operator's file "
+        "re-read), besides when an attestation names a key the node does not hold."))
+    verify_provenance: bool = Field(default=True, description=(
+        "Refuse every version whose attestation does not verify. Turn off only to measure its "
+        "cost side by side; the agent warns loudly at start when it is off."))
+    engine_dtype: str | None = Field(default=None, pattern=r"^[a-z0-9_]{1,16}$", description=(
+        "The dtype this node's vLLM runs with (vLLM does not say), reported with its version."))
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=9400, ge=0, le=65535, description="/metrics and /healthz; 0 turns it off.")
 
@@ -55,4 +68,8 @@ class AgentSettings(BaseSettings):
     @property
     def cache_dir(self) -> Path:
         return self.state_dir / "cache"
+
+    @property
+    def pinned_trust_bundle(self) -> Path:
+        return self.state_dir / "trust-bundle.json"
 

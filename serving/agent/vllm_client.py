@@ -35,6 +35,26 @@ class VllmClient:
         return {model["id"]: model.get("root") or "" for model in response.json()["data"]
                 if model.get("parent")}  # the base has no parent; adapters name it
 
+    async def version(self) -> str:
+        """vLLM's own version, as GET /version tells it."""
+        try:
+            response = await self._http.get("/version")
+            response.raise_for_status()
+            return str(response.json()["version"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
+            raise VllmUnavailable(f"{type(error).__name__}: {error}") from error
+
+    async def max_model_len(self) -> int | None:
+        """The base model's context length, from its entry in the model list."""
+        try:
+            response = await self._http.get("/v1/models")
+            response.raise_for_status()
+            base = next((m for m in response.json()["data"] if not m.get("parent")), {})
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
+            raise VllmUnavailable(f"{type(error).__name__}: {error}") from error
+        value = base.get("max_model_len")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
     async def load(self, name: str, path: str) -> None:
         response = await self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
         if response.status_code == 400 and "already been loaded" in response.text:

@@ -1,9 +1,10 @@
 """Small real HTTP servers for the agent's fast tests: an artifact store, a vLLM's runtime LoRA
 API, and a registry's active-set protocol. The vLLM stand-in answers as vLLM 0.32 does (DESIGN.md,
 "vLLM facts") without a model, so faults on the node's own disk can be tested in seconds. The
-registry stand-in serves whatever set a test gives it: the agent must not trust the registry's
-answer to be well formed (DESIGN.md, "Trust model"), and the real registry never sends a
-malformed one, so only a stand-in can test that."""
+registry stand-in serves whatever set (and trust bundle) a test gives it: the agent must not trust
+the registry's answer to be well formed or truthful (DESIGN.md, "Trust model"), and the real
+registry never sends a malformed entry nor signs with a key it does not publish, so only a
+stand-in can test that. Its entries are signed as the registry signs them (signing.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from loraplane.digests import manifest_digest
+from tests.serving.agent.signing import REGISTRY_KEY, Key, attest, bundle
 
 BASE = "tiny-base"
+POOL = "chat"
+VLLM_VERSION = "0.32.0"
 
 
 class _Server:
@@ -67,13 +71,16 @@ class Store(_Server):
 
 
 def entry(store: Store, name: str, files: dict[str, bytes], *,
-          published: dict[str, bytes] | None = None) -> dict:
-    """An active-set entry for `files`; the store serves `published` (default: the same bytes)."""
+          published: dict[str, bytes] | None = None, pool: str = POOL,
+          key: Key | None = REGISTRY_KEY) -> dict:
+    """An active-set entry for `files`, attested for `pool` by `key` (None: no attestation); the
+    store serves `published` (default: the same bytes)."""
     for file_name, data in (published or files).items():
         store.files[f"{name}/{file_name}"] = data
     specs = [{"name": n, "sha256": hashlib.sha256(d).hexdigest(), "size": len(d)} for n, d in files.items()]
-    return {"served_name": f"acme/{name}@1", "digest": manifest_digest(specs),
-            "files": [{**s, "url": f"{store.url}/{name}/{s['name']}"} for s in specs]}
+    raw = {"served_name": f"acme/{name}@1", "digest": manifest_digest(specs),
+           "files": [{**s, "url": f"{store.url}/{name}/{s['name']}"} for s in specs]}
+    return {**raw, "attestation": attest(raw, pool=pool, key=key) if key else None}
 
 
 class StandInVllm(_Server):
@@ -89,7 +96,9 @@ class StandInVllm(_Server):
 
         class Handler(_Handler):
             def do_GET(self) -> None:
-                models = [{"id": BASE, "root": BASE, "parent": None}] + [
+                if self.path == "/version":
+                    return self.answer(200, json.dumps({"version": VLLM_VERSION}).encode())
+                models = [{"id": BASE, "root": BASE, "parent": None, "max_model_len": 512}] + [
                     {"id": name, "root": path, "parent": BASE} for name, path in vllm.adapters.items()]
                 self.answer(200, json.dumps({"object": "list", "data": models}).encode())
 
@@ -118,16 +127,22 @@ class StandInVllm(_Server):
 
 
 class StandInRegistry(_Server):
-    """The active-set long-poll (ETag, 304 after a short wait) and the node status report."""
+    """The active-set long-poll (ETag, 304 after a short wait), the node status report and the
+    trust bundle (`bundle`, by default one listing REGISTRY_KEY)."""
 
     def __init__(self, pool: str, entries: list, generation: int = 1) -> None:
         self.active = {"pool": pool, "generation": generation, "entries": entries,
                        "limits": {"max_loras": 2, "max_cpu_loras": 8, "max_lora_rank": 16}}
+        self.bundle = bundle(REGISTRY_KEY)
         self.reports: list[dict] = []
+        self.bundle_requests = 0
         registry = self
 
         class Handler(_Handler):
             def do_GET(self) -> None:
+                if self.path == "/.well-known/loraplane/trust-bundle.json":
+                    registry.bundle_requests += 1
+                    return self.answer(200, json.dumps(registry.bundle).encode())
                 etag = f'"{registry.active["generation"]}"'
                 if self.headers.get("If-None-Match") == etag:
                     time.sleep(0.3)  # a short long-poll: nothing changed
