@@ -33,6 +33,7 @@ from registry.placement.endpoints import router as placement
 from registry.pools.endpoints import router as pools
 from registry.promotions.endpoints import router as promotions
 from registry.settings import get_settings
+from registry.signing_keys.endpoints import router as signing_keys
 from registry.sizing.endpoints import router as sizing
 from registry.storage import get_store
 from registry.storage.endpoints import router as artifacts
@@ -65,7 +66,7 @@ def create_app() -> FastAPI:
         description="Validated LoRA adapters, base models and serving pools for multi-LoRA vLLM.",
         lifespan=lifespan,
     )
-    for router in (auth, base_models, pools, eval_suites, adapters, evaluations, promotions,
+    for router in (auth, signing_keys, base_models, pools, eval_suites, adapters, evaluations, promotions,
                    active_set, nodes, placement, sizing, webhooks, audit, attestations, artifacts, ops,
                    dashboard):
         app.include_router(router)
