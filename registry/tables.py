@@ -131,6 +131,12 @@ class Pool(Base):
     # Which nodes hold which adapters (registry/placement); changed only with the generation.
     placement: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = created_at_column()
+    # Re-qualification (registry/requalification): what marked versions do until evaluated
+    # again (keep_serving | suspend), the engines the active versions are qualified on (the
+    # last is the pool's qualified engine), and the base config digest they were qualified with.
+    requalify_policy: Mapped[str] = mapped_column(String(16), server_default="keep_serving")
+    qualified_engines: Mapped[list[dict[str, Any]]] = mapped_column(JSON, server_default="[]")
+    qualified_config_sha256: Mapped[str | None] = mapped_column(String(64))
 
 
 class Adapter(Base):
@@ -388,3 +394,30 @@ class Attestation(Base):
     envelope: Mapped[dict[str, Any]] = mapped_column(JSON)
     audit_event_hash: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = created_at_column()
+
+
+class Requalification(Base):
+    """A mark on an active version of a pool: its engine or base config changed since it was
+    qualified, so it must pass the pool's required suites again. Open while cleared_at is null;
+    at most one open mark per version and cause (a repeated report marks nothing new)."""
+
+    __tablename__ = "requalifications"
+    __table_args__ = (
+        Index("uq_requalifications_open", "pool_id", "version_id", "cause", "target_sha256",
+              unique=True, postgresql_where=text("cleared_at IS NULL"),
+              sqlite_where=text("cleared_at IS NULL")),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id"), index=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("adapter_versions.id"), index=True)
+    cause: Mapped[str] = mapped_column(String(16))  # engine | base_config
+    # The new engine's fingerprint, or the new config digest: what the version qualifies for.
+    target_sha256: Mapped[str] = mapped_column(String(64))
+    before: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    after: Mapped[dict[str, Any]] = mapped_column(JSON)
+    evaluation_ids: Mapped[list[int]] = mapped_column(JSON)  # requested when it was marked
+    marked_by: Mapped[str] = mapped_column(String(300))
+    marked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    cleared_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    outcome: Mapped[str | None] = mapped_column(String(16))  # requalified | left_pool | superseded
+    cleared_with: Mapped[list[int] | None] = mapped_column(JSON)  # the passed evaluations
