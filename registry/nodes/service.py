@@ -15,6 +15,7 @@ from registry.auth.principal import Principal, Role
 from registry.errors import Unprocessable
 from registry.names import check_name
 from registry.placement import service as placement
+from registry.requalification import service as requalification
 from registry.placement.rules import EVERYWHERE, Placement
 from registry.nodes.schemas import (
     DriftOut, NodeFailure, NodeIncident, NodeOut, NodeReport, RolloutOut,
@@ -38,6 +39,8 @@ def report(session: Session, principal: Principal, pool_name: str, node_id: str,
                   engine=body.engine.model_dump() if body.engine else None, vllm_url=str(body.vllm_url),
                   limits=body.limits.model_dump(), reported_at=datetime.now(UTC))
     row = _upsert(session, pool.id, node_id, fields)
+    # A new engine or base config asks the pool's versions to qualify again.
+    requalification.observe_report(session, pool, node_id, row.engine)
     changes.drop_drained(session, pool.id)
     # A node that joined, left or finished loading may change where adapters live.
     placement.refresh(session, pool.id, changed=False)

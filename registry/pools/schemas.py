@@ -10,6 +10,10 @@ from registry.names import NAME_PATTERN
 # The ranks vLLM accepts for --max-lora-rank.
 VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 Dtype = Literal["float16", "bfloat16", "float32"]
+RequalifyPolicy = Literal["keep_serving", "suspend"]  # registry/requalification/rules.py
+REQUALIFY_POLICY_DOC = ("What a version does after the pool's engine or base config changed, until "
+                        "it passes the required suites again: keep_serving, or suspend (it leaves "
+                        "the active set).")
 
 
 class PoolCreate(BaseModel):
@@ -21,6 +25,7 @@ class PoolCreate(BaseModel):
     max_lora_rank: int = Field(description=f"vLLM --max-lora-rank, one of {VLLM_MAX_LORA_RANKS}.")
     dtype: Dtype = "bfloat16"
     required_suites: list[str] = Field(default_factory=list, max_length=32)
+    requalify_policy: RequalifyPolicy = Field("keep_serving", description=REQUALIFY_POLICY_DOC)
 
     @model_validator(mode="after")
     def _check_limits(self) -> "PoolCreate":
@@ -39,4 +44,10 @@ class PoolOut(BaseModel):
     max_lora_rank: int
     dtype: str
     required_suites: list[str]
+    requalify_policy: str
     created_at: datetime
+
+
+class PoolUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    requalify_policy: RequalifyPolicy = Field(description=REQUALIFY_POLICY_DOC)

@@ -6,12 +6,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry import audit
+from registry.active_set import changes
 from registry.base_models import service as base_models
 from registry.errors import Conflict, NotFound
 from registry.eval_suites import service as eval_suites
 from registry.names import check_name
 from registry.pagination import fetch_page
-from registry.pools.schemas import PoolCreate, PoolOut
+from registry.pools.schemas import PoolCreate, PoolOut, PoolUpdate
+from registry.requalification import service as requalification
+from registry.requalification.fingerprints import config_digest
 from registry.tables import BaseModel, Pool
 
 
@@ -30,6 +33,11 @@ def create(session: Session, spec: PoolCreate, *, actor: str) -> PoolOut:
         max_lora_rank=spec.max_lora_rank,
         dtype=spec.dtype,
         required_suites=list(spec.required_suites),
+        requalify_policy=spec.requalify_policy,
+        # Versions promoted here are evaluated on the base as it is now; the qualified engine
+        # is the first one a node reports.
+        qualified_engines=[],
+        qualified_config_sha256=config_digest(base.config),
     )
     session.add(row)
     session.flush()
@@ -39,12 +47,35 @@ def create(session: Session, spec: PoolCreate, *, actor: str) -> PoolOut:
     return out
 
 
+def update(session: Session, name: str, spec: PoolUpdate, *, actor: str) -> PoolOut:
+    """Change the re-qualification policy. Under the pool's lock, as every change to what it
+    serves: switching to or from `suspend` adds or drops marked versions from the active set."""
+    row = _row(session, name, lock=True)
+    before = row.requalify_policy
+    if spec.requalify_policy != before:
+        suspended = requalification.suspended_version_ids(session, row.id)
+        row.requalify_policy = spec.requalify_policy
+        session.flush()
+        if requalification.suspended_version_ids(session, row.id) != suspended:
+            changes.begin_change(session, row.id)
+        audit.record(session, actor=actor, action="pool.update", subject=f"pool/{row.name}",
+                     before={"requalify_policy": before},
+                     after={"requalify_policy": row.requalify_policy})
+    return to_out(row, session.get(BaseModel, row.base_model_id))
+
+
 def get(session: Session, name: str) -> PoolOut:
-    row = session.scalar(select(Pool).where(Pool.name == name))
+    row = _row(session, name)
+    return to_out(row, session.get(BaseModel, row.base_model_id))
+
+
+def _row(session: Session, name: str, *, lock: bool = False) -> Pool:
+    query = select(Pool).where(Pool.name == name)
+    row = session.scalar(query.with_for_update() if lock else query)
     if row is None:
         raise NotFound(f"pool {name!r} does not exist", code="pool_not_found",
                        hint="List them with GET /v1/pools.")
-    return to_out(row, session.get(BaseModel, row.base_model_id))
+    return row
 
 
 def list_page(session: Session, *, limit: int, cursor: str | None) -> tuple[list[PoolOut], str | None]:
@@ -61,5 +92,6 @@ def to_out(row: Pool, base: BaseModel) -> PoolOut:
         max_lora_rank=row.max_lora_rank,
         dtype=row.dtype,
         required_suites=row.required_suites,
+        requalify_policy=row.requalify_policy,
         created_at=row.created_at,
     )

@@ -1,0 +1,32 @@
+"""What identifies an engine and a base config, as digests that compare across processes.
+
+Only what changes how an adapter behaves goes into the engine's fingerprint: the vLLM version,
+the dtype and the flags. Where a node runs (its URL) or when it reported does not."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from loraplane.provenance import canonical
+
+ENGINE_FIELDS = ("vllm_version", "dtype", "flags")
+
+
+def engine_fields(engine: dict[str, Any]) -> dict[str, Any]:
+    return {"vllm_version": engine.get("vllm_version"), "dtype": engine.get("dtype"),
+            "flags": dict(engine.get("flags") or {})}
+
+
+def engine_fingerprint(engine: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical(engine_fields(engine))).hexdigest()
+
+
+def engine_record(engine: dict[str, Any]) -> dict[str, Any]:
+    """The engine as a mark or a pool keeps it: its fields and their fingerprint."""
+    return {"sha256": engine_fingerprint(engine), **engine_fields(engine)}
+
+
+def config_digest(config: dict[str, Any]) -> str:
+    """The base's config.json, canonical, as attestations name it (config_sha256)."""
+    return hashlib.sha256(canonical(config)).hexdigest()

@@ -1,0 +1,96 @@
+"""Mark every active version of a pool for re-qualification after a change, and request its
+evaluations the way a new upload's are requested: rows now, tasks after the commit."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from registry import audit
+from registry.db import after_commit
+from registry.eval_suites import service as suites
+from registry.evaluations import rules as evaluation_rules
+from registry.evaluations.service import sync_version_state
+from registry.requalification import repository
+from registry.requalification.reasons import public_change
+from registry.tables import AdapterVersion, BaseModel, Evaluation, Pool, Requalification
+from registry.webhooks.service import emit
+
+MARKED_EVENT = "requalification.required"
+
+
+def start_round(session: Session, pool: Pool, *, cause: str, target_sha256: str,
+                before: dict[str, Any] | None, after: dict[str, Any],
+                actor: str) -> list[Requalification]:
+    """Call with the pool's lock held. Returns the marks made (none when nothing serves)."""
+    version_ids = repository.active_version_ids(session, pool.id) - _marked(session, pool.id, cause,
+                                                                          target_sha256)
+    names = repository.names_of(session, version_ids)
+    base = session.get(BaseModel, pool.base_model_id).name
+    now = datetime.now(UTC)
+    marks, to_enqueue = [], []
+    for version_id in sorted(version_ids):
+        version = session.get(AdapterVersion, version_id)
+        evaluation_ids, created = _request_suites(session, pool, version, names[version_id],
+                                                  actor=actor)
+        to_enqueue += [(evaluation_id, base) for evaluation_id in created]
+        mark = Requalification(pool_id=pool.id, version_id=version_id, cause=cause,
+                               target_sha256=target_sha256, before=before, after=after,
+                               evaluation_ids=evaluation_ids, marked_by=actor, marked_at=now)
+        session.add(mark)
+        marks.append(mark)
+    session.flush()
+    change = public_change(cause, before, after)
+    by_tenant: dict[int, list[str]] = defaultdict(list)
+    for mark in marks:
+        name = names[mark.version_id]
+        by_tenant[name.tenant_id].append(name.served_name)
+        audit.record(session, actor=actor, action="requalification.mark",
+                     subject=f"pool/{pool.name}/{name.served_name}", tenant_id=name.tenant_id,
+                     before={"qualified": before},
+                     after={"mark": mark.id, "cause": cause, "target_sha256": target_sha256,
+                            "qualifies_for": after, "evaluations": mark.evaluation_ids,
+                            "policy": pool.requalify_policy})
+    for tenant_id, served in sorted(by_tenant.items()):
+        # One event per tenant, so that a tenant's receivers learn only their own versions.
+        emit(session, MARKED_EVENT, tenant_id=tenant_id,
+             data={"pool": pool.name, "policy": pool.requalify_policy, "change": change,
+                   "versions": sorted(served), "required_suites": list(pool.required_suites)})
+    if to_enqueue:
+        from registry.task_queue import enqueue_evaluations  # it builds a broker client
+
+        after_commit(session, lambda: enqueue_evaluations(to_enqueue))  # a worker must find the rows
+    return marks
+
+
+def _marked(session: Session, pool_id: int, cause: str, target_sha256: str) -> set[int]:
+    return {m.version_id for m in repository.open_marks(session, pool_id)
+            if m.cause == cause and m.target_sha256 == target_sha256}
+
+
+def _request_suites(session: Session, pool: Pool, version: AdapterVersion,
+                    name: repository.VersionName, *, actor: str) -> tuple[list[int], list[int]]:
+    """(every evaluation that will count for the mark, those created here). A passed evaluation
+    does not stand in for a new one, as a plain request would have it: it ran before the change."""
+    counted, created = [], []
+    for suite_name in pool.required_suites:
+        suite = suites.get_row(session, suite_name)
+        waiting = repository.queued_evaluation(session, version.id, suite.id)
+        if waiting is not None:
+            counted.append(waiting.id)
+            continue
+        row = Evaluation(version_id=version.id, suite_id=suite.id, state=evaluation_rules.QUEUED,
+                         failing_metrics=[], attempts=0, requested_by=actor)
+        session.add(row)
+        session.flush()
+        audit.record(session, actor=actor, action="evaluation.request", subject=name.served_name,
+                     tenant_id=name.tenant_id,
+                     after={"evaluation": row.id, "suite": suite.name, "requalification": pool.name})
+        counted.append(row.id)
+        created.append(row.id)
+    if created:
+        sync_version_state(session, version)
+    return counted, created

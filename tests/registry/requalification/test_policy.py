@@ -1,0 +1,106 @@
+"""The pool's policy: under `suspend`, marked versions leave the active set until they qualify
+again; under `keep_serving` they stay. Only a global admin changes it, and only to a known value."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import pytest
+from sqlalchemy.orm import Session
+
+from registry.pools.schemas import RequalifyPolicy
+from registry.requalification.rules import POLICIES
+from registry.requalification.service import after_evaluation, suspended_version_ids
+from tests.registry.requalification.support import (
+    RQ_BASE, RQ_SUITE, audit_count, make_pool, marks, pool_row, report, version_id,
+)
+from tests.support.asserts import assert_refused
+from tests.support.promotions import finish_evaluation
+
+POOL = "rq-suspend"
+POLICY_ERROR = "body.requalify_policy: Input should be 'keep_serving' or 'suspend'"
+
+
+def suspended(engine) -> set[int]:
+    with Session(engine) as session:
+        return suspended_version_ids(session, pool_row(engine, POOL).id)
+
+
+@pytest.fixture(scope="module")
+def suspending(admin, requal_base, serve, fleets, engine):
+    created = make_pool(admin, POOL, RQ_BASE, RQ_SUITE, requalify_policy="suspend")
+    version = serve(POOL, "globex/rq-held", uploader="globex_uploader")
+    node = fleets(POOL).client("node-s")
+    report(node, POOL, "node-s", "0.32.0")
+    return {"created": created, "version": version, "id": version_id(engine, version), "node": node}
+
+
+def test_suspend_leaves_marked_versions_out_until_they_qualify_again(suspending, engine, admin):
+    assert suspending["created"]["requalify_policy"] == "suspend"
+    assert suspended(engine) == set()  # nothing is marked yet
+    generation = pool_row(engine, POOL).generation
+
+    report(suspending["node"], POOL, "node-s", "0.32.0", enforce_eager=True)  # a flag changed
+    assert suspended(engine) == {suspending["id"]}
+    # The active set lost a version: nodes must hear of it, so the generation moved.
+    assert pool_row(engine, POOL).generation > generation
+    listing = admin.get(f"/v1/pools/{POOL}/requalifications").json()
+    assert listing["marks"][0]["suspended"] and listing["marks"][0]["reason"].endswith(
+        "; flags changed: enforce_eager")
+
+    # Switching to keep_serving brings it back at once, again with a new generation.
+    generation = pool_row(engine, POOL).generation
+    changed = admin.patch(f"/v1/pools/{POOL}", json={"requalify_policy": "keep_serving"})
+    assert changed.status_code == 200 and changed.json()["requalify_policy"] == "keep_serving"
+    assert suspended(engine) == set() and pool_row(engine, POOL).generation > generation
+    assert not admin.get(f"/v1/pools/{POOL}/requalifications").json()["marks"][0]["suspended"]
+    assert audit_count(engine, "pool.update", f"pool/{POOL}") == 1
+
+    assert admin.patch(f"/v1/pools/{POOL}", json={"requalify_policy": "suspend"}).status_code == 200
+    assert suspended(engine) == {suspending["id"]}
+
+    (mark,) = marks(engine, POOL, open_only=True)
+    finish_evaluation(engine, mark.evaluation_ids[0])
+    generation = pool_row(engine, POOL).generation
+    with Session(engine) as session, session.begin():
+        after_evaluation(session, suspending["id"])  # what recording an evaluation's outcome calls
+    assert suspended(engine) == set() and pool_row(engine, POOL).generation > generation
+    (cleared,) = marks(engine, POOL)[-1:]
+    assert cleared.outcome == "requalified" and cleared.cleared_with == mark.evaluation_ids
+
+
+def test_the_policy_values_are_the_rules_values():
+    assert get_args(RequalifyPolicy) == POLICIES
+
+
+@pytest.mark.parametrize(("who", "method", "path", "body", "status", "code", "message"), [
+    ("global_admin", "patch", f"/v1/pools/{POOL}", {"requalify_policy": "pause"}, 422,
+     "invalid_request", POLICY_ERROR),
+    ("global_admin", "patch", f"/v1/pools/{POOL}", {}, 422, "invalid_request",
+     "body.requalify_policy: Field required"),
+    ("global_admin", "patch", f"/v1/pools/{POOL}", {"requalify_policy": "suspend", "max_loras": 9},
+     422, "invalid_request", "body.max_loras: Extra inputs are not permitted"),
+    ("global_admin", "patch", "/v1/pools/no-such-pool", {"requalify_policy": "suspend"}, 404,
+     "pool_not_found", "pool 'no-such-pool' does not exist"),
+    ("acme_admin", "patch", f"/v1/pools/{POOL}", {"requalify_policy": "keep_serving"}, 403,
+     "forbidden", "role 'admin' may not do this; it needs a global admin"),
+    ("global_admin", "post", "/v1/pools", {"name": "rq-bad-policy", "base_model": RQ_BASE,
+                                           "max_loras": 2, "max_cpu_loras": 8, "max_lora_rank": 16,
+                                           "requalify_policy": "pause"},
+     422, "invalid_request", POLICY_ERROR),
+])
+def test_a_bad_policy_change_is_refused_and_changes_nothing(
+        suspending, client_for, admin, engine, who, method, path, body, status, code, message):
+    before = admin.get(f"/v1/pools/{POOL}").json()
+    updates = audit_count(engine, "pool.update", f"pool/{POOL}")
+    generation = pool_row(engine, POOL).generation
+
+    response = getattr(client_for(who), method)(path, json=body)
+
+    assert_refused(response, status, code, message)
+    assert response.json()["error"]["message"] == message
+    assert admin.get(f"/v1/pools/{POOL}").json() == before
+    assert admin.get("/v1/pools/rq-bad-policy").status_code == 404
+    assert audit_count(engine, "pool.update", f"pool/{POOL}") == updates
+    assert pool_row(engine, POOL).generation == generation
+    assert admin.get("/readyz").status_code == 200
