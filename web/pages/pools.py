@@ -14,6 +14,7 @@ from registry.nodes import service as nodes
 from registry.placement import reading as placement
 from registry.pools import service as pools
 from registry.promotions import service as promotions
+from registry.requalification import service as requalification
 from registry.sizing import service as sizing
 from registry.sizing.schemas import SizingInputs
 from web.charts import Bar, bar_chart
@@ -54,10 +55,12 @@ def _serving_view(visit: Visit, name: str) -> dict:
         pool = pools.get(session, name)
         aliases = promotions.list_aliases(session, visit.principal, name)
         placed = placement.placement_out(session, visit.principal, name)
+        marked = requalification.listing(session, visit.principal, name)
     by_adapter = defaultdict(list)
     for alias in aliases:
         by_adapter[f"{alias.tenant}/{alias.adapter}"].append(alias)
     return {"pool": pool, "rollout": rollout, "by_adapter": dict(by_adapter), "placement": placed,
+            "requalification": marked,
             "traffic_chart": _traffic_chart(by_adapter),
             "nodes_chart": _nodes_chart(rollout, pool, visit.principal.tenant)}
 

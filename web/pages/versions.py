@@ -10,6 +10,7 @@ from registry.adapters import service as adapters
 from registry.auth.principal import Principal
 from registry.db import transaction
 from registry.evaluations import service as evaluations
+from registry.requalification import service as requalification
 from web.evidence import evidence_of
 from web.rendering import PageRoute, page
 from web.session import Visit, viewer
@@ -33,4 +34,7 @@ def version_view(session: Session, principal: Principal, tenant: str, name: str,
                                              limit=EVALUATIONS_SHOWN, cursor=None)
     full = [evaluations.get(session, principal, e.id, examples_limit=EXAMPLES_SHOWN, examples_cursor=None)
             for e in listed]
-    return {"version": version, "evidence": [evidence_of(e) for e in full]}
+    # get_version has checked the viewer may see this version, and so its marks.
+    marks = requalification.marks_of_version(
+        session, principal, adapters.find_version(session, tenant, name, number).id)
+    return {"version": version, "evidence": [evidence_of(e) for e in full], "requalifications": marks}
