@@ -8,7 +8,8 @@ from typing import BinaryIO
 from registry.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
-WANTED = ("adapter_config.json", "adapter_model.safetensors")
+# The PEFT files, and the model-signing signature that may sit beside them.
+WANTED = ("adapter_config.json", "adapter_model.safetensors", "model.sig")
 REBUILD_HINT = "Re-create the archive of the PEFT folder (tar czf adapter.tgz DIR, or zip -r)."
 SLIM_HINT = "Archive only the PEFT adapter folder."
 COPY_CHUNK = 1024 * 1024
@@ -55,7 +56,7 @@ class Entries:
                                   code="too_many_files", hint=SLIM_HINT)
 
     def admit(self, name: str, size: int, *, is_file: bool) -> Path | None:
-        """Count an entry; return where to extract it when it is one of the PEFT files."""
+        """Count an entry; return where to extract it when it is one of the wanted files."""
         _check_name(name, self.filename)
         self.count += 1
         self.check_count(self.count)

@@ -40,7 +40,9 @@ OPENAPI_BODY = {"requestBody": {"required": True, "content": {"multipart/form-da
     "properties": {
         FILE_FIELD: {"type": "array", "items": {"type": "string", "format": "binary"},
                      "description": "adapter_config.json and adapter_model.safetensors, "
-                                    "or one .tar.gz/.tgz/.tar/.zip of a PEFT folder."},
+                                    "optionally with model.sig (a model-signing signature of "
+                                    "them by one of the tenant's signing keys), or one "
+                                    ".tar.gz/.tgz/.tar/.zip of a PEFT folder."},
         BASE_MODEL_FIELD: {"type": "string", "description": "Target base model; defaults to the "
                                                             "one named in adapter_config.json."},
         WEIGHTS_SHA256_FIELD: {"type": "string", "pattern": "^[0-9a-f]{64}$",

@@ -11,6 +11,16 @@ class ManifestFile(BaseModel):
     size: int
 
 
+class UploadSignatureOut(BaseModel):
+    """The model-signing signature the version was uploaded with, verified at upload."""
+
+    file: str
+    sha256: str
+    key_name: str
+    key_fingerprint: str
+    verified_at: datetime
+
+
 class VersionOut(BaseModel):
     tenant: str
     adapter: str
@@ -27,6 +37,7 @@ class VersionOut(BaseModel):
     tensor_count: int
     state: str
     uploaded_by: str
+    upload_signature: UploadSignatureOut | None = None
     created_at: datetime
 
 

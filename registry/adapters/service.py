@@ -22,6 +22,7 @@ from registry.errors import NotFound, Unprocessable
 from registry.names import check_name
 from registry.pagination import fetch_page
 from registry.settings import RegistrySettings
+from registry.signing_keys.service import UploadPolicy, upload_policy
 from registry.storage.base import ArtifactStore
 from registry.tables import Adapter, AdapterVersion, BaseModel, Tenant
 
@@ -36,22 +37,27 @@ class UploadTarget:
     tenant: str
     name: str
     base: TargetBase
+    signing: UploadPolicy
 
 
 def upload_target(session: Session, *, tenant: str, name: str, spec: LoraSpec,
                   base_model: str | None) -> UploadTarget:
-    """Where an upload goes: its tenant and the base it must match. Only reads."""
+    """Where an upload goes: its tenant, the base it must match, and the keys its signature must
+    verify with. Only reads."""
     tenant_row = _tenant(session, tenant)
     base = validation.resolve_base(session, spec, base_model)
     existing = repository.adapter_by_name(session, tenant_row.id, name)
     if existing is not None:
         _check_same_base(existing, base, tenant, name)
-    return UploadTarget(tenant_id=tenant_row.id, tenant=tenant, name=name, base=base)
+    return UploadTarget(tenant_id=tenant_row.id, tenant=tenant, name=name, base=base,
+                        signing=upload_policy(session, tenant_row))
 
 
 def record_version(session: Session, principal: Principal, target: UploadTarget, spec: LoraSpec,
-                   layout: LoraLayout, manifest: list[dict]) -> tuple[VersionOut, bool]:
-    """Record a checked, stored version. Returns (version, created)."""
+                   layout: LoraLayout, manifest: list[dict], upload_signature: dict | None = None
+                   ) -> tuple[VersionOut, bool]:
+    """Record a checked, stored version, with its verified signature if it came with one.
+    Returns (version, created)."""
     adapter = repository.lock_or_create_adapter(session, target.tenant_id, target.name, target.base.id)
     _check_same_base(adapter, target.base, target.tenant, target.name)  # another upload may have won
     digest = manifest_digest(manifest)
@@ -74,6 +80,7 @@ def record_version(session: Session, principal: Principal, target: UploadTarget,
         uploaded_by=principal.subject,
         uploaded_by_token_id=principal.token_id,
         uploaded_by_identity_id=principal.identity_id or None,
+        upload_signature=upload_signature,
     )
     session.add(version)
     session.flush()
@@ -85,7 +92,7 @@ def record_version(session: Session, principal: Principal, target: UploadTarget,
 
 
 def store_blobs(store: ArtifactStore, files: AdapterFiles, received: ReceivedUpload) -> list[dict]:
-    """Put both blobs in the store; only validated bytes get here."""
+    """Put the blobs in the store; only validated bytes (and a verified signature) get here."""
     declared = received.fields.get(WEIGHTS_SHA256_FIELD)
     if declared is not None and declared.lower() != files.weights_sha256:
         raise Unprocessable(
@@ -99,8 +106,14 @@ def store_blobs(store: ArtifactStore, files: AdapterFiles, received: ReceivedUpl
         received.streamed.complete()
     else:
         store.put_file(artifact.blob_key(files.weights_sha256), files.weights)
-    return artifact.manifest(config_sha256=config_sha256, config_size=len(files.config),
-                             weights_sha256=files.weights_sha256, weights_size=files.weights_size)
+    signature = files.signature
+    if signature is not None:
+        store.put_file(artifact.blob_key(signature.sha256), signature.path)
+    return artifact.manifest(
+        config_sha256=config_sha256, config_size=len(files.config),
+        weights_sha256=files.weights_sha256, weights_size=files.weights_size,
+        signature=None if signature is None else {"name": signature.filename,
+                                                  "sha256": signature.sha256, "size": signature.size})
 
 
 def _check_same_base(adapter: Adapter, base: TargetBase, tenant: str, name: str) -> None:
@@ -212,6 +225,7 @@ def version_out(session: Session, row: AdapterVersion) -> VersionOut:
         tensor_count=row.tensor_count,
         state=row.state,
         uploaded_by=row.uploaded_by,
+        upload_signature=row.upload_signature,
         created_at=row.created_at,
     )
 

@@ -6,10 +6,12 @@ transactions rather than inside one: no database lock or pooled connection waits
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
-from registry.adapters import peft_config, service, upload_files, validation
+from registry.adapters import peft_config, service, upload_files, upload_signature, validation
 from registry.adapters.receive import BASE_MODEL_FIELD, ReceivedUpload
+from registry.adapters.safetensors_check import FILE as WEIGHTS_FILE
 from registry.adapters.schemas import VersionOut
 from registry.auth.principal import Principal
 from registry.db import transaction
@@ -27,13 +29,22 @@ def upload_version(store: ArtifactStore, settings: RegistrySettings, *, principa
     with transaction() as session:
         target = service.upload_target(session, tenant=tenant, name=name, spec=spec,
                                        base_model=received.fields.get(BASE_MODEL_FIELD))
+    signature = upload_signature.check(files.signature, _signed_files(files), target.signing,
+                                       tenant, workdir)
     layout = validation.check_weights(files, spec, target.base.shape, settings.max_header_bytes)
     manifest = service.store_blobs(store, files, received)
     with transaction() as session:
-        version, created = service.record_version(session, principal, target, spec, layout, manifest)
+        version, created = service.record_version(session, principal, target, spec, layout, manifest,
+                                                  signature)
         queued = (evaluations.request_required(session, tenant, name, version.number,
                                                actor=principal.label) if created else [])
     if queued:
         enqueue_evaluations(queued)  # after commit: a worker must find the rows
         version = version.model_copy(update={"state": evaluations.VERSION_EVALUATING})
     return version, created
+
+
+def _signed_files(files: upload_files.AdapterFiles) -> list[upload_signature.SignedFile]:
+    """What a signature must list: the adapter files, with the digests taken as they arrived."""
+    return [upload_signature.SignedFile(peft_config.FILE, hashlib.sha256(files.config).hexdigest()),
+            upload_signature.SignedFile(WEIGHTS_FILE, files.weights_sha256)]

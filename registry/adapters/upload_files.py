@@ -1,11 +1,12 @@
-"""Turn the received parts (two PEFT files, or one archive of them) into the files to check."""
+"""Turn the received parts (two PEFT files, or one archive of them, each optionally with a
+model-signing signature beside them) into the files to check."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from registry.adapters import archive
+from registry.adapters import archive, upload_signature
 from loraplane.digests import file_sha256
 from registry.adapters.peft_config import FILE as CONFIG_FILE
 from registry.adapters.receive import ReceivedFile
@@ -20,6 +21,7 @@ class AdapterFiles:
     weights: Path
     weights_sha256: str
     weights_size: int
+    signature: ReceivedFile | None = None  # model.sig, checked for size only
 
 
 def collect(received: list[ReceivedFile], settings: RegistrySettings, workdir: Path) -> AdapterFiles:
@@ -42,11 +44,12 @@ def collect(received: list[ReceivedFile], settings: RegistrySettings, workdir: P
             raise BadRequest("send one archive, or the two PEFT files, not both", code="mixed_upload",
                              hint="Upload either adapter.tgz alone, or the two files alone.")
         by_name = _unpack(by_name[archives[0]], settings, workdir)
-    unknown = sorted(set(by_name) - {CONFIG_FILE, WEIGHTS_FILE})
+    unknown = sorted(set(by_name) - {CONFIG_FILE, WEIGHTS_FILE, upload_signature.FILE})
     if unknown:
         raise UnsupportedMediaType(
             f"{unknown[0]} is not a PEFT adapter file", code="unexpected_file",
-            hint=f"Send {CONFIG_FILE} and {WEIGHTS_FILE}, or a .tar.gz/.tgz/.tar/.zip of them.",
+            hint=f"Send {CONFIG_FILE} and {WEIGHTS_FILE} (and optionally {upload_signature.FILE}), "
+                 "or a .tar.gz/.tgz/.tar/.zip of them.",
         )
     for required in (CONFIG_FILE, WEIGHTS_FILE):
         if required not in by_name:
@@ -57,8 +60,13 @@ def collect(received: list[ReceivedFile], settings: RegistrySettings, workdir: P
     if config.size > settings.max_config_bytes:
         raise PayloadTooLarge(f"{CONFIG_FILE} is larger than {settings.max_config_bytes} bytes",
                               code="config_too_large", hint="A PEFT config is a few kilobytes.")
+    signature = by_name.get(upload_signature.FILE)
+    if signature is not None and signature.size > upload_signature.MAX_BYTES:
+        raise PayloadTooLarge(f"{upload_signature.FILE} is larger than {upload_signature.MAX_BYTES} "
+                              "bytes", code="signature_too_large",
+                              hint="A model-signing bundle signed with a key is a few kilobytes.")
     return AdapterFiles(config=config.path.read_bytes(), weights=weights.path,
-                        weights_sha256=weights.sha256, weights_size=weights.size)
+                        weights_sha256=weights.sha256, weights_size=weights.size, signature=signature)
 
 
 def _unpack(packed: ReceivedFile, settings: RegistrySettings, workdir: Path) -> dict[str, ReceivedFile]:
