@@ -16,6 +16,7 @@ from loraplane.cli_support import print_json as _print_json
 from loraplane.client import ClientSettings, checked, connect
 from loraplane.promotion_cli import audit_app, promotion_app
 from loraplane.signing_key_cli import signing_key_app
+from loraplane.verify_cli import verify as verify_command
 from registry.names import NAME_PATTERN
 
 app = typer.Typer(help="loraplane: validated LoRA adapters for multi-LoRA serving on vLLM.",
@@ -36,6 +37,7 @@ app.add_typer(eval_app, name="eval")
 app.add_typer(token_app, name="token")
 app.add_typer(base_app, name="base-model")
 app.add_typer(pool_app, name="pool")
+app.command("verify")(verify_command)
 app.add_typer(signing_key_app, name="signing-key")
 # --- server side --------------------------------------------------------------------------------
 
