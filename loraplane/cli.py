@@ -286,7 +286,8 @@ def token_revoke(token_id: int = typer.Argument(..., help="The token's id."),
 
 @app.command()
 def push(
-    source: Path = typer.Argument(..., help="A PEFT adapter folder, or a .tar.gz/.zip of one."),
+    source: Path = typer.Argument(..., help=(
+        "A PEFT adapter folder (its model-signing model.sig goes too), or a .tar.gz/.zip of one.")),
     adapter: str = typer.Option(..., help="tenant/name to upload to."),
     base_model: Optional[str] = typer.Option(None, help="Target base (default: from the config)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),

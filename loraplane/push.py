@@ -14,6 +14,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_aft
 from loraplane.client import checked
 from loraplane.digests import file_sha256
 
+SIGNATURE_FILE = "model.sig"
 PEFT_FILES = ("adapter_config.json", "adapter_model.safetensors")
 READ_BYTES = 1024 * 1024
 RETRY_STATUSES = (429, 503)
@@ -51,7 +52,9 @@ def files_to_send(source: Path) -> list[Path]:
         missing = [name for name in PEFT_FILES if not (source / name).is_file()]
         if missing:
             raise FileNotFoundError(f"{source} has no {missing[0]}; is it a PEFT adapter folder?")
-        return [source / name for name in PEFT_FILES]
+        # A model-signing signature beside the adapter travels with it; the registry verifies it
+        # against the tenant's keys.
+        return [source / name for name in (*PEFT_FILES, SIGNATURE_FILE) if (source / name).is_file()]
     if source.is_file():
         return [source]
     raise FileNotFoundError(f"{source} does not exist")

@@ -35,6 +35,7 @@ READERS = expect(403, global_admin=200, acme_admin=200, acme_uploader=200, acme_
 PEOPLE = READERS | {"globex_admin": 200, "globex_uploader": 200}
 GLOBAL_ADMIN_ONLY = expect(403, global_admin=201)
 ANY_TOKEN = expect(200)
+TENANT_ADMINS = expect(403, global_admin=200, acme_admin=200)
 NOT_FOUND_FOR_PEOPLE = expect(403, global_admin=404, acme_admin=404, acme_uploader=404,
                               acme_reviewer=404, globex_admin=404, globex_uploader=404)
 
@@ -48,6 +49,15 @@ def world(uploader, base_model, make_adapter, tiny_base):
                          files=[("file", f) for f in files]).status_code == 201
     config = json.loads((tiny_base / "config.json").read_text())
     return {"files": files, "config": config}
+
+
+def signing_key_pem() -> str:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1()).public_key()
+    return key.public_bytes(serialization.Encoding.PEM,
+                            serialization.PublicFormat.SubjectPublicKeyInfo).decode()
 
 
 def unique(prefix: str) -> str:
@@ -68,6 +78,20 @@ ENDPOINTS = {
     # A real rotation for the global admin, with the usual overlap: every key stays trusted.
     "POST /v1/attestation-keys/rotate": [(lambda w: ("POST", "/v1/attestation-keys/rotate", {
         "json": {"overlap_s": 7 * 86400}}), expect(403, global_admin=200))],
+    "GET /v1/tenants/{tenant}/signing-keys": [
+        (lambda w: ("GET", "/v1/tenants/acme/signing-keys", {}), TENANT_ADMINS)],
+    "POST /v1/tenants/{tenant}/signing-keys": [
+        (lambda w: ("POST", "/v1/tenants/acme/signing-keys", {"json": {
+            "name": unique("key"), "public_key_pem": signing_key_pem()}}),
+         expect(403, global_admin=201, acme_admin=201))],
+    "POST /v1/tenants/{tenant}/signing-keys/{name}/revoke": [
+        (lambda w: ("POST", "/v1/tenants/acme/signing-keys/no-such-key/revoke", {}),
+         expect(403, global_admin=404, acme_admin=404))],
+    "GET /v1/tenants/{tenant}/signing-policy": [
+        (lambda w: ("GET", "/v1/tenants/acme/signing-policy", {}), TENANT_ADMINS)],
+    "PUT /v1/tenants/{tenant}/signing-policy": [
+        (lambda w: ("PUT", "/v1/tenants/acme/signing-policy",
+                    {"json": {"require_signed_uploads": False}}), TENANT_ADMINS)],
     "GET /v1/whoami": [(lambda w: ("GET", "/v1/whoami", {}), expect(200, acme_app=200))],
     "POST /v1/tokens": [(lambda w: ("POST", "/v1/tokens", {"json": {
         "subject": unique("person"), "role": "reviewer", "tenant": "acme"}}),

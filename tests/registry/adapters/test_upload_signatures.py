@@ -243,3 +243,25 @@ def tar_gz(files: dict[str, bytes], prefix: str) -> bytes:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
+
+
+def test_the_cli_sends_the_signature_a_team_wrote_into_the_adapter_folder(signer, make_adapter,
+                                                                           tmp_path, registry):
+    from tests.support.cli import cli
+
+    tenant, key, record = signer
+    folder = tmp_path / "signed-folder"
+    files = peft_files(make_adapter(seed=184))
+    folder.mkdir()
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    (folder / SIG).write_bytes(sign(files, key, tmp_path))  # where `model_signing sign` puts it
+
+    token = tenant.uploader.headers["Authorization"].removeprefix("Bearer ")
+    pushed = cli("push", str(folder), "--adapter", f"{tenant.name}/cli-signed", "--quiet",
+                 token=token, url=registry.url)
+
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    version = tenant.uploader.get(f"/v1/adapters/{tenant.name}/cli-signed/versions/1").json()
+    assert version["upload_signature"]["key_fingerprint"] == record["fingerprint"]
+    assert SIG in [f["name"] for f in version["files"]]
