@@ -23,6 +23,7 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+TRUST_BUNDLE_PATH = "/.well-known/loraplane/trust-bundle.json"  # on every registry, anonymous
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://loraplane.dev/attestation/approval/v1"
 IN_TOTO_PAYLOAD = "application/vnd.in-toto+json"

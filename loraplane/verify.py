@@ -20,7 +20,6 @@ from loraplane.digests import manifest_digest
 from loraplane.folder_hashes import hash_folder
 
 # The registry publishes its trust bundle here (registry/attestations/endpoints.py).
-TRUST_BUNDLE_PATH = "/.well-known/loraplane/trust-bundle.json"
 AUDIT_PAGE = 200
 MAX_AUDIT_PAGES = 50  # 10,000 events under one pool/served-name subject is far more than any has
 
@@ -99,8 +98,8 @@ def verify(client: httpx.Client, tenant: str, name: str, number: int, *, pool: s
     if trust_bundle_file is not None:
         signed, source = _read_bundle_file(trust_bundle_file), f"pinned file {trust_bundle_file}"
     else:
-        signed = checked(client.get(TRUST_BUNDLE_PATH))
-        source = f"fetched from the registry itself ({client.base_url.join(TRUST_BUNDLE_PATH)})"
+        signed = checked(client.get(provenance.TRUST_BUNDLE_PATH))
+        source = f"fetched from the registry itself ({client.base_url.join(provenance.TRUST_BUNDLE_PATH)})"
     files = [{"name": f["name"], "sha256": f["sha256"], "size": f["size"]} for f in version["files"]]
     # The name asked for, not the one the registry answers with: each link is checked against it.
     report = Report(f"{tenant}/{name}@{number}", version["digest"], files, source)

@@ -8,6 +8,7 @@ from datetime import timedelta
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
+from loraplane.provenance import TRUST_BUNDLE_PATH
 from registry.adapters.endpoints import Name, Number, Tenant
 from registry.attestations import reading, service
 from registry.attestations.keyring import RotationUnsupported
@@ -18,7 +19,6 @@ from registry.db import transaction
 from registry.errors import Conflict
 from registry.settings import get_settings
 
-TRUST_BUNDLE_PATH = "/.well-known/loraplane/trust-bundle.json"
 router = APIRouter(tags=["attestations"])
 
 
