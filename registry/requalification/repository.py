@@ -18,8 +18,13 @@ from registry.tables import (
 
 def lock_pool(session: Session, pool: Pool) -> None:
     """Take the pool row's lock (as every change to its active set does) and read it again:
-    whatever another registry process decided before us is now visible, and nothing interleaves."""
-    session.execute(select(Pool.id).where(Pool.id == pool.id).with_for_update())
+    whatever another registry process decided before us is now visible, and nothing interleaves.
+
+    FOR NO KEY UPDATE, not FOR UPDATE: a node's first report inserts its status row, whose foreign
+    key holds a key-share lock on the pool row until commit, and two such reports that both asked
+    FOR UPDATE would each wait for the other's key share (a deadlock). This lock still excludes
+    every other writer of the row and the active set's readers, which lock it for share."""
+    session.execute(select(Pool.id).where(Pool.id == pool.id).with_for_update(key_share=True))
     session.refresh(pool)
 
 

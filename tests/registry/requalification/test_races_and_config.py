@@ -27,8 +27,10 @@ def test_reports_racing_through_two_registries_mark_each_version_once(
     ids = {version_id(engine, serve(pool, name)) for name in ("acme/rq-race-a", "acme/rq-race-b")}
     report(fleets(pool).client("node-0"), pool, "node-0", "0.32.0")
     evaluations = len(evaluation_rows(engine, ids))
+    # New nodes: each first report inserts its status row, whose foreign key share-locks the pool
+    # row, before the pool's lock is taken to mark (a deadlock while that lock was FOR UPDATE).
     clients = []
-    for n in range(8):
+    for n in range(12):
         node_id = f"racer-{n}"
         token = issue_token(admin, node_id, role="node", pool=pool, instance_id=node_id)
         url = (registry if n % 2 else second_registry).url
