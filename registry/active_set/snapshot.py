@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from registry.active_set.schemas import ActiveEntry, ActiveSet, AliasWeight, ArtifactFile
 from registry.adapters import artifact
 from registry.attestations import repository as attestations
+from registry.requalification import service as requalification
 from registry.errors import NotFound
 from registry.settings import RegistrySettings
 from registry.storage.base import ArtifactStore
@@ -47,7 +48,8 @@ def read(session: Session, pool_name: str, store: ArtifactStore,
     for alias in aliases:
         by_version[alias.version_id].append(AliasWeight(
             alias=alias.alias, weight=_weight(alias, canary_weight.get(alias.adapter_id, 0))))
-    version_ids = sorted(set(by_version) | retiring)
+    # Versions waiting to qualify on a new engine, under the pool's `suspend` policy.
+    version_ids = sorted((set(by_version) | retiring) - requalification.suspended_version_ids(session, pool.id))
     proofs = attestations.current(session, pool.id, version_ids)
     entries = [_entry(session, session.get(AdapterVersion, vid), by_version.get(vid, []),
                       store, settings, proofs.get(vid)) for vid in version_ids]
@@ -106,6 +108,7 @@ def desired_digests(session: Session, pool_id: int) -> dict[str, str]:
     version_ids = set(session.scalars(select(PoolAlias.version_id).where(PoolAlias.pool_id == pool_id)))
     version_ids |= set(session.scalars(select(PoolRetirement.version_id)
                                        .where(PoolRetirement.pool_id == pool_id)))
+    version_ids -= requalification.suspended_version_ids(session, pool_id)
     rows = session.execute(
         select(Tenant.name, Adapter.name, AdapterVersion.number, AdapterVersion.digest)
         .join(Adapter, Adapter.id == AdapterVersion.adapter_id).join(Tenant, Tenant.id == Adapter.tenant_id)

@@ -20,6 +20,7 @@ from registry import audit
 from registry.adapters import service as adapters
 from registry.evaluations import rules
 from registry.evaluations.service import sync_version_state
+from registry.requalification import service as requalification
 from registry.tables import (
     Adapter, AdapterVersion, BaseModel, EvalSuite, Evaluation, EvaluationExample,
 )
@@ -160,6 +161,7 @@ def record(session: Session, token: str, evaluation_id: int, outcome: Outcome) -
                     for position, example in enumerate(outcome.examples))
     version = session.get(AdapterVersion, evaluation.version_id)
     sync_version_state(session, version)
+    requalification.after_evaluation(session, version.id)  # a mark may clear with this result
     audit.record(session, actor="worker", action=f"evaluation.{evaluation.state}",
                  subject=adapters.version_out(session, version).served_name,
                  tenant_id=session.get(Adapter, version.adapter_id).tenant_id,

@@ -9,7 +9,8 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, UrlConstraints
 from registry.names import NAME_PATTERN
 
 EVENTS = ("promotion.requested", "promotion.approved", "promotion.activated", "promotion.rejected",
-          "promotion.superseded", "promotion.rolled_back")
+          "promotion.superseded", "promotion.rolled_back", "requalification.required",
+          "requalification.cleared")
 
 
 class WebhookCreate(BaseModel):

@@ -92,6 +92,11 @@ ENDPOINTS = {
     "PUT /v1/tenants/{tenant}/signing-policy": [
         (lambda w: ("PUT", "/v1/tenants/acme/signing-policy",
                     {"json": {"require_signed_uploads": False}}), TENANT_ADMINS)],
+    "PATCH /v1/pools/{name}": [(lambda w: ("PATCH", "/v1/pools/serving", {
+        "json": {"requalify_policy": "keep_serving"}}), expect(403, global_admin=200))],
+    "GET /v1/pools/{pool}/requalifications": [(lambda w: ("GET", "/v1/pools/serving/requalifications", {}),
+                                               expect(200, serving_node=403, serving_router=200,
+                                                      other_pool_node=403))],
     "GET /v1/whoami": [(lambda w: ("GET", "/v1/whoami", {}), expect(200, acme_app=200))],
     "POST /v1/tokens": [(lambda w: ("POST", "/v1/tokens", {"json": {
         "subject": unique("person"), "role": "reviewer", "tenant": "acme"}}),
@@ -229,7 +234,8 @@ def test_authorization(client_for, world, principal, case):
 def test_a_tenant_scoped_reader_only_sees_its_own_tenant(client_for, world):
     listing = client_for("acme_reviewer").get("/v1/adapters").json()["items"]
     assert listing and {a["tenant"] for a in listing} == {"acme"}
-    assert client_for("globex_uploader").get("/v1/adapters").json()["items"] == []
+    # Other tests may have given globex adapters of its own; never acme's.
+    assert {a["tenant"] for a in client_for("globex_uploader").get("/v1/adapters").json()["items"]} <= {"globex"}
 
 
 def test_an_invalid_or_revoked_token_is_refused(registry, client_for, engine, world):

@@ -13,7 +13,8 @@ from tests.support import services
 TABLES = {"tenants", "api_tokens", "base_models", "base_model_aliases", "pools", "adapters",
           "adapter_versions", "audit_events", "eval_suites", "evaluations", "evaluation_examples",
           "promotions", "pool_aliases", "pool_retirements", "node_statuses", "router_traffic", "webhooks",
-          "webhook_deliveries", "identities", "dashboard_sessions", "attestations", "tenant_signing_keys"}
+          "webhook_deliveries", "identities", "dashboard_sessions", "attestations", "tenant_signing_keys",
+          "requalifications"}
 
 
 def tables_in(url: str) -> set[str]:

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from registry.pools.schemas import RequalifyPolicy
 from registry.requalification.rules import POLICIES
-from registry.requalification.service import after_evaluation, suspended_version_ids
+from registry.requalification.service import suspended_version_ids
 from tests.registry.requalification.support import (
     RQ_BASE, RQ_SUITE, audit_count, make_pool, marks, pool_row, report, version_id,
 )
@@ -19,6 +19,10 @@ from tests.support.promotions import finish_evaluation
 
 POOL = "rq-suspend"
 POLICY_ERROR = "body.requalify_policy: Input should be 'keep_serving' or 'suspend'"
+
+
+def active_names(admin) -> set[str]:
+    return {e["served_name"] for e in admin.get(f"/v1/pools/{POOL}/active-set").json()["entries"]}
 
 
 def suspended(engine) -> set[int]:
@@ -40,8 +44,11 @@ def test_suspend_leaves_marked_versions_out_until_they_qualify_again(suspending,
     assert suspended(engine) == set()  # nothing is marked yet
     generation = pool_row(engine, POOL).generation
 
+    served = suspending["version"]["served_name"]
+    assert served in active_names(admin)
     report(suspending["node"], POOL, "node-s", "0.32.0", enforce_eager=True)  # a flag changed
     assert suspended(engine) == {suspending["id"]}
+    assert served not in active_names(admin)  # nodes unload it until it qualifies again
     # The active set lost a version: nodes must hear of it, so the generation moved.
     assert pool_row(engine, POOL).generation > generation
     listing = admin.get(f"/v1/pools/{POOL}/requalifications").json()
@@ -53,18 +60,19 @@ def test_suspend_leaves_marked_versions_out_until_they_qualify_again(suspending,
     changed = admin.patch(f"/v1/pools/{POOL}", json={"requalify_policy": "keep_serving"})
     assert changed.status_code == 200 and changed.json()["requalify_policy"] == "keep_serving"
     assert suspended(engine) == set() and pool_row(engine, POOL).generation > generation
+    assert served in active_names(admin)
     assert not admin.get(f"/v1/pools/{POOL}/requalifications").json()["marks"][0]["suspended"]
     assert audit_count(engine, "pool.update", f"pool/{POOL}") == 1
 
     assert admin.patch(f"/v1/pools/{POOL}", json={"requalify_policy": "suspend"}).status_code == 200
     assert suspended(engine) == {suspending["id"]}
 
+    assert served not in active_names(admin)
     (mark,) = marks(engine, POOL, open_only=True)
-    finish_evaluation(engine, mark.evaluation_ids[0])
     generation = pool_row(engine, POOL).generation
-    with Session(engine) as session, session.begin():
-        after_evaluation(session, suspending["id"])  # what recording an evaluation's outcome calls
+    finish_evaluation(engine, mark.evaluation_ids[0])  # recording the outcome clears the mark
     assert suspended(engine) == set() and pool_row(engine, POOL).generation > generation
+    assert served in active_names(admin)
     (cleared,) = marks(engine, POOL)[-1:]
     assert cleared.outcome == "requalified" and cleared.cleared_with == mark.evaluation_ids
 
