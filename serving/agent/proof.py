@@ -88,7 +88,8 @@ def _claimed(envelope: dict[str, Any]) -> set[str]:
     signatures = envelope.get("signatures")
     if not isinstance(signatures, list):
         return set()
-    return {s.get("keyid") for s in signatures[:16] if isinstance(s, dict) and isinstance(s.get("keyid"), str)}
+    return {s["keyid"] for s in signatures[:16]
+            if isinstance(s, dict) and isinstance(s.get("keyid"), str)}
 
 
 def _show(value: Any) -> str:

@@ -1,13 +1,20 @@
-"""The agent converges a real vLLM on the pool's active set, and survives each fault on purpose."""
+"""The agent converges a real vLLM on the pool's active set, survives each fault on purpose, and
+serves only what an attestation proves, from bytes hashed again before every load."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
+from pathlib import Path
 
 import httpx
+from sqlalchemy import insert, select
+from sqlalchemy.orm import Session
 
+from loraplane.digests import file_sha256
+from registry.tables import AdapterVersion, Attestation
 from tests.support import services
 from tests.support.evals import upload_dir
 from tests.serving.agent.conftest import POOL
@@ -232,3 +239,92 @@ def test_an_unreachable_store_is_retried_and_reported(promote, node_vllm, servic
 def admin_node_token(admin) -> str:
     return admin.post("/v1/tokens", json={"subject": "far-node", "role": "node", "pool": POOL,
                                           "instance_id": "node-far"}).json()["token"]
+
+
+def test_a_cached_file_replaced_while_vllm_was_down_is_never_served_and_fetched_again(
+        start_agent, promote, node_vllm, task_kit, admin, tmp_path):
+    """The kit's reverse_words weights have the shape of digits_to_words': vLLM would load them
+    without a word, so only the agent's re-hash stands between them and the pool's traffic."""
+    row = task_kit.suites["digits_to_words"][0]
+    folder = tmp_path / "digits"  # the approved bytes, in a version of their own (its own cache folder)
+    shutil.copytree(task_kit.adapters["digits_to_words"], folder)
+    with (folder / "adapter_config.json").open("a") as config:
+        config.write("\n")
+    start_agent()
+    promote("node-tamper", folder)
+    wait_for(lambda: "acme/node-tamper@1" in served_adapters(node_vllm.url), what="the load")
+    assert row["reference"].strip() in complete(node_vllm.url, "acme/node-tamper@1", row["prompt"])
+    cached = Path(served_adapters(node_vllm.url)["acme/node-tamper@1"]) / "adapter_model.safetensors"
+    approved, other = file_sha256(cached), task_kit.adapters["reverse_words"] / "adapter_model.safetensors"
+
+    node_vllm.stop()
+    cached.parent.chmod(0o755)  # what anyone with the agent's rights on the node's disk can do
+    cached.unlink()
+    shutil.copyfile(other, cached)
+    node_vllm.restart()
+
+    incident = wait_for(lambda: next((i for i in rollout_node(admin, "node-1").get("incidents", [])
+                                      if i["served_name"] == "acme/node-tamper@1"), None),
+                        timeout_s=60, what="the incident in the rollout")
+    assert incident["kind"] == "tampered"
+    assert incident["reason"] == (
+        f"adapter_model.safetensors changed on the node's disk after it was verified: sha256 "
+        f"{approved[:12]}… approved, {file_sha256(other)[:12]}… found")
+    wait_for(lambda: "acme/node-tamper@1" in served_adapters(node_vllm.url), timeout_s=30, what="the reload")
+    assert file_sha256(cached) == approved  # fresh bytes from the store
+    assert row["reference"].strip() in complete(node_vllm.url, "acme/node-tamper@1", row["prompt"])
+    # What the swapped weights would have answered (vLLM loaded the same file at its start):
+    assert row["reference"].strip() not in complete(node_vllm.url, "static-reverse", row["prompt"])
+
+
+def test_database_edits_without_the_signing_key_are_refused_with_the_reason_in_the_rollout(
+        start_agent, promote, node_vllm, task_kit, admin, engine, tmp_path):
+    """Someone holding the database's credentials, not the signing key, deletes an approved
+    version's attestations, then swaps its digest for another version's, and bumps the pool's
+    generation each time so that nodes fetch the edited set. The node loads the version in
+    neither case, says why, and leaves the rest as it was."""
+    from loraplane.tiny_model import build_adapter
+    from registry.active_set.changes import begin_change
+    from registry.tables import Pool
+    from tests.conftest import KIT_BASE
+
+    folder = build_adapter(task_kit.base_dir, tmp_path / "edited", r=8, seed=71, base_model_name=KIT_BASE)
+    edited = promote("node-edited", folder)  # while no agent runs: nothing of it is loaded yet
+    other = next(e["digest"] for e in admin.get(f"/v1/pools/{POOL}/active-set").json()["entries"]
+                 if e["served_name"] != "acme/node-edited@1")
+    serving_before = {n for n in served_adapters(node_vllm.url) if n.startswith("acme/")}
+    with Session(engine) as session, session.begin():
+        pool_id = session.scalar(select(Pool.id).where(Pool.name == POOL))
+        version_id = session.scalar(select(AdapterVersion.id).where(AdapterVersion.digest == edited["digest"]))
+        removed = session.scalars(select(Attestation).where(Attestation.version_id == version_id)).all()
+        removed_rows = [{c.name: getattr(row, c.name) for c in Attestation.__table__.columns} for row in removed]
+        for row in removed:
+            session.delete(row)
+        begin_change(session, pool_id)
+
+    def reason() -> str | None:
+        return next((f["reason"] for f in rollout_node(admin, "node-1").get("failures", [])
+                     if f["served_name"] == "acme/node-edited@1"), None)
+
+    try:
+        start_agent()
+        assert wait_for(reason, what="the refusal in the rollout") == (
+            "refused, not proven: the registry sent no attestation for it")
+        with Session(engine) as session, session.begin():
+            session.execute(insert(Attestation), removed_rows)
+            session.get(AdapterVersion, version_id).digest = other
+            begin_change(session, pool_id)
+
+        assert wait_for(lambda: (r := reason()) and "digest" in r and r, what="the second refusal") == (
+            f"refused, not proven: the attestation approves digest {edited['digest'][:12]}…, "
+            f"not {other[:12]}…")
+        served = set(served_adapters(node_vllm.url))
+        assert "acme/node-edited@1" not in served
+        assert serving_before <= served
+        assert httpx.get(admin.base_url.join("/readyz")).status_code == 200
+    finally:  # the database as it was, for whatever reads it after this module
+        with Session(engine) as session, session.begin():
+            session.get(AdapterVersion, version_id).digest = edited["digest"]
+            if not session.scalar(select(Attestation.id).where(Attestation.version_id == version_id)):
+                session.execute(insert(Attestation), removed_rows)
+            begin_change(session, pool_id)
