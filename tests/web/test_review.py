@@ -208,6 +208,14 @@ def test_the_pool_page_shows_canary_weights_and_follows_its_nodes_live(
     shoot(page, screenshots, "07-pools")
     page.goto("/ui/adapters/acme/web-digits/versions/1")
     expect(page.get_by_role("heading", name="Validation report")).to_be_visible()
+    # The provenance chain: the signed attestation of its approval, verified, with its people,
+    # evidence and audit event.
+    expect(page.get_by_role("heading", name=f"Pool {POOL}: signature verified")).to_be_visible()
+    chain = page.get_by_role("table", name=f"Attestation in pool {POOL}")
+    expect(chain.get_by_role("row", name=re.compile("^Uploader "))).to_contain_text("acme_uploader (identity ")
+    expect(chain.get_by_role("row", name=re.compile("^Approver "))).to_contain_text("(identity ")
+    expect(chain.get_by_role("row", name=re.compile("^Evidence "))).to_contain_text(f"of {SUITE}: passed")
+    expect(chain.get_by_role("link", name=re.compile("^hash "))).to_be_visible()
     shoot(page, screenshots, "08-version")
 
 

@@ -7,6 +7,7 @@ from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
 from registry.adapters import service as adapters
+from registry.attestations import reading as attestations
 from registry.auth.principal import Principal
 from registry.db import transaction
 from registry.evaluations import service as evaluations
@@ -37,4 +38,10 @@ def version_view(session: Session, principal: Principal, tenant: str, name: str,
     # get_version has checked the viewer may see this version, and so its marks.
     marks = requalification.marks_of_version(
         session, principal, adapters.find_version(session, tenant, name, number).id)
-    return {"version": version, "evidence": [evidence_of(e) for e in full], "requalifications": marks}
+    return {"version": version, "evidence": [evidence_of(e) for e in full], "requalifications": marks,
+            "provenance": _newest_per_pool(attestations.of_version(session, principal, tenant, name, number))}
+
+
+def _newest_per_pool(listed: list) -> list:
+    newest = {a.pool: a for a in listed}  # listed oldest first
+    return sorted(newest.values(), key=lambda a: a.pool)
