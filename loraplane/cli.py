@@ -154,8 +154,13 @@ def agent(
     vllm_url: str = typer.Option("http://127.0.0.1:8000", help="This node's vLLM (keep it private)."),
     registry: str = typer.Option(..., help="The registry's URL."),
     node_id: Optional[str] = typer.Option(None, help="This node's name in the pool (default: host name)."),
+    trust_bundle: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, readable=True, help=(
+        "A pinned copy of the registry's /.well-known/loraplane/trust-bundle.json: trust only its "
+        "keys (default: pin the registry's first answer, then take rotations it signs).")),
+    engine_dtype: Optional[str] = typer.Option(None, help="vLLM's --dtype, reported with its version."),
 ):
-    """Run the node agent: make this node's vLLM serve exactly the pool's active set.
+    """Run the node agent: make this node's vLLM serve exactly the pool's active set, each version
+    proven by its signed attestation and re-hashed before every load.
 
     The node token comes from LORAPLANE_AGENT_NODE_TOKEN, never from the command line. Other
     settings (state dir, cache size, metrics port) are LORAPLANE_AGENT_* variables.
@@ -164,8 +169,9 @@ def agent(
     from serving.agent.settings import AgentSettings
 
     overrides = {"pool": pool, "vllm_url": vllm_url, "registry_url": registry}
-    if node_id:
-        overrides["node_id"] = node_id
+    for name, value in (("node_id", node_id), ("trust_bundle", trust_bundle), ("engine_dtype", engine_dtype)):
+        if value:
+            overrides[name] = value
     run(settings_or_fail(lambda: AgentSettings(**overrides), "LORAPLANE_AGENT_", "node_token",
                          "Set LORAPLANE_AGENT_NODE_TOKEN (loraplane token create --role node --pool POOL)."))
 

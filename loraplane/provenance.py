@@ -130,6 +130,10 @@ class TrustBundle:
             if expired:
                 raise Unverified(f"signed by key {str(expired[0])[:16]}…, whose trust ended at "
                                  f"{self.keys[expired[0]].not_after.isoformat()}")
+            held = [k for k in claimed if k in valid]
+            if held:
+                raise Unverified(f"the signature of key {str(held[0])[:16]}… does not verify: the "
+                                 "statement was changed after it was signed")
             shown = ", ".join(str(k)[:16] + "…" for k in claimed[:3]) or "no key"
             raise Unverified(f"signed by {shown}, which the trust bundle does not hold")
         if document.get("_type") != STATEMENT_TYPE or document.get("predicateType") != PREDICATE_TYPE:

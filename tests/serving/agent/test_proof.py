@@ -49,9 +49,9 @@ def crafted(store, how: str) -> tuple[dict, str]:
                 REFUSED + "the attestation approves it for pool 'batch', not 'chat'")
     if how == "signature of other bytes":  # a real signature, moved onto another statement
         forged = {**attest(raw, pool=POOL), "signatures": other["attestation"]["signatures"]}
-        # provenance.py words every signature that does not verify so, a held key's included.
         return ({**raw, "attestation": forged},
-                REFUSED + f"signed by {REGISTRY_KEY.key_id[:16]}…, which the trust bundle does not hold")
+                REFUSED + f"the signature of key {REGISTRY_KEY.key_id[:16]}… does not verify: the "
+                "statement was changed after it was signed")
     raise AssertionError(how)
 
 
