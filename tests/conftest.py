@@ -61,7 +61,7 @@ def service_dir() -> Iterator[Path]:
     folder.chmod(0o755)
     yield folder
     if not os.environ.get("LORAPLANE_KEEP_TEST_SERVICES"):  # keep logs for a post-mortem
-        shutil.rmtree(folder, ignore_errors=True)
+        services.remove_tree(folder)
 
 
 @pytest.fixture(scope="session")

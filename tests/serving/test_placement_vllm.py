@@ -4,12 +4,13 @@ answers every version, each from a node that holds it."""
 
 from __future__ import annotations
 
-import shutil
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import text
 
 from loraplane.engine import EngineSpec
 from tests.conftest import KIT_BASE
@@ -62,7 +63,7 @@ def stack(service_dir: Path, task_kit, spread_pool, registry) -> Iterator[dict]:
         for service in reversed(running):
             service.stop()
         for node_id in NODES:
-            shutil.rmtree(service_dir / node_id / "cache", ignore_errors=True)
+            services.remove_tree(service_dir / node_id / "cache")
 
 
 def test_more_versions_than_a_node_holds_are_all_served_within_capacity(
@@ -96,3 +97,47 @@ def test_more_versions_than_a_node_holds_are_all_served_within_capacity(
         assert response.json()["choices"][0]["text"].strip() == row["reference"].strip()
         assert response.headers["x-loraplane-served-name"] == served[adapter]
         assert served[adapter] in held[response.headers["x-loraplane-node"]]
+
+
+def test_a_database_edit_that_swaps_approved_digests_is_refused_by_every_node(stack, admin, engine):
+    """Someone with the database, not the signing key, points each version at another version's
+    bytes (all three, so that every node's part holds swapped entries) and bumps the generation.
+    Every node refuses every swapped entry it is given and never serves the swapped bytes; what it
+    held stays loaded (its drift shows the approved bytes against the edited digest)."""
+    before = {n["node_id"]: set(n["serving"]) for n in admin.get(f"/v1/pools/{POOL}/rollout").json()["nodes"]}
+    assert all(before.values()), before  # the test above left both nodes serving their part
+    with engine.begin() as db:
+        approved = {row.id: (row.digest, row.files) for row in db.execute(text(
+            "SELECT v.id, v.digest, v.files FROM adapter_versions v JOIN pool_aliases a ON a.version_id = v.id "
+            "JOIN pools p ON p.id = a.pool_id WHERE p.name = :pool ORDER BY v.id"), {"pool": POOL})}
+    ids = sorted(approved)
+    swapped = {vid: approved[ids[(i + 1) % len(ids)]] for i, vid in enumerate(ids)}
+    try:
+        edit_versions(engine, swapped)
+
+        def all_refused():
+            nodes = {n["node_id"]: n for n in admin.get(f"/v1/pools/{POOL}/rollout").json()["nodes"]}
+            refused = {node_id: {f["served_name"] for f in n["failures"] if f["reason"].startswith(
+                "refused, not proven: the attestation approves digest")} for node_id, n in nodes.items()}
+            return refused == before and nodes
+        nodes = wait_for(all_refused, timeout_s=60, what="every node refusing its swapped entries")
+
+        for node_id, node in nodes.items():
+            assert node["serving"] == [], node  # nothing answers with the swapped bytes
+            assert set(node["drift"]["wrong_digest"]) == before[node_id], node
+            assert set(served_adapters(stack["vllms"][node_id].url)) == before[node_id]
+    finally:
+        edit_versions(engine, approved)
+    wait_for(lambda: admin.get(f"/v1/pools/{POOL}/rollout").json()["nodes_converged"] == 2,
+             timeout_s=60, what="both nodes converged again once the edit was undone")
+
+
+def edit_versions(engine, versions: dict[int, tuple[str, list]]) -> None:
+    """Write digests and file lists straight into the database, and bump the generation as a
+    change would (the registry re-reads generations every second)."""
+    with engine.begin() as db:
+        for vid, (digest, files) in versions.items():
+            # Digests are unique within an adapter; these move across adapters.
+            db.execute(text("UPDATE adapter_versions SET digest = :d, files = CAST(:f AS JSON) WHERE id = :id"),
+                       {"d": digest, "f": json.dumps(files), "id": vid})
+        db.execute(text("UPDATE pools SET generation = generation + 1 WHERE name = :pool"), {"pool": POOL})

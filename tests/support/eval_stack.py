@@ -3,7 +3,6 @@ session-wide in tests/conftest.py, so every folder that evaluates shares one eng
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,7 +42,7 @@ def eval_engine(service_dir: Path, task_kit) -> Iterator[services.Service]:
     engine = services.start_vllm(service_dir / "vllm", spec)
     yield engine
     services.stop_group(engine)
-    shutil.rmtree(service_dir / "vllm" / "cache", ignore_errors=True)
+    services.remove_tree(service_dir / "vllm" / "cache")
 
 
 def worker_env(database_url: str, s3: services.Service, redis: services.Service, *, engine_url: str,
