@@ -102,7 +102,10 @@ def main() -> None:
     report.write("agent", metrics, params)
 
 
-def prepare(work: Path, registry: services.Service, engine, kit, count: int) -> tuple[dict, list[dict]]:
+def prepare(work: Path, registry: services.Service, engine, kit, count: int, *,
+            pools: dict[str, str] | None = None, adapter: str = "bench-bot") -> tuple[dict, list[dict]]:
+    """Tokens, the base, a parity suite, and `count` evaluated versions of acme/<adapter>. `pools`
+    maps a token name to a pool made for it, with a node token of that name (default: POOL)."""
     plain = {}
     with Session(engine) as session, session.begin():
         for name, role, tenant in (("admin", Role.ADMIN, None), ("uploader", Role.UPLOADER, "acme")):
@@ -116,15 +119,17 @@ def prepare(work: Path, registry: services.Service, engine, kit, count: int) -> 
     admin.post("/v1/base-models", json={"name": BASE, "config": config}).raise_for_status()
     create_suite(admin, "bench-parity", BASE, kit.suites["digits_to_words"][:2],
                  {"parity": {"max_logprob_diff": 0.01}})
-    admin.post("/v1/pools", json={"name": POOL, "base_model": BASE, "max_loras": 2, "max_cpu_loras": 8,
-                                  "max_lora_rank": 16, "dtype": "float32"}).raise_for_status()
-    plain["node"] = admin.post("/v1/tokens", json={"subject": "bench-node", "role": "node",
-                                                   "pool": POOL, "instance_id": "bench-node"}).json()["token"]
+    for token_name, pool in (pools or {"node": POOL}).items():
+        admin.post("/v1/pools", json={"name": pool, "base_model": BASE, "max_loras": 2, "max_cpu_loras": 8,
+                                      "max_lora_rank": 16, "dtype": "float32"}).raise_for_status()
+        node_id = f"bench-{token_name}"
+        plain[token_name] = admin.post("/v1/tokens", json={"subject": node_id, "role": "node",
+                                                           "pool": pool, "instance_id": node_id}).json()["token"]
     versions = []
     for seed in range(count):
         folder = build_adapter(kit.base_dir, work / f"adapter-{seed}", seed=seed, base_model_name=BASE)
-        version = upload_dir(uploader, "acme/bench-bot", folder)
-        admin.post(f"/v1/adapters/acme/bench-bot/versions/{version['number']}/evaluations",
+        version = upload_dir(uploader, f"acme/{adapter}", folder)
+        admin.post(f"/v1/adapters/acme/{adapter}/versions/{version['number']}/evaluations",
                    json={"suite": "bench-parity"}).raise_for_status()
         for evaluation in evaluations_of(admin, version):
             finish_evaluation(engine, evaluation["id"])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -35,6 +36,21 @@ MAX_SIGNATURES = 16
 
 class Unverified(Exception):
     """The statement is not proven: unsigned, signed by a key not trusted, or about other bytes."""
+
+
+# What a hostile document can make plain Python raise: each becomes Unverified, never a crash.
+MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError,
+             OverflowError, UnicodeError)
+
+
+def _never_crashes(function):
+    @functools.wraps(function)
+    def checked(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except MALFORMED as error:
+            raise Unverified(f"the document is malformed ({type(error).__name__})") from None
+    return checked
 
 
 def canonical(value: Any) -> bytes:
@@ -88,6 +104,7 @@ class TrustBundle:
     raw: dict[str, Any]  # the signed envelope, to keep on disk as it came
 
     @classmethod
+    @_never_crashes
     def parse(cls, signed: Any, *, trusted_by: TrustBundle | None = None,
               now: datetime | None = None) -> TrustBundle:
         """A bundle from its envelope. Every key it lists must have signed it (proof that whoever
@@ -106,19 +123,31 @@ class TrustBundle:
                                        _time(item.get("not_after")))
         except (KeyError, TypeError, ValueError) as error:
             raise Unverified(f"the trust bundle is malformed ({type(error).__name__}: {error})") from None
-        signers = _signed_by(signed, document, BUNDLE_PAYLOAD, keys)
-        if set(keys) - signers:
+        if set(keys) - _signed_by(signed, document, BUNDLE_PAYLOAD, keys):
             raise Unverified("the trust bundle is not signed by every key it lists")
         if trusted_by is not None:
-            if version < trusted_by.version:
-                raise Unverified(f"the trust bundle is version {version}, older than the trusted "
-                                 f"version {trusted_by.version}")
-            when = now or datetime.now(UTC)
-            if not any(k in signers and k in trusted_by.keys and trusted_by.keys[k].valid_at(when)
-                       for k in keys):
-                raise Unverified("the new trust bundle is not signed by any key the node already trusts")
+            trusted_by._check_successor(signed, document, version, keys, now or datetime.now(UTC))
         return cls(version, keys, signed)
 
+    def _check_successor(self, signed: dict[str, Any], document: dict[str, Any], version: int,
+                         keys: dict[str, TrustedKey], when: datetime) -> None:
+        """A bundle this one may be replaced by: signed by a key trusted here with no end of trust
+        (a key already rotated out cannot vouch for anything), never older, and never giving back
+        trust that was ending. The same version may only drop keys."""
+        current = {k: v for k, v in self.keys.items() if v.not_after is None and v.valid_at(when)}
+        if not _signed_by(signed, document, BUNDLE_PAYLOAD, current):
+            raise Unverified("the new trust bundle is not signed by any key the node already trusts")
+        if version < self.version:
+            raise Unverified(f"the trust bundle is version {version}, older than the trusted "
+                             f"version {self.version}")
+        for kid, key in keys.items():
+            held = self.keys.get(kid)
+            if held is not None and held.not_after is not None and key.not_after != held.not_after:
+                raise Unverified(f"the new trust bundle moves the end of trust of key {kid[:16]}…")
+            if version == self.version and (held is None or key.not_after != held.not_after):
+                raise Unverified(f"the trust bundle changes its keys without a new version ({version})")
+
+    @_never_crashes
     def verify(self, signed: Any, *, now: datetime | None = None) -> dict[str, Any]:
         """The statement inside an attestation, once a key valid now has signed it."""
         when = now or datetime.now(UTC)
@@ -141,12 +170,14 @@ class TrustBundle:
         return document
 
 
+@_never_crashes
 def unverified_statement(signed: Any) -> dict[str, Any]:
     """The statement inside an attestation, without checking who signed it: for display, and for
     re-signing a statement the registry already holds."""
     return _payload(signed, IN_TOTO_PAYLOAD)
 
 
+@_never_crashes
 def check_subject(document: dict[str, Any], served_name: str, digest: str,
                   files: list[dict[str, Any]]) -> None:
     """The statement is about exactly these bytes under this name."""

@@ -19,7 +19,6 @@ from loraplane.client import RegistryError, checked
 from loraplane.digests import manifest_digest
 from loraplane.folder_hashes import hash_folder
 
-# The registry publishes its trust bundle here (registry/attestations/endpoints.py).
 AUDIT_PAGE = 200
 MAX_AUDIT_PAGES = 50  # 10,000 events under one pool/served-name subject is far more than any has
 
@@ -115,7 +114,7 @@ def verify(client: httpx.Client, tenant: str, name: str, number: int, *, pool: s
         newest[_pool_of(item)] = max(newest.get(_pool_of(item), 0), item["id"])
     for item in chosen:
         report.attestations.append(_chain(item, item["id"] == newest[_pool_of(item)], bundle,
-                                          report, audit))
+                                          report, audit, pool))
     if not chosen:
         where = f" in pool {pool}" if pool else ""
         report.links.append(Link(
@@ -191,7 +190,7 @@ def _pool_of(item: dict[str, Any]) -> str:
 
 
 def _chain(item: dict[str, Any], current: bool, bundle: provenance.TrustBundle | None,
-           report: Report, audit: AuditLookup) -> AttestationChain:
+           report: Report, audit: AuditLookup, pool: str | None) -> AttestationChain:
     chain = AttestationChain(item["id"], _pool_of(item), item["action"], item["key_id"],
                              str(item["created_at"]), current, item["statement"])
     if bundle is None:
@@ -206,6 +205,13 @@ def _chain(item: dict[str, Any], current: bool, bundle: provenance.TrustBundle |
                                 "retired before it was re-signed."))
         return chain  # nothing unsigned is worth comparing further
     chain.links.append(Link("signature", HOLDS, f"signed by key {item['key_id'][:16]}…, trusted"))
+    signed_for = (chain.statement.get("predicate") or {}).get("pool")
+    expected = pool or item["pool"]  # the registry's label was only a hint until now
+    if signed_for != expected:
+        chain.links.append(Link("pool", FAILS, f"signed for pool {signed_for!r}, not {expected!r}",
+                                "The registry labels this attestation with another pool than it "
+                                "was signed for; do not trust its listing."))
+        return chain
     try:
         provenance.check_subject(chain.statement, report.served_name, report.digest, report.files)
         chain.links.append(Link("subjects", HOLDS, f"the signed subjects are {report.served_name}'s "

@@ -117,8 +117,9 @@ def _attestation(out: Console, chain) -> None:
     _link(out, links["signature"], "")
     if links["signature"].state != "holds":
         out.print("    [red]not proven: what follows is the registry's word only[/red]")
-    if "subjects" in links:
-        _link(out, links["subjects"], "")
+    for name in ("pool", "subjects"):
+        if name in links:
+            _link(out, links[name], "")
     base = facts.get("base_model") or {}
     out.print(f"    signed at {facts.get('signed_at')}, approved at {facts.get('approved_at')}")
     out.print(f"    serves pool {escape(str(facts.get('pool')))}, alias {escape(str(facts.get('alias')))}, "

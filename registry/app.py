@@ -16,7 +16,7 @@ from registry.active_set.endpoints import router as active_set
 from registry.active_set.fast_path import ActiveSetFastPath
 from registry.active_set.watch import WATCH
 from registry.adapters.endpoints import router as adapters
-from registry.attestations import service as attestation_service
+from registry.attestations import upkeep as attestation_upkeep
 from registry.attestations.endpoints import router as attestations
 from registry.audit.endpoints import router as audit
 from registry.auth.endpoints import router as auth
@@ -45,8 +45,8 @@ from web.routes import STATIC, router as dashboard
 async def lifespan(_: FastAPI):
     # Build the store's client and sign once now, not on the first node's long-poll.
     get_store().presigned_url("warm-up", 60)
-    # Versions approved before attestations existed, or signed by a key rotated out since.
-    await run_in_threadpool(attestation_service.attest_active)
+    # What a key rotated out since signed (here, or before a redeploy with another key).
+    await run_in_threadpool(attestation_upkeep.resign_on_start)
     await WATCH.start(poll_s=get_settings().active_set_poll_s)
     # Everything loaded so far lives as long as the process: keep the collector from walking it
     # again and again, which pauses every open long-poll at once.

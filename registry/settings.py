@@ -41,9 +41,11 @@ class RegistrySettings(BaseSettings):
     attestation_keyring: str | None = Field(default=None, pattern=r"^[\w.]+:[\w]+$", description=(
         "module:factory of a keyring plug-in (a KMS, say) instead of either; see "
         "registry/attestations/keyring.py for the interface."))
-    attestation_key_overlap_s: int = Field(default=7 * 86400, ge=0, le=365 * 86400, description=(
+    attestation_key_overlap_s: int = Field(default=7 * 86400, ge=1, le=365 * 86400, description=(
         "How long a rotated-out key stays trusted, so attestations it signed keep verifying "
         "while nodes move to the re-signed ones."))
+    attestation_min_overlap_s: int = Field(default=3600, ge=1, le=365 * 86400, description=(
+        "The shortest overlap a rotation may be given."))
     presign_ttl_s: int = Field(default=900, ge=30, le=MAX_PRESIGN_TTL_S)
     token_ttl_days: int = Field(default=90, ge=1, le=3650, description=(
         "Lifetime of a new API token unless its creator asks for another."))

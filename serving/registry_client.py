@@ -9,9 +9,7 @@ from typing import Any
 
 import httpx
 
-from loraplane.provenance import MAX_ENVELOPE_BYTES
-
-TRUST_BUNDLE_PATH = "/.well-known/loraplane/trust-bundle.json"
+from loraplane.provenance import MAX_ENVELOPE_BYTES, TRUST_BUNDLE_PATH
 
 
 class RegistryUnavailable(Exception):

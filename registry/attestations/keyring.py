@@ -45,8 +45,9 @@ class RotationUnsupported(Exception):
 class Keyring(Protocol):
     def signing_key_id(self) -> str: ...
     def sign(self, key_id: str, message: bytes) -> bytes: ...
-    def published(self) -> tuple[int, list[PublishedKey]]:
-        """(bundle version, keys still trusted now). The version grows with every rotation."""
+    def held(self) -> tuple[int, list[PublishedKey]]:
+        """(bundle version, every key it can sign with, rotated-out ones included). The version
+        grows with every rotation."""
     def rotate(self, overlap: timedelta) -> str:
         """Make a new signing key; the current one stays trusted for `overlap`. Returns its id."""
 
@@ -61,14 +62,13 @@ class FolderKeyring:
     def sign(self, kid: str, message: bytes) -> bytes:
         return _load_private(self.folder / f"{kid}.pem").sign(message)
 
-    def published(self) -> tuple[int, list[PublishedKey]]:
-        index, now = self._index(), datetime.now(UTC)
+    def held(self) -> tuple[int, list[PublishedKey]]:
+        index = self._index()
         keys = []
         for kid, meta in sorted(index["keys"].items()):
             not_after = datetime.fromisoformat(meta["not_after"]) if meta.get("not_after") else None
-            if not_after is None or not_after > now:
-                public = _load_private(self.folder / f"{kid}.pem").public_key()
-                keys.append(PublishedKey(kid, _raw(public), not_after))
+            public = _load_private(self.folder / f"{kid}.pem").public_key()
+            keys.append(PublishedKey(kid, _raw(public), not_after))
         return index["version"], keys
 
     def rotate(self, overlap: timedelta) -> str:
@@ -140,7 +140,7 @@ class SingleKey:
     def sign(self, kid: str, message: bytes) -> bytes:
         return self._private.sign(message)
 
-    def published(self) -> tuple[int, list[PublishedKey]]:
+    def held(self) -> tuple[int, list[PublishedKey]]:
         return 1, [PublishedKey(self._id, _raw(self._private.public_key()), None)]
 
     def rotate(self, overlap: timedelta) -> str:

@@ -19,3 +19,8 @@ def current(session: Session, pool_id: int, version_ids: list[int]) -> dict[int,
     rows = session.execute(select(Attestation.version_id, Attestation.envelope)
                            .where(Attestation.id.in_(newest))).all()
     return {version_id: envelope for version_id, envelope in rows}
+
+
+def of_version(session: Session, version_id: int) -> list[Attestation]:
+    return list(session.scalars(select(Attestation).where(Attestation.version_id == version_id)
+                                .order_by(Attestation.id)))

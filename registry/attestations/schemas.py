@@ -21,8 +21,13 @@ class AttestationOut(BaseModel):
 
 
 class RotationIn(BaseModel):
-    overlap_s: int | None = Field(None, ge=0, le=365 * 86400, description=(
-        "How long the retired key stays trusted; the deployment's default when absent."))
+    overlap_s: int | None = Field(None, ge=1, le=365 * 86400, description=(
+        "How long the retired key stays trusted; the deployment's default when absent, and "
+        "never less than its LORAPLANE_ATTESTATION_MIN_OVERLAP_S."))
+
+
+class BackfillOut(BaseModel):
+    attested: int = Field(description="Active versions that had no attestation and have one now.")
 
 
 class RotationOut(BaseModel):

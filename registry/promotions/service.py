@@ -13,7 +13,7 @@ from registry import audit, webhooks
 from registry.active_set import changes
 from registry.active_set.snapshot import CANARY, PRODUCTION, pool_by_name
 from registry.adapters import service as adapters
-from registry.attestations import service as attestations
+from registry.attestations import issuing as attestations
 from registry.auth.principal import Principal, Role
 from registry.errors import Conflict, Forbidden, NotFound, Unprocessable
 from registry.pagination import fetch_page

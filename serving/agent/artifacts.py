@@ -42,6 +42,10 @@ class DownloadFailed(Exception):
     """The store could not be reached or refused: worth retrying soon."""
 
 
+class FolderChanged(Exception):
+    """A folder vLLM holds changed after it was verified (whatever its bytes are now)."""
+
+
 class CacheUnwritable(Exception):
     """The node's disk could not take the files (full, a file too large, a folder in the way)."""
 
@@ -83,15 +87,24 @@ class AdapterCache:
                                   f"{error.strerror or type(error).__name__}") from error
 
     async def check_loaded(self, entry: Entry) -> None:
-        """For a folder vLLM holds and may reload from at any time: unchanged since it was last
-        verified (fingerprint), or verified again in full now. Raises Tampered."""
+        """For a folder vLLM holds and may reload from at any time: unchanged since it was
+        verified (fingerprint). Raises FolderChanged when it changed: vLLM may have reloaded
+        from it meanwhile, even if the bytes are back as they were. A folder this process has
+        not verified yet (adopted after a restart) is verified in full now (raises Tampered)."""
         folder = self.root / entry.digest
+        known = self.fingerprints.get(entry.digest)
+        if known is None:
+            await asyncio.to_thread(self._verify, entry, folder)
+        elif not self.unchanged(entry):
+            raise FolderChanged(f"the cached folder of {entry.served_name} changed while vLLM held "
+                                "it; unloaded, to be loaded again once its bytes verify")
+
+    def unchanged(self, entry: Entry) -> bool:
+        """Whether the folder is exactly as it was when its bytes were last verified."""
         try:
-            if integrity.fingerprint(folder) == self.fingerprints.get(entry.digest):
-                return
+            return integrity.fingerprint(self.root / entry.digest) == self.fingerprints.get(entry.digest)
         except OSError:
-            pass  # gone or unreadable: the full check says which file
-        await asyncio.to_thread(self._verify, entry, folder)
+            return False
 
     def discard(self, digest: str) -> None:
         self.fingerprints.pop(digest, None)
@@ -128,12 +141,9 @@ class AdapterCache:
             except OSError:  # another pass finished the same digest first
                 if not _complete(folder):
                     raise
-                self._verify(entry, folder)
-                return folder
-            integrity.seal(folder)
-            # The bytes were hashed as they were written; what they look like on disk now is
-            # what later checks compare against.
-            self.fingerprints[entry.digest] = integrity.fingerprint(folder)
+            # Hashed as they arrived, but the staging folder was writable meanwhile: sealed, then
+            # hashed once more, so the fingerprint later checks compare with is of verified bytes.
+            self._verify(entry, folder)
             return folder
         finally:
             _remove(staging)

@@ -60,7 +60,7 @@ def rehash(folder: Path, files: Iterable[ArtifactFile]) -> None:
     if extra:
         raise Tampered(extra[0], NOTHING, "a file")
     for spec in files:
-        found = _sha256(folder / spec.name)
+        found = _sha256(folder / spec.name, spec.size)
         if found != spec.sha256:
             raise Tampered(spec.name, spec.sha256, found)
 
@@ -80,8 +80,9 @@ def unseal(folder: Path) -> None:
         folder.chmod(0o755)
 
 
-def _sha256(path: Path) -> str:
-    """The file's sha256, or what stands in its place instead of a plain file."""
+def _sha256(path: Path, size: int) -> str:
+    """The file's sha256, or what stands in its place instead of a plain file of `size` bytes
+    (checked first: a huge or sparse file put there is never read)."""
     try:
         # O_NOFOLLOW: a link is refused, not followed; O_NONBLOCK: a FIFO must not hang the check.
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -90,8 +91,11 @@ def _sha256(path: Path) -> str:
     except OSError as error:
         return "a link" if error.errno == errno.ELOOP else f"an unreadable file ({error.strerror})"
     with os.fdopen(descriptor, "rb") as file:
-        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
             return "not a plain file"
+        if info.st_size != size:
+            return f"a file of {info.st_size} bytes, not {size}"
         return hashlib.file_digest(file, "sha256").hexdigest()
 
 

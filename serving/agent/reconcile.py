@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from serving.agent import entries, metrics
-from serving.agent.artifacts import AdapterCache, CacheUnwritable, DigestMismatch, DownloadFailed
+from serving.agent.artifacts import (
+    AdapterCache, CacheUnwritable, DigestMismatch, DownloadFailed, FolderChanged,
+)
 from serving.agent.entries import Entry
 from serving.agent.incidents import Incidents
 from serving.agent.integrity import Tampered
@@ -35,7 +37,10 @@ from serving.registry_client import ActiveSet
 
 log = logging.getLogger(__name__)
 KINDS = {DigestMismatch: "digest", DownloadFailed: "download", CacheUnwritable: "disk",
+         FolderChanged: "changed",
          LoadRefused: "vllm", Tampered: "tampered"}
+# A store away, or a folder that changed under vLLM (its bytes are checked again before a load).
+RETRIED_AT_ONCE = {"download", "changed"}
 # What the registry accepts as a failure's reason: no control characters but tabs and newlines.
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -85,6 +90,10 @@ class Reconciler:
                 await self._unload(name)
                 self._tampered(name, entry, tampered)
                 actual.pop(name)
+            except FolderChanged as changed:  # out, then loaded below once its bytes verify
+                if await self._unload(name):
+                    actual.pop(name)
+                self._changed(name, str(changed))
             except OSError as error:  # the folder vanished or cannot be read: fetch it again
                 log.warning("the cached folder of %s cannot be checked (%s); loading it again", name, error)
                 if await self._unload(name):
@@ -119,6 +128,11 @@ class Reconciler:
             log.warning("could not unload %s: %s", name, error)
             return False
 
+    def _changed(self, name: str, reason: str) -> None:
+        log.error("%s: %s", name, reason)
+        self.incidents.record(name, "changed", reason)
+        metrics.FAILURES.labels("changed").inc()
+
     def _tampered(self, name: str, entry: Entry, tampered: Tampered) -> None:
         """Bytes verified before are not what is on the disk now: never load them again."""
         log.error("%s: %s; removing the cached copy and fetching the approved bytes again", name, tampered)
@@ -135,6 +149,11 @@ class Reconciler:
                 self._tampered(name, entry, tampered)
                 path = await self.cache.ensure(entry)  # fresh bytes, verified as they arrive
             await self.vllm.load(name, str(path))
+            if not self.cache.unchanged(entry):
+                # Changed between its last hash and vLLM reading it: what vLLM read is unknown.
+                await self._unload(name)
+                raise FolderChanged(f"the cached folder of {name} changed while vLLM was loading it; "
+                                    "unloaded, to be loaded again once its bytes verify")
         except VllmUnavailable:
             raise
         except Exception as error:  # noqa: BLE001 - one version's failure must not stop the others
@@ -173,7 +192,7 @@ class Reconciler:
         """Bad bytes, a full disk and refused loads are not retried at every pass: the same bytes
         would fail the same way. A store that could not be reached is retried at once."""
         failure = self.failures.get(name)
-        return (failure is not None and failure.kind != "download"
+        return (failure is not None and failure.kind not in RETRIED_AT_ONCE
                 and time.monotonic() - failure.at < self.retry_after_s)
 
 

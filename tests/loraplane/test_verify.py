@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from loraplane import provenance
 from registry.auth import tokens as token_service
 from registry.auth.principal import Role
-from registry.tables import Adapter, AdapterVersion, Attestation, AuditEvent, Tenant
+from registry.tables import Adapter, AdapterVersion, Attestation, AuditEvent, Pool, Tenant
 from tests.support.cli import cli
 from tests.support.evals import create_suite, upload_dir
 from tests.support.promotions import evaluations_of, finish_evaluation, request_promotion
@@ -319,3 +319,22 @@ def test_only_each_pools_newest_attestation_counts(make_version, approve, approv
     text = verify(first["served_name"], token=tokens["acme_admin"], url=registry.url).stdout
     assert f"#{chains[0]['id']} approve in {POOL}" in text and "verifies" in text
     assert f"attestation {chains[1]['id']} (rollback, pool {POOL})" in text
+
+
+def test_an_attestation_relabelled_to_another_pool_does_not_count_for_it(make_version, approve, tokens,
+                                                                         registry, engine):
+    """A registry (or its database) that lists a genuine attestation of one pool under another."""
+    version = approve(make_version("relabelled-bot"))
+    with Session(engine) as session, session.begin():
+        other = session.scalar(select(Pool.id).where(Pool.name == OTHER_POOL))
+        row = session.scalar(select(Attestation).join(AdapterVersion, AdapterVersion.id == Attestation.version_id)
+                             .join(Adapter, Adapter.id == AdapterVersion.adapter_id)
+                             .where(Adapter.name == "relabelled-bot"))
+        row.pool_id = other
+
+    result = verify(version["served_name"], token=tokens["acme_admin"], url=registry.url)
+    for_other = verify(version["served_name"], "--pool", OTHER_POOL, token=tokens["acme_admin"], url=registry.url)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"signed for pool '{POOL}', not '{OTHER_POOL}'" in " ".join(result.stdout.split())
+    assert for_other.returncode == 1 and f"has no attestation in pool {OTHER_POOL}" in for_other.stdout

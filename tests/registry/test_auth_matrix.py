@@ -97,6 +97,8 @@ ENDPOINTS = {
     "GET /v1/pools/{pool}/requalifications": [(lambda w: ("GET", "/v1/pools/serving/requalifications", {}),
                                                expect(200, serving_node=403, serving_router=200,
                                                       other_pool_node=403))],
+    "POST /v1/attestations/backfill": [(lambda w: ("POST", "/v1/attestations/backfill", {}),
+                                         expect(403, global_admin=200))],
     "GET /v1/whoami": [(lambda w: ("GET", "/v1/whoami", {}), expect(200, acme_app=200))],
     "POST /v1/tokens": [(lambda w: ("POST", "/v1/tokens", {"json": {
         "subject": unique("person"), "role": "reviewer", "tenant": "acme"}}),

@@ -210,7 +210,7 @@ def test_the_pool_page_shows_canary_weights_and_follows_its_nodes_live(
     expect(page.get_by_role("heading", name="Validation report")).to_be_visible()
     # The provenance chain: the signed attestation of its approval, verified, with its people,
     # evidence and audit event.
-    expect(page.get_by_role("heading", name=f"Pool {POOL}: signature verified")).to_be_visible()
+    expect(page.get_by_role("heading", name=f"Pool {POOL}: verified")).to_be_visible()
     chain = page.get_by_role("table", name=f"Attestation in pool {POOL}")
     expect(chain.get_by_role("row", name=re.compile("^Uploader "))).to_contain_text("acme_uploader (identity ")
     expect(chain.get_by_role("row", name=re.compile("^Approver "))).to_contain_text("(identity ")

@@ -5,6 +5,7 @@ rotation changes what every registry sharing them publishes."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from loraplane import provenance
@@ -22,6 +24,7 @@ from registry.auth.principal import Role
 from registry.db import make_engine
 from tests.support import services
 from tests.support.asserts import assert_refused
+from tests.support.nodes import wait_for
 from tests.support.evals import create_suite, request_evaluation, upload_dir
 from tests.support.promotions import active_set, finish_evaluation, request_promotion
 
@@ -45,7 +48,7 @@ def rotating(service_dir: Path, postgres, s3, tmp_path_factory) -> Iterator[dict
     server = services.start_registry(tmp_path_factory.mktemp("registry-rotating"), {
         "LORAPLANE_DATABASE_URL": database_url, "LORAPLANE_STORAGE": "s3",
         "LORAPLANE_S3_ENDPOINT_URL": s3.url, "LORAPLANE_S3_BUCKET": "loraplane-test",
-        "LORAPLANE_ATTESTATION_KEY_DIR": str(keys)})
+        "LORAPLANE_ATTESTATION_KEY_DIR": str(keys), "LORAPLANE_ATTESTATION_MIN_OVERLAP_S": "1"})
     clients = {name: httpx.Client(base_url=server.url, timeout=60,
                                   headers={"Authorization": f"Bearer {plain}"})
                for name, plain in tokens.items()}
@@ -119,3 +122,57 @@ def test_rotation_keeps_old_attestations_valid_through_the_overlap(rotating, tin
     assert after.verify(resigned["attestation"])["predicate"]["pool"] == "keys"
     events = rotating["clients"]["root"].get("/v1/audit", params={"action": "attestation_key.rotated"})
     assert [e["subject"] for e in events.json()["items"]] == [f"attestation-key/{body['key_id']}"]
+
+
+def test_a_forged_attestation_row_is_never_signed_by_a_rotation(rotating):
+    """Someone with the database (not the key) adds a row that claims another key signed a
+    statement of their own, so that the next rotation would sign it. The rotation re-signs only
+    what this registry's keys signed; the forged row is left as it is, and no node takes it."""
+    root = rotating["clients"]["root"]
+    [entry] = active_set(root, "keys")["entries"]
+    statement = provenance.unverified_statement(entry["attestation"])
+    statement["subject"][0]["digest"]["sha256"] = "0" * 64  # other bytes
+    forged = {"payloadType": provenance.IN_TOTO_PAYLOAD,
+              "payload": base64.b64encode(provenance.canonical(statement)).decode(),
+              "signatures": [{"keyid": "f" * 64, "sig": base64.b64encode(bytes(64)).decode()}]}
+    with rotating["engine"].begin() as db:
+        db.execute(text(
+            "INSERT INTO attestations (pool_id, version_id, action, key_id, statement_sha256, envelope) "
+            "SELECT pool_id, version_id, 'approve', :kid, :sha, CAST(:envelope AS JSON) FROM attestations "
+            "ORDER BY id DESC LIMIT 1"), {"kid": "f" * 64, "sha": "0" * 64, "envelope": json.dumps(forged)})
+        db.execute(text("UPDATE pools SET generation = generation + 1 WHERE name = 'keys'"))
+
+    rotated = root.post("/v1/attestation-keys/rotate", json={"overlap_s": 60})
+
+    assert rotated.status_code == 200, rotated.text
+    assert rotated.json()["resigned"] == 0
+    # Served as the database holds it (once the registry has re-read the generation), signed by nobody.
+    entry = wait_for(lambda: (e := active_set(root, "keys")["entries"][0])["attestation"] == forged and e,
+                     what="the forged row in the active set")
+    with pytest.raises(provenance.Unverified, match="which the trust bundle does not hold"):
+        bundle(rotating).verify(entry["attestation"])
+    with rotating["engine"].begin() as db:
+        db.execute(text("DELETE FROM attestations WHERE key_id = :kid"), {"kid": "f" * 64})
+
+
+def test_backfill_attests_what_was_approved_before_attestations_existed(rotating):
+    root, admin = rotating["clients"]["root"], rotating["clients"]["acme-admin"]
+    with rotating["engine"].begin() as db:
+        db.execute(text("DELETE FROM attestations"))  # as a registry from before attestations left it
+
+    refused = admin.post("/v1/attestations/backfill")
+    assert_refused(refused, 403, "forbidden", "global admin")
+    with rotating["engine"].begin() as db:
+        assert db.execute(text("SELECT count(*) FROM attestations")).scalar() == 0
+
+    done = root.post("/v1/attestations/backfill")
+
+    assert done.status_code == 200 and done.json() == {"attested": 1}
+    [entry] = active_set(root, "keys")["entries"]
+    facts = bundle(rotating).verify(entry["attestation"])["predicate"]
+    with rotating["engine"].begin() as db:
+        activated = db.execute(text(
+            "SELECT hash FROM audit_events WHERE action = 'promotion.activated' AND subject = :subject "
+            "ORDER BY id DESC LIMIT 1"), {"subject": f"pool/keys/{entry['served_name']}"}).scalar()
+    assert (facts["action"], facts["audit_event_hash"]) == ("backfill", activated)
+    assert root.post("/v1/attestations/backfill").json() == {"attested": 0}  # nothing left to do

@@ -115,3 +115,15 @@ def test_the_trust_bundle_is_public_and_signed_by_every_key_it_lists(registry):
     forged["payload"] = base64.b64encode(json.dumps(document).encode()).decode()
     with pytest.raises(provenance.Unverified, match="not signed by every key it lists"):
         provenance.TrustBundle.parse(forged)
+
+
+def test_a_rotation_shorter_than_the_minimum_overlap_is_refused_and_nothing_changes(admin, registry):
+    before = httpx.get(registry.url + BUNDLE).json()
+
+    refused = admin.post("/v1/attestation-keys/rotate", json={"overlap_s": 60})
+
+    assert_refused(refused, 422, "overlap_too_short",
+                   "an overlap of 60 s is shorter than this registry's minimum of 3600 s")
+    assert provenance.TrustBundle.parse(httpx.get(registry.url + BUNDLE).json()).keys.keys() == \
+        provenance.TrustBundle.parse(before).keys.keys()
+    assert admin.get("/readyz").status_code == 200

@@ -84,7 +84,12 @@ def deliveries(engine, event: str, pool: str) -> list[WebhookDelivery]:
     with Session(engine) as session:
         rows = session.scalars(select(WebhookDelivery).where(WebhookDelivery.event == event)
                                .order_by(WebhookDelivery.id))
-        return [row for row in rows if row.payload["data"]["pool"] == pool]
+        # One row per subscribed webhook: other tests' webhooks may take these events too.
+        unique: dict[str, WebhookDelivery] = {}
+        for row in rows:
+            if row.payload["data"]["pool"] == pool:
+                unique.setdefault(json.dumps(row.payload["data"], sort_keys=True), row)
+        return list(unique.values())
 
 
 def version_id(engine, version: dict) -> int:

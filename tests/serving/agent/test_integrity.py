@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.agent.artifacts import AdapterCache
+from serving.agent.artifacts import AdapterCache, FolderChanged
 from serving.agent.entries import Entry
 from serving.agent.integrity import Tampered
 from tests.serving.agent.node_disk import SMALL
@@ -83,8 +83,10 @@ def test_bytes_changed_in_place_with_size_and_mtime_put_back_are_found_by_the_fi
         file.write(b"t")
     os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))  # the ctime cannot be put back
 
-    with pytest.raises(Tampered) as found:
+    with pytest.raises(FolderChanged):  # seen without reading a byte
         asyncio.run(cache.check_loaded(wanted))
+    with pytest.raises(Tampered) as found:  # and the full check before the next load names it
+        asyncio.run(cache.ensure(wanted))
     assert str(found.value) == tampered_message(found=b"t" + SMALL[WEIGHTS][1:])
 
 
@@ -116,8 +118,10 @@ def test_a_file_added_removed_or_replaced_by_a_fifo_is_tampering(store, tmp_path
 
     change(folder)
 
-    with pytest.raises(Tampered) as found:
+    with pytest.raises(FolderChanged):
         asyncio.run(cache.check_loaded(wanted))
+    with pytest.raises(Tampered) as found:
+        asyncio.run(cache.ensure(wanted))
     assert str(found.value) == message
 
 
@@ -147,15 +151,16 @@ def test_a_file_replaced_while_vllm_holds_it_is_unloaded_reported_and_replaced(s
 
     status = node.run_pass([wanted])
 
-    assert [incident["served_name"] for incident in status["incidents"]] == ["acme/small@1"]
-    assert status["incidents"][0]["kind"] == "tampered"
-    assert status["incidents"][0]["reason"] == tampered_message()
+    # Out of vLLM as soon as the folder changed, then its bytes were found wrong before a reload.
+    assert [(i["served_name"], i["kind"]) for i in status["incidents"]] == [
+        ("acme/small@1", "changed"), ("acme/small@1", "tampered")]
+    assert status["incidents"][1]["reason"] == tampered_message()
     assert (folder / WEIGHTS).read_bytes() == SMALL[WEIGHTS]  # fresh bytes from the store
     assert vllm.loads == [("acme/small@1", str(folder))] * 2  # unloaded, then loaded again
     assert status["loaded"] == [{"served_name": "acme/small@1", "digest": wanted["digest"]}]
     assert status["failures"] == []
     report = accepted_by_the_registry(status)
-    assert report.incidents[0].kind == "tampered"
+    assert [i.kind for i in report.incidents] == ["changed", "tampered"]
 
     again = node.run_pass([wanted])  # the incident is still reported; nothing is loaded again
     assert again["incidents"] == status["incidents"] and len(vllm.loads) == 2
@@ -186,3 +191,40 @@ def test_a_restarted_agent_hashes_what_vllm_holds_before_adopting_it(store, vllm
     assert [(i["served_name"], i["reason"]) for i in status["incidents"]] == [("acme/small@1", tampered_message())]
     assert [name for name, _ in vllm.loads] == ["acme/small@1", "acme/untouched@1", "acme/small@1"]
     assert (tmp_path / "cache" / wanted["digest"] / WEIGHTS).read_bytes() == SMALL[WEIGHTS]
+
+
+def test_a_folder_changed_and_put_back_while_vllm_holds_it_is_still_reloaded(store, vllm, tmp_path):
+    """Bytes swapped for a moment (long enough for vLLM to reload them after an eviction) and put
+    back before the next pass hash as approved again: the change alone unloads the adapter, and
+    it is loaded again from verified bytes."""
+    wanted = entry(store, "small", SMALL)
+    node = Node(tmp_path / "cache", vllm)
+    node.run_pass([wanted])
+    weights = tmp_path / "cache" / wanted["digest"] / WEIGHTS
+    replace_file(weights, OTHER_WEIGHTS)
+    replace_file(weights, SMALL[WEIGHTS])  # back as approved, but not the same file any more
+
+    status = node.run_pass([wanted])
+
+    assert [(i["kind"], i["reason"]) for i in status["incidents"]] == [(
+        "changed", "the cached folder of acme/small@1 changed while vLLM held it; unloaded, to be "
+                   "loaded again once its bytes verify")]
+    assert vllm.loads == [("acme/small@1", str(weights.parent))] * 2  # unloaded, then loaded again
+    assert status["loaded"] == [{"served_name": "acme/small@1", "digest": wanted["digest"]}]
+
+
+def test_a_file_of_another_size_is_never_read(store, tmp_path):
+    """A huge or sparse file put in place costs nothing to refuse: its size is checked first."""
+    cache = AdapterCache(tmp_path / "cache", 10**6, timeout_s=5)
+    wanted = Entry.model_validate(entry(store, "small", SMALL))
+    folder = asyncio.run(cache.ensure(wanted))
+    folder.chmod(0o755)
+    (folder / WEIGHTS).chmod(0o644)
+    with (folder / WEIGHTS).open("r+b") as file:
+        file.truncate(1 << 40)  # a 1 TiB sparse file: hashing it would take hours
+
+    with pytest.raises(Tampered) as found:
+        asyncio.run(cache.ensure(wanted))
+    assert str(found.value) == (f"{WEIGHTS} changed on the node's disk after it was verified: sha256 "
+                                f"{sha(SMALL[WEIGHTS])[:12]}… approved, a file of {1 << 40} bytes, "
+                                f"not {len(SMALL[WEIGHTS])} found")

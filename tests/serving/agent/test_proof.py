@@ -27,6 +27,9 @@ def crafted(store, how: str) -> tuple[dict, str]:
     other = entry(store, "other", SMALL)
     if how == "missing":
         return raw, REFUSED + "the registry sent no attestation for it"
+    if how == "malformed":  # what plain Python would crash on: refused like any other, alone
+        return ({**raw, "attestation": {**attest(raw, pool=POOL), "signatures": [{"keyid": ["x"], "sig": "AA=="}]}},
+                REFUSED + "the document is malformed (TypeError)")
     if how == "unknown key":
         return ({**raw, "attestation": attest(raw, pool=POOL, key=FOREIGN)},
                 REFUSED + f"signed by {FOREIGN.key_id[:16]}…, which the trust bundle does not hold")
@@ -59,7 +62,7 @@ RETIRED_AT = datetime.now(UTC) - timedelta(minutes=1)
 TRUSTED = bundle(REGISTRY_KEY, RETIRED, not_after={RETIRED.key_id: RETIRED_AT})
 
 
-@pytest.mark.parametrize("how", ["missing", "unknown key", "retired key", "digest swapped", "file swapped",
+@pytest.mark.parametrize("how", ["missing", "malformed", "unknown key", "retired key", "digest swapped", "file swapped",
                                  "another version", "another pool", "signature of other bytes"])
 def test_an_entry_its_attestation_does_not_prove_is_refused_and_the_rest_loads(store, vllm, tmp_path, how):
     bad, reason = crafted(store, how)

@@ -138,3 +138,30 @@ def test_a_damaged_pin_is_never_replaced_by_the_registrys_word(registry, tmp_pat
     assert trust.bundle is None and trust.pin_damaged
     assert trust.problem == "the pinned trust bundle does not verify (the envelope carries no signature)"
     assert registry.bundle_requests == 0
+
+
+def test_a_rotated_out_key_cannot_take_its_trust_back_during_the_overlap(registry, tmp_path):
+    retired, current, attacker = Key(), Key(), Key()
+    ends = datetime.now(UTC) + timedelta(days=7)  # still trusted: the overlap runs
+    registry.bundle = bundle(retired, current, version=2, not_after={retired.key_id: ends})
+    trust = node_trust(registry, tmp_path)
+    refresh(trust)
+
+    # Whoever holds the retired key (the reason for the rotation, often) answers in the registry's
+    # place with that key back for good, a key of their own, and without the current one.
+    registry.bundle = bundle(retired, attacker, version=3)
+    assert refresh(trust) is False
+    assert trust.problem == ("refused the registry's trust bundle: the new trust bundle is not signed "
+                             "by any key the node already trusts")
+
+    # Signed by the current key too, it still may not move the end of the retired key's trust.
+    registry.bundle = bundle(retired, current, version=3, not_after={retired.key_id: ends + timedelta(days=1)})
+    assert refresh(trust) is False
+    assert trust.problem.endswith(f"moves the end of trust of key {retired.key_id[:16]}…")
+
+    # Nor may the same version list other keys.
+    registry.bundle = bundle(retired, current, attacker, version=2, not_after={retired.key_id: ends},
+                             signed_by=(retired, current, attacker))
+    assert refresh(trust) is False
+    assert trust.problem.endswith("changes its keys without a new version (2)")
+    assert set(trust.bundle.keys) == {retired.key_id, current.key_id}

@@ -1,0 +1,140 @@
+"""Keep the active set attested: re-sign after a key rotation, and attest, on an operator's
+request, versions approved before attestations existed.
+
+Neither signs what the database merely says. Re-signing copies a statement only when the
+registry's own key signed it (whoever can write the database cannot make the registry sign
+other bytes at its next start), and backfilling is an explicit, audited act of a global admin."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+
+from loraplane import provenance
+from registry import audit
+from registry.active_set import changes
+from registry.attestations import evidence, issuing
+from registry.attestations.bundle import own_keys
+from registry.attestations.keyring import RotationUnsupported, get_keyring
+from registry.attestations.schemas import RotationOut
+from registry.auth.principal import Principal
+from registry.db import transaction
+from registry.errors import Conflict, Unprocessable
+from registry.settings import get_settings
+from registry.tables import AdapterVersion, Attestation, AuditEvent, Pool, PoolAlias, PoolRetirement, Promotion
+
+log = logging.getLogger(__name__)
+# Any constant works; it keeps two registry processes from re-signing or backfilling at once.
+UPKEEP_LOCK = 7_260_002
+
+
+def resign_on_start() -> None:
+    """What a key rotated out since (here or by a redeploy) signed, signed again with the current."""
+    with transaction() as session:
+        resigned = resign_active(session)
+    if resigned:
+        log.info("re-signed %d active attestations with the current key", resigned)
+
+
+def resign_active(session: Session) -> int:
+    """Sign each active version's newest statement again with the current key: the statement is
+    unchanged, only the signature is new. Returns how many were re-signed."""
+    _lock(session)
+    kid, ours, count, changed = get_keyring().signing_key_id(), own_keys(), 0, set()
+    for pool_id, version_id in _active(session):
+        latest = session.scalar(select(Attestation).where(
+            Attestation.pool_id == pool_id, Attestation.version_id == version_id)
+            .order_by(Attestation.id.desc()).limit(1))
+        if latest is None or latest.key_id == kid:
+            continue
+        try:
+            statement = ours.verify(latest.envelope)
+        except provenance.Unverified as problem:
+            log.error("attestation %s was not signed by this registry's keys (%s): not re-signed",
+                      latest.id, problem)
+            continue
+        issuing.store(session, pool_id, version_id, latest.promotion_id, issuing.RESIGN, statement,
+                      latest.audit_event_hash)
+        count += 1
+        changed.add(pool_id)
+    for pool_id in sorted(changed):  # nodes receive the new signatures with a new generation
+        changes.begin_change(session, pool_id)
+    return count
+
+
+def backfill(session: Session, principal: Principal) -> int:
+    """Attest active versions that have no attestation (approved before attestations existed),
+    from their promotion and its audit event. Returns how many."""
+    principal.require_global_admin()
+    _lock(session)
+    attested: list[str] = []
+    changed = set()
+    for pool_id, version_id in _active(session):
+        if session.scalar(select(Attestation.id).where(Attestation.pool_id == pool_id,
+                                                       Attestation.version_id == version_id).limit(1)):
+            continue
+        promotion = session.scalar(select(Promotion).where(
+            Promotion.pool_id == pool_id, Promotion.version_id == version_id,
+            Promotion.activated_at.is_not(None)).order_by(Promotion.id.desc()).limit(1))
+        if promotion is None:
+            continue
+        pool = session.get(Pool, pool_id)
+        served = evidence.served_name(session, session.get(AdapterVersion, version_id))
+        audit_hash = session.scalar(select(AuditEvent.hash).where(
+            AuditEvent.action == "promotion.activated", AuditEvent.subject == f"pool/{pool.name}/{served}",
+            AuditEvent.after["id"].as_integer() == promotion.id).order_by(AuditEvent.id.desc()).limit(1))
+        issuing.issue(session, promotion, issuing.BACKFILL, audit_hash)
+        attested.append(f"{pool.name}/{served}")
+        changed.add(pool_id)
+    for pool_id in sorted(changed):
+        changes.begin_change(session, pool_id)
+    if attested:
+        audit.record(session, actor=principal.label, action="attestation.backfilled",
+                     subject="attestations", after={"attested": attested})
+    return len(attested)
+
+
+def rotate(session: Session, principal: Principal, overlap_s: int | None) -> RotationOut:
+    """A new signing key; the retired one stays trusted for the overlap, and every active
+    version's statement is signed again with the new key at once. (Should this transaction fail
+    after the key changed, the registry's next start re-signs.)"""
+    principal.require_global_admin()
+    settings = get_settings()
+    overlap_s = settings.attestation_key_overlap_s if overlap_s is None else overlap_s
+    if overlap_s < settings.attestation_min_overlap_s:
+        raise Unprocessable(
+            f"an overlap of {overlap_s} s is shorter than this registry's minimum of "
+            f"{settings.attestation_min_overlap_s} s", code="overlap_too_short",
+            hint="Nodes away longer than the overlap could not follow the rotation; give them time.")
+    keyring = get_keyring()
+    retired = keyring.signing_key_id()
+    overlap = timedelta(seconds=overlap_s)
+    try:
+        new = keyring.rotate(overlap)
+    except RotationUnsupported as error:
+        raise Conflict(f"this registry cannot rotate its attestation key: {error}",
+                       code="rotation_unsupported",
+                       hint="Deploy a new key where it comes from, then restart the registry.") from None
+    resigned = resign_active(session)
+    _, held = keyring.held()
+    trusted_until = next((k.not_after for k in held if k.key_id == retired and k.not_after),
+                         datetime.now(UTC) + overlap)
+    out = RotationOut(retired_key_id=retired, key_id=new, resigned=resigned,
+                      retired_key_trusted_until=trusted_until)
+    audit.record(session, actor=principal.label, action="attestation_key.rotated",
+                 subject=f"attestation-key/{new}", after=out.model_dump(mode="json"))
+    return out
+
+
+def _active(session: Session) -> list[tuple[int, int]]:
+    aliased = select(PoolAlias.pool_id, PoolAlias.version_id)
+    retiring = select(PoolRetirement.pool_id, PoolRetirement.version_id)
+    return sorted(set(session.execute(aliased).all()) | set(session.execute(retiring).all()))
+
+
+def _lock(session: Session) -> None:
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": UPKEEP_LOCK})
