@@ -160,6 +160,13 @@ def get_keyring() -> Keyring:
 
 
 def _build(settings: RegistrySettings) -> Keyring:
+    chosen = [name for name, value in (("LORAPLANE_ATTESTATION_KEYRING", settings.attestation_keyring),
+                                       ("LORAPLANE_ATTESTATION_PRIVATE_KEY", settings.attestation_private_key),
+                                       ("LORAPLANE_ATTESTATION_KEY_DIR", settings.attestation_key_dir))
+              if value is not None]
+    if len(chosen) > 1:  # one deployment, one source of keys: never a silent precedence
+        raise ValueError(f"set one of {', '.join(chosen)}, not several: each names where the "
+                         "attestation keys live")
     if settings.attestation_keyring:
         module, factory = settings.attestation_keyring.split(":")
         return getattr(importlib.import_module(module), factory)()

@@ -1,0 +1,83 @@
+"""Where the attestation keys live: a folder (generated, rotated with overlap), one key from the
+environment (never rotated by the API), or a plug-in; and never two of them at once."""
+
+from __future__ import annotations
+
+import stat
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from registry.attestations import keyring
+from registry.settings import RegistrySettings
+
+
+def pem(private) -> str:
+    return private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                 serialization.NoEncryption()).decode()
+
+
+def test_a_key_folder_generates_its_key_and_rotates_with_an_overlap(tmp_path):
+    folder = keyring.FolderKeyring(tmp_path / "keys")
+    first = folder.signing_key_id()
+    assert stat.S_IMODE((tmp_path / "keys" / f"{first}.pem").stat().st_mode) == 0o600
+    assert folder.held()[0] == 1
+
+    second = folder.rotate(timedelta(hours=2))
+
+    version, held = folder.held()
+    ends = {key.key_id: key.not_after for key in held}
+    assert (version, folder.signing_key_id(), ends[second]) == (2, second, None)
+    assert timedelta(hours=1, minutes=59) < ends[first] - datetime.now(UTC) <= timedelta(hours=2)
+    message = b"statement"
+    public = {key.key_id: key.public_key for key in held}
+    _public(public[first]).verify(folder.sign(first, message), message)  # the retired key still signs
+    assert keyring.FolderKeyring(tmp_path / "keys").signing_key_id() == second  # another process agrees
+
+
+def _public(raw: bytes):
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
+# (attestation_key_dir=None below: the test session names a key folder for all its processes.)
+
+
+def test_a_key_from_the_environment_signs_and_is_never_rotated_by_the_api():
+    private = Ed25519PrivateKey.generate()
+    single = keyring._build(RegistrySettings(attestation_private_key=pem(private), attestation_key_dir=None))
+
+    assert isinstance(single, keyring.SingleKey)
+    assert single.held() == (1, [keyring.PublishedKey(
+        single.signing_key_id(), private.public_key().public_bytes_raw(), None)])
+    with pytest.raises(keyring.RotationUnsupported, match="LORAPLANE_ATTESTATION_PRIVATE_KEY"):
+        single.rotate(timedelta(days=1))
+
+
+def test_a_key_from_the_environment_must_be_ed25519():
+    with pytest.raises(ValueError, match="must be an Ed25519 private key"):
+        keyring._build(RegistrySettings(
+            attestation_private_key=pem(ec.generate_private_key(ec.SECP256R1())), attestation_key_dir=None))
+
+
+def test_a_plug_in_is_loaded_by_its_module_and_factory(tmp_path):
+    built = keyring._build(RegistrySettings(attestation_keyring=f"{__name__}:plug_in", attestation_key_dir=None))
+    assert isinstance(built, keyring.FolderKeyring) and built.folder.name == "plugged"
+
+
+def plug_in() -> keyring.FolderKeyring:  # any object with the Keyring methods will do
+    import tempfile
+    from pathlib import Path
+
+    return keyring.FolderKeyring(Path(tempfile.mkdtemp()) / "plugged")
+
+
+def test_two_sources_of_keys_at_once_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="set one of LORAPLANE_ATTESTATION_PRIVATE_KEY, "
+                                         "LORAPLANE_ATTESTATION_KEY_DIR, not several"):
+        keyring._build(RegistrySettings(attestation_private_key=pem(Ed25519PrivateKey.generate()),
+                                        attestation_key_dir=tmp_path))
