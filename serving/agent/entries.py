@@ -76,7 +76,7 @@ def parse(raw_entries: Any) -> Parsed:
         if isinstance(name, str) and SERVED_NAME_RE.fullmatch(name):
             named.setdefault(name, []).append(raw)
         else:
-            parsed.unnamed.append(f"refused an entry without a valid served name ({_show(name)})")
+            parsed.unnamed.append(f"refused an entry without a valid served name ({shown(name)})")
     for name, raws in named.items():
         if len(raws) > 1:
             parsed.refused[name] = "refused: the registry sent this served name more than once"
@@ -93,11 +93,11 @@ def _explain(error: ValidationError) -> str:
     where = ".".join(str(part) for part in first["loc"]) or "entry"
     rule = next((RULES[part] for part in reversed(first["loc"]) if part in RULES), first["msg"])
     value = first.get("input")
-    shown = "" if isinstance(value, (dict, list, tuple)) else f" (got {_show(value)})"
-    return f"{where} {rule}{shown}"
+    got = "" if isinstance(value, (dict, list, tuple)) else f" (got {shown(value)})"
+    return f"{where} {rule}{got}"
 
 
-def _show(value: Any) -> str:
+def shown(value: Any) -> str:
     """A value from outside, safe to log and report: printable, and short."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loraplane.provenance import Unverified, check_subject
-from serving.agent.entries import Entry
+from serving.agent.entries import Entry, shown
 from serving.agent.trust import TrustStore
 
 PREFIX = "refused, not proven: "
@@ -64,10 +64,10 @@ class ProofCheck:
         predicate = statement.get("predicate")
         predicate = predicate if isinstance(predicate, dict) else {}
         if predicate.get("pool") != self.pool:
-            return PREFIX + f"the attestation approves it for pool {_show(predicate.get('pool'))}, " \
+            return PREFIX + f"the attestation approves it for pool {shown(predicate.get('pool'))}, " \
                             f"not {self.pool!r}"
         if predicate.get("served_name") != entry.served_name:
-            return PREFIX + f"the attestation's predicate names {_show(predicate.get('served_name'))}"
+            return PREFIX + f"the attestation's predicate names {shown(predicate.get('served_name'))}"
         return None
 
     def _unknown_key(self, entry: Entry) -> bool:
@@ -91,7 +91,3 @@ def _claimed(envelope: dict[str, Any]) -> set[str]:
     return {s["keyid"] for s in signatures[:16]
             if isinstance(s, dict) and isinstance(s.get("keyid"), str)}
 
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
