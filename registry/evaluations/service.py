@@ -40,7 +40,7 @@ def request(session: Session, principal: Principal, tenant: str, name: str, numb
         .order_by(Evaluation.id.desc()).limit(1))
     if existing is not None:
         return to_out(session, existing), False
-    row = _create(session, version, suite, actor=principal.label)
+    row = create(session, version, suite, actor=principal.label)
     return to_out(session, row), True
 
 
@@ -53,11 +53,13 @@ def request_required(session: Session, tenant: str, name: str, number: int, *,
     pools = session.scalars(select(Pool).where(Pool.base_model_id == adapter.base_model_id))
     names = sorted({suite for pool in pools for suite in pool.required_suites})
     base = session.get(BaseModel, adapter.base_model_id).name
-    return [(_create(session, version, suites.get_row(session, suite), actor=actor).id, base)
+    return [(create(session, version, suites.get_row(session, suite), actor=actor).id, base)
             for suite in names]
 
 
-def _create(session: Session, version: AdapterVersion, suite: EvalSuite, *, actor: str) -> Evaluation:
+def create(session: Session, version: AdapterVersion, suite: EvalSuite, *, actor: str,
+           context: dict | None = None) -> Evaluation:
+    """Queue an evaluation and audit the request (`context` adds to what the event says)."""
     row = Evaluation(version_id=version.id, suite_id=suite.id, state=rules.QUEUED,
                      failing_metrics=[], attempts=0, requested_by=actor)
     session.add(row)
@@ -66,7 +68,7 @@ def _create(session: Session, version: AdapterVersion, suite: EvalSuite, *, acto
     served = adapters.version_out(session, version).served_name
     audit.record(session, actor=actor, action="evaluation.request", subject=served,
                  tenant_id=session.get(Adapter, version.adapter_id).tenant_id,
-                 after={"evaluation": row.id, "suite": suite.name})
+                 after={"evaluation": row.id, "suite": suite.name, **(context or {})})
     return row
 
 

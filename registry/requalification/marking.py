@@ -12,11 +12,10 @@ from sqlalchemy.orm import Session
 from registry import audit
 from registry.db import after_commit
 from registry.eval_suites import service as suites
-from registry.evaluations import rules as evaluation_rules
-from registry.evaluations.service import sync_version_state
+from registry.evaluations import service as evaluations
 from registry.requalification import repository
 from registry.requalification.reasons import public_change
-from registry.tables import AdapterVersion, BaseModel, Evaluation, Pool, Requalification
+from registry.tables import AdapterVersion, BaseModel, Pool, Requalification
 from registry.webhooks.service import emit
 
 MARKED_EVENT = "requalification.required"
@@ -82,15 +81,8 @@ def _request_suites(session: Session, pool: Pool, version: AdapterVersion,
         if waiting is not None:
             counted.append(waiting.id)
             continue
-        row = Evaluation(version_id=version.id, suite_id=suite.id, state=evaluation_rules.QUEUED,
-                         failing_metrics=[], attempts=0, requested_by=actor)
-        session.add(row)
-        session.flush()
-        audit.record(session, actor=actor, action="evaluation.request", subject=name.served_name,
-                     tenant_id=name.tenant_id,
-                     after={"evaluation": row.id, "suite": suite.name, "requalification": pool.name})
+        row = evaluations.create(session, version, suite, actor=actor,
+                                 context={"requalification": pool.name})
         counted.append(row.id)
         created.append(row.id)
-    if created:
-        sync_version_state(session, version)
     return counted, created
