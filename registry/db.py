@@ -92,22 +92,6 @@ def transaction() -> Iterator[Session]:
 
 
 AFTER_COMMIT = "loraplane.after_commit"
-BEFORE_COMMIT = "loraplane.before_commit"
-
-
-def before_commit(session: Session, key: str, callback) -> None:
-    """Run `callback()` inside this session's transaction just before it commits, once per
-    `key`: for derived state that must change together with what it is derived from."""
-    session.info.setdefault(BEFORE_COMMIT, {}).setdefault(key, callback)
-
-
-@event.listens_for(Session, "before_commit")
-def _run_before_commit(session: Session) -> None:
-    if session.in_nested_transaction():
-        return
-    while session.info.get(BEFORE_COMMIT):
-        _, callback = session.info[BEFORE_COMMIT].popitem()
-        callback()
 
 
 def after_commit(session: Session, callback) -> None:
@@ -131,4 +115,3 @@ def _run_after_commit(session: Session) -> None:
 def _drop_after_commit(session: Session) -> None:
     if not session.in_nested_transaction():  # a savepoint's rollback keeps the outer work
         session.info.pop(AFTER_COMMIT, None)
-        session.info.pop(BEFORE_COMMIT, None)

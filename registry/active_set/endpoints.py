@@ -9,7 +9,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 
 from registry.active_set import protocol
 from registry.active_set.schemas import ActiveSet
-from registry.active_set.serving import PrincipalCache
+from registry.active_set.caches import PrincipalCache
 from registry.active_set.watch import WATCH
 from registry.auth.dependencies import bearer
 from registry.names import NAME_PATTERN

@@ -7,7 +7,7 @@ import time
 
 from starlette.concurrency import run_in_threadpool
 
-from registry.active_set.serving import BodyCache
+from registry.active_set.caches import BodyCache
 from registry.active_set.watch import WATCH
 from registry.auth import tokens
 from registry.auth.principal import Principal, Role

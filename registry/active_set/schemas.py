@@ -4,6 +4,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+SERVED_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}/[a-z0-9][a-z0-9_-]{0,62}@[1-9][0-9]{0,9}$"  # tenant/name@N
+
 
 class AliasWeight(BaseModel):
     alias: str

@@ -4,30 +4,26 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from registry.active_set import repository
 from registry.active_set.schemas import ActiveEntry, ActiveSet, AliasWeight, ArtifactFile
 from registry.adapters import artifact
 from registry.attestations import repository as attestations
-from registry.requalification import service as requalification
 from registry.errors import NotFound
+from registry.placement.stored import from_stored
+from registry.requalification.repository import suspended_version_ids
 from registry.settings import RegistrySettings
 from registry.storage.base import ArtifactStore
-from registry.tables import (
-    Adapter, AdapterVersion, BaseModel, Pool, PoolAlias, PoolRetirement, Tenant,
-)
+from registry.tables import Adapter, AdapterVersion, BaseModel, Pool, PoolAlias, Tenant
 
 PRODUCTION, CANARY = "production", "canary"
 
 
 def pool_by_name(session: Session, name: str, *, lock: bool = False) -> Pool:
-    query = select(Pool).where(Pool.name == name)
-    if lock:
-        # A change holds this row's lock from its generation bump to its commit, so entries
-        # read after this see exactly that generation's set.
-        query = query.with_for_update(read=True)
-    row = session.scalar(query)
+    # A change holds this row's lock from its generation bump to its commit, so entries read
+    # after locking it for share see exactly that generation's set.
+    row = repository.pool_named(session, name, lock_for_share=lock)
     if row is None:
         raise NotFound(f"pool {name!r} does not exist", code="pool_not_found",
                        hint="List them with GET /v1/pools.")
@@ -37,23 +33,20 @@ def pool_by_name(session: Session, name: str, *, lock: bool = False) -> Pool:
 def read(session: Session, pool_name: str, store: ArtifactStore,
          settings: RegistrySettings, node: str | None = None) -> ActiveSet:
     """The pool's whole set, or with `node` only what the placement gives that node."""
-    from registry.placement import service as placement  # it reads the set's names from here
-
     pool = pool_by_name(session, pool_name, lock=True)
-    aliases = session.scalars(select(PoolAlias).where(PoolAlias.pool_id == pool.id)).all()
-    retiring = set(session.scalars(select(PoolRetirement.version_id)
-                                   .where(PoolRetirement.pool_id == pool.id)))
+    aliases = repository.aliases_of_pool(session, pool.id)
+    retiring = repository.retiring_version_ids(session, pool.id)
     canary_weight = {a.adapter_id: a.weight or 0 for a in aliases if a.alias == CANARY}
     by_version: dict[int, list[AliasWeight]] = defaultdict(list)
     for alias in aliases:
         by_version[alias.version_id].append(AliasWeight(
             alias=alias.alias, weight=_weight(alias, canary_weight.get(alias.adapter_id, 0))))
     # Versions waiting to qualify on a new engine, under the pool's `suspend` policy.
-    version_ids = sorted((set(by_version) | retiring) - requalification.suspended_version_ids(session, pool.id))
+    version_ids = sorted((set(by_version) | retiring) - suspended_version_ids(session, pool.id))
     proofs = attestations.current(session, pool.id, version_ids)
     entries = [_entry(session, session.get(AdapterVersion, vid), by_version.get(vid, []),
                       store, settings, proofs.get(vid)) for vid in version_ids]
-    spread = placement.stored(pool)
+    spread = from_stored(pool.placement)
     part_of = None
     if spread is not None and spread.mode == "spread":
         for entry in entries:
@@ -63,7 +56,7 @@ def read(session: Session, pool_name: str, store: ArtifactStore,
             # A node the placement does not count (new, or back after an absence) keeps what it
             # last reported holding, so that an outage never empties a fleet; a new one holds
             # nothing. Its next report gets it placed.
-            mine = spread.served_by(node) if node in spread.targets else placement.last_loaded(session, pool, node)
+            mine = spread.served_by(node) if node in spread.targets else _last_loaded(session, pool, node)
             entries = [entry for entry in entries if entry.served_name in mine]
     return ActiveSet(
         pool=pool.name, base_model=session.get(BaseModel, pool.base_model_id).name,
@@ -93,24 +86,20 @@ def _entry(session: Session, version: AdapterVersion, aliases: list[AliasWeight]
                for f in version.files])
 
 
+def _last_loaded(session: Session, pool: Pool, node_id: str) -> frozenset[str]:
+    """What the node reported holding last; nothing for a node never seen."""
+    row = repository.node_status(session, pool.id, node_id)
+    return frozenset(a["served_name"] for a in row.loaded) if row is not None else frozenset()
+
+
 def retiring_names(session: Session, pool_id: int) -> set[str]:
     """Served names that lost their last alias and stay only until traffic has moved."""
-    version_ids = session.scalars(select(PoolRetirement.version_id).where(PoolRetirement.pool_id == pool_id))
-    rows = session.execute(
-        select(Tenant.name, Adapter.name, AdapterVersion.number)
-        .join(Adapter, Adapter.id == AdapterVersion.adapter_id).join(Tenant, Tenant.id == Adapter.tenant_id)
-        .where(AdapterVersion.id.in_(list(version_ids)))).all()
-    return {f"{tenant}/{name}@{number}" for tenant, name, number in rows}
+    return set(repository.served_names(session, repository.retiring_version_ids(session, pool_id)))
 
 
 def desired_digests(session: Session, pool_id: int) -> dict[str, str]:
     """served name -> digest of everything the pool's nodes should hold (no URLs)."""
-    version_ids = set(session.scalars(select(PoolAlias.version_id).where(PoolAlias.pool_id == pool_id)))
-    version_ids |= set(session.scalars(select(PoolRetirement.version_id)
-                                       .where(PoolRetirement.pool_id == pool_id)))
-    version_ids -= requalification.suspended_version_ids(session, pool_id)
-    rows = session.execute(
-        select(Tenant.name, Adapter.name, AdapterVersion.number, AdapterVersion.digest)
-        .join(Adapter, Adapter.id == AdapterVersion.adapter_id).join(Tenant, Tenant.id == Adapter.tenant_id)
-        .where(AdapterVersion.id.in_(version_ids))).all()
-    return {f"{tenant}/{name}@{number}": digest for tenant, name, number, digest in rows}
+    version_ids = repository.aliased_version_ids(session, pool_id)
+    version_ids |= repository.retiring_version_ids(session, pool_id)
+    version_ids -= suspended_version_ids(session, pool_id)
+    return repository.served_names(session, version_ids)

@@ -14,13 +14,13 @@ import json
 import logging
 from collections.abc import Callable
 
-from sqlalchemy import make_url, select
+from sqlalchemy import make_url
 
-from registry.active_set.changes import CHANNEL
+from registry.active_set import repository
 from registry.db import get_engine, transaction
-from registry.tables import Pool
 
 log = logging.getLogger(__name__)
+CHANNEL = "loraplane_events"  # the Postgres channel that announcements.py notifies on
 
 
 class GenerationWatch:
@@ -128,8 +128,7 @@ class GenerationWatch:
 
 def _all_generations() -> list[tuple[str, int]]:
     with transaction() as session:
-        return [(name, generation) for name, generation in session.execute(
-            select(Pool.name, Pool.generation))]
+        return repository.all_generations(session)
 
 
 WATCH = GenerationWatch()

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from loraplane import provenance
 from registry import audit
-from registry.active_set import changes
+from registry.active_set.change import new_generation
 from registry.attestations import evidence, issuing
 from registry.attestations.bundle import own_keys
 from registry.attestations.keyring import RotationUnsupported, get_keyring
@@ -61,7 +61,7 @@ def resign_active(session: Session) -> int:
         count += 1
         changed.add(pool_id)
     for pool_id in sorted(changed):  # nodes receive the new signatures with a new generation
-        changes.begin_change(session, pool_id)
+        new_generation(session, pool_id)
     return count
 
 
@@ -90,7 +90,7 @@ def backfill(session: Session, principal: Principal) -> int:
         attested.append(f"{pool.name}/{served}")
         changed.add(pool_id)
     for pool_id in sorted(changed):
-        changes.begin_change(session, pool_id)
+        new_generation(session, pool_id)
     if attested:
         audit.record(session, actor=principal.label, action="attestation.backfilled",
                      subject="attestations", after={"attested": attested})

@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry import audit
+from registry.active_set.announcements import announce
 from registry.auth.principal import POOL_ROLES, TIERS, Principal, Role
 from registry.auth.schemas import SUBJECT_PATTERN
 from registry.clock import aware
@@ -190,9 +191,7 @@ def revoke_token(session: Session, token_id: int, *, actor: str, with_issued: bo
             session, actor=actor, action="token.revoke", subject=f"token/{row.id}",
             tenant_id=row.tenant_id, before={"revoked": False}, after={"revoked": True},
         )
-        from registry.active_set.changes import announce  # other processes drop cached tokens
-
-        announce(session, {"kind": "token_revoked"})
+        announce(session, {"kind": "token_revoked"})  # other processes drop cached tokens
     return row
 
 

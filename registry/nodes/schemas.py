@@ -6,9 +6,9 @@ from typing import Annotated
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, UrlConstraints
 
+from registry.active_set.schemas import SERVED_NAME
 from registry.names import FREE_TEXT
 
-SERVED_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}/[a-z0-9][a-z0-9_-]{0,62}@[1-9][0-9]{0,9}$"
 SHA256 = r"^[0-9a-f]{64}$"
 
 

@@ -4,22 +4,25 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from registry.active_set import changes
-from registry.clock import aware
+from registry.active_set.change import follow_nodes
+from registry.active_set.repository import node_statuses
 from registry.active_set.snapshot import desired_digests, pool_by_name
+from registry.active_set.visibility import visible_to
 from registry.auth.principal import Principal, Role
+from registry.clock import aware
 from registry.errors import Unprocessable
 from registry.names import check_name
-from registry.placement import service as placement
-from registry.requalification import service as requalification
-from registry.placement.rules import EVERYWHERE, Placement
+from registry.nodes import repository
 from registry.nodes.schemas import (
     DriftOut, NodeFailure, NodeIncident, NodeOut, NodeReport, RolloutOut,
 )
+from registry.placement.rules import EVERYWHERE, Placement
+from registry.placement.stored import from_stored
+from registry.requalification import service as requalification
 from registry.settings import get_settings
 from registry.tables import NodeStatus
 
@@ -43,14 +46,13 @@ def report(session: Session, principal: Principal, pool_name: str, node_id: str,
     requalification.observe_report(session, pool, node_id, row.engine)
     changes.drop_drained(session, pool.id)
     # A node that joined, left or finished loading may change where adapters live.
-    placement.refresh(session, pool.id, changed=False)
+    follow_nodes(session, pool.id)
     return _node_out(row, desired_digests(session, pool.id), pool.generation, visible_to(principal),
-                     internals=True, placed=placement.stored(pool))
+                     internals=True, placed=from_stored(pool.placement))
 
 
 def _upsert(session: Session, pool_id: int, node_id: str, fields: dict) -> NodeStatus:
-    query = select(NodeStatus).where(NodeStatus.pool_id == pool_id, NodeStatus.node_id == node_id)
-    row = session.scalar(query.with_for_update())
+    row = repository.status_for_update(session, pool_id, node_id)
     if row is None:
         try:
             with session.begin_nested():  # a first report racing another from the same node
@@ -58,7 +60,7 @@ def _upsert(session: Session, pool_id: int, node_id: str, fields: dict) -> NodeS
                 session.add(row)
             return row
         except IntegrityError:
-            row = session.scalar(query.with_for_update())
+            row = repository.status_for_update(session, pool_id, node_id)
     for key, value in fields.items():
         setattr(row, key, value)
     session.flush()
@@ -70,23 +72,14 @@ def rollout(session: Session, principal: Principal, pool_name: str) -> RolloutOu
     pool = pool_by_name(session, pool_name)
     desired = desired_digests(session, pool.id)
     visible = visible_to(principal)
-    rows = session.scalars(select(NodeStatus).where(NodeStatus.pool_id == pool.id)
-                           .order_by(NodeStatus.node_id)).all()
+    rows = node_statuses(session, pool.id)
     internals = principal.tenant is None  # global admins, the pool's own nodes and routers
-    placed = placement.stored(pool)
+    placed = from_stored(pool.placement)
     nodes = [_node_out(row, desired, pool.generation, visible, internals=internals, placed=placed)
              for row in rows]
     return RolloutOut(pool=pool.name, generation=pool.generation, nodes_total=len(nodes),
                       nodes_converged=sum(n.converged for n in nodes),
                       nodes_stale=sum(n.stale for n in nodes), nodes=nodes)
-
-
-def visible_to(principal: Principal):
-    """Tenant-scoped readers see only their own tenant's adapter names."""
-    if principal.tenant is None:
-        return lambda served_name: True
-    prefix = principal.tenant + "/"
-    return lambda served_name: served_name.startswith(prefix)
 
 
 def _node_out(row: NodeStatus, desired: dict[str, str], generation: int, visible, *,

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.active_set import changes
+from registry.active_set import repository
 from registry.active_set.snapshot import desired_digests, pool_by_name
+from registry.active_set.visibility import visible_to
 from registry.auth.principal import Principal
-from registry.nodes.service import visible_to
-from registry.placement import service
-from registry.placement.rules import EVERYWHERE, shares_of
+from registry.placement.repository import recent_traffic
+from registry.placement.rules import EVERYWHERE, capacity, shares_of
 from registry.placement.schemas import PlacedAdapter, PlacedNode, PlacementOut
-from registry.tables import NodeStatus
+from registry.placement.stored import from_stored
 
 
 def placement_out(session: Session, principal: Principal, pool_name: str) -> PlacementOut:
@@ -21,14 +20,14 @@ def placement_out(session: Session, principal: Principal, pool_name: str) -> Pla
     visible = visible_to(principal)
     names = sorted(desired_digests(session, pool.id))
     # A tenant sees its own versions' shares of its own traffic, not the pool's whole volume.
-    shares = shares_of([n for n in names if visible(n)], service.traffic(session, pool.id))
-    placed = service.stored(pool)
-    live = {n.node_id for n in changes.live_nodes(session, pool.id)}
-    reported = session.scalars(select(NodeStatus).where(NodeStatus.pool_id == pool.id)).all()
+    shares = shares_of([n for n in names if visible(n)], recent_traffic(session, pool.id))
+    placed = from_stored(pool.placement)
+    live = {n.node_id for n in repository.live_nodes(session, pool.id)}
+    reported = repository.node_statuses(session, pool.id)
     everywhere = placed is None or placed.mode == EVERYWHERE
     # Live nodes, and any the placement still counts on (until the next change notices it left).
     shown = live | (set() if everywhere else set(placed.targets))
-    capacities = {n.node_id: service.capacity(pool, n.limits) for n in reported if n.node_id in shown}
+    capacities = {n.node_id: capacity(pool.max_cpu_loras, n.limits) for n in reported if n.node_id in shown}
 
     def nodes_of(name: str) -> list[str]:
         return sorted(live) if everywhere else placed.nodes_of(name)

@@ -159,6 +159,11 @@ def replica_counts(names: list[str], capacities: Mapping[str, int], traffic: Map
     return wanted
 
 
+def capacity(pool_max_cpu_loras: int, limits: dict | None) -> int:
+    """Adapters a node keeps resident: its vLLM's max_cpu_loras, at most the pool's."""
+    return min(pool_max_cpu_loras, (limits or {}).get("max_cpu_loras") or pool_max_cpu_loras)
+
+
 def _score(name: str, node: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{name}\0{node}".encode(), digest_size=8).digest(), "big")
 

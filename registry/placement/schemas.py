@@ -4,7 +4,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from registry.nodes.schemas import SERVED_NAME
+from registry.active_set.schemas import SERVED_NAME
 
 MAX_NAMES = 4096
 _SERVED = re.compile(SERVED_NAME)

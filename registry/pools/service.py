@@ -6,7 +6,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry import audit
-from registry.active_set import changes
+from registry.active_set.change import new_generation
 from registry.base_models import service as base_models
 from registry.errors import Conflict, NotFound
 from registry.eval_suites import service as eval_suites
@@ -57,7 +57,7 @@ def update(session: Session, name: str, spec: PoolUpdate, *, actor: str) -> Pool
         row.requalify_policy = spec.requalify_policy
         session.flush()
         if requalification.suspended_version_ids(session, row.id) != suspended:
-            changes.begin_change(session, row.id)
+            new_generation(session, row.id)
         audit.record(session, actor=actor, action="pool.update", subject=f"pool/{row.name}",
                      before={"requalify_policy": before},
                      after={"requalify_policy": row.requalify_policy})

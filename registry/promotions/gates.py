@@ -5,18 +5,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.active_set import changes
+from registry.active_set.repository import live_nodes
 from registry.active_set.snapshot import CANARY, PRODUCTION
 from registry.auth import lineage
 from registry.auth.principal import Principal
 from registry.evaluations import rules as evaluation_rules
-from registry.placement import service as placement
-from registry.tables import (
-    Adapter, AdapterVersion, BaseModel, EvalSuite, Evaluation, Pool, PoolAlias, Promotion,
-)
+from registry.placement.rules import capacity as node_capacity
+from registry.promotions import repository
+from registry.tables import Adapter, AdapterVersion, BaseModel, Evaluation, Pool, Promotion
 
 
 @dataclass(frozen=True)
@@ -72,9 +70,7 @@ def _rank(t: Target) -> Gate:
 def _alias(session: Session, t: Target) -> Gate:
     if t.alias != CANARY:
         return Gate("alias", True, f"alias {t.alias!r}")
-    production = session.scalar(select(PoolAlias.version_id).where(
-        PoolAlias.pool_id == t.pool.id, PoolAlias.adapter_id == t.adapter.id,
-        PoolAlias.alias == PRODUCTION))
+    production = repository.aliased_version_id(session, t.pool.id, t.adapter.id, PRODUCTION)
     if production is None:
         return Gate("alias", False,
                     f"a canary needs a production version to split traffic with, and "
@@ -87,8 +83,7 @@ def _alias(session: Session, t: Target) -> Gate:
 
 
 def latest_evaluations(session: Session, version_id: int) -> dict[str, Evaluation]:
-    rows = session.execute(select(EvalSuite.name, Evaluation).join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
-                           .where(Evaluation.version_id == version_id).order_by(Evaluation.id)).all()
+    rows = repository.evaluations_by_suite(session, version_id)
     return {suite: evaluation for suite, evaluation in rows}  # later rows win
 
 
@@ -132,10 +127,8 @@ def _parity(evaluations: dict[str, Evaluation]) -> Gate:
 
 
 def _capacity(session: Session, t: Target) -> Gate:
-    aliases = session.execute(select(PoolAlias.adapter_id, PoolAlias.alias, PoolAlias.version_id)
-                              .where(PoolAlias.pool_id == t.pool.id)).all()
-    after = {row.version_id for row in aliases
-             if (row.adapter_id, row.alias) != (t.adapter.id, t.alias)} | {t.version.id}
+    after = {version_id for adapter_id, alias, version_id in repository.alias_targets(session, t.pool.id)
+             if (adapter_id, alias) != (t.adapter.id, t.alias)} | {t.version.id}
     capacity, source = _pool_capacity(session, t.pool)
     if len(after) <= capacity:
         return Gate("capacity", True, f"{len(after)} of {capacity} adapter slots ({source})")
@@ -151,10 +144,10 @@ def _pool_capacity(session: Session, pool) -> tuple[int, str]:
     """Adapters the pool keeps resident: each live node's slots (its max_cpu_loras, at most the
     pool's) added up, since the router keeps each adapter on few nodes. With no live node, one
     node's worth."""
-    nodes = changes.live_nodes(session, pool.id)
+    nodes = live_nodes(session, pool.id)
     if not nodes:
         return pool.max_cpu_loras, "max_cpu_loras of one node; no node is live"
-    slots = [placement.capacity(pool, n.limits) for n in nodes]
+    slots = [node_capacity(pool.max_cpu_loras, n.limits) for n in nodes]
     return sum(slots), f"max_cpu_loras summed over {len(nodes)} live node{'s' * (len(nodes) > 1)}"
 
 

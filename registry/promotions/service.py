@@ -5,21 +5,20 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from registry import audit, webhooks
 from registry.active_set import changes
+from registry.active_set.change import ActiveSetChange
 from registry.active_set.snapshot import CANARY, PRODUCTION, pool_by_name
 from registry.adapters import service as adapters
 from registry.attestations import issuing as attestations
 from registry.auth.principal import Principal, Role
 from registry.errors import Conflict, Forbidden, NotFound, Unprocessable
-from registry.pagination import fetch_page
-from registry.promotions import gates, rules
+from registry.promotions import gates, repository, rules
 from registry.promotions.schemas import AliasOut, ApprovalCheck, GateOut, PromotionCreate, PromotionOut
-from registry.tables import Adapter, AdapterVersion, Pool, PoolAlias, Promotion, Tenant
+from registry.tables import Adapter, AdapterVersion, Pool, Promotion, Tenant
 
 REQUESTERS = {Role.ADMIN, Role.UPLOADER, Role.REVIEWER}
 DECIDERS = {Role.ADMIN, Role.REVIEWER}
@@ -56,23 +55,23 @@ def request(session: Session, principal: Principal, pool_name: str, spec: Promot
 def approve(session: Session, principal: Principal, promotion_id: int, comment: str) -> PromotionOut:
     promotion = _visible(session, principal, promotion_id)
     principal.require(DECIDERS, _tenant_of(session, promotion))
-    generation = changes.begin_change(session, promotion.pool_id)  # pool lock first, always
-    promotion = _locked(session, promotion_id)
-    rules.transition(promotion, rules.APPROVED)  # refuses anything but awaiting_approval
-    four_eyes = gates.four_eyes(session, promotion, principal)
-    _refuse_if_blocked(gates.blocking([four_eyes]),
-                       f"promotion {promotion.id} cannot be approved by {principal.subject}", status=403)
-    pool = session.get(Pool, promotion.pool_id)
-    target = _target(session, pool, session.get(AdapterVersion, promotion.version_id),
-                     promotion.alias, promotion.weight)
-    results = gates.check(session, target)
-    _refuse_if_blocked(gates.blocking(results), f"promotion {promotion.id} no longer passes its gates")
-    promotion.gates = [g.as_dict() for g in [*results, four_eyes]]
-    promotion.decided_by, promotion.decision_comment = principal.label, comment
-    promotion.decided_by_identity_id = principal.identity_id or None
-    promotion.decided_at = _now()
-    _record(session, promotion, "promotion.approved", principal.label, comment=comment)
-    _activate(session, promotion, generation, principal.label)
+    with ActiveSetChange(session, promotion.pool_id) as change:  # pool lock first, always
+        promotion = _locked(session, promotion_id)
+        rules.transition(promotion, rules.APPROVED)  # refuses anything but awaiting_approval
+        four_eyes = gates.four_eyes(session, promotion, principal)
+        _refuse_if_blocked(gates.blocking([four_eyes]),
+                           f"promotion {promotion.id} cannot be approved by {principal.subject}", status=403)
+        pool = session.get(Pool, promotion.pool_id)
+        target = _target(session, pool, session.get(AdapterVersion, promotion.version_id),
+                         promotion.alias, promotion.weight)
+        results = gates.check(session, target)
+        _refuse_if_blocked(gates.blocking(results), f"promotion {promotion.id} no longer passes its gates")
+        promotion.gates = [g.as_dict() for g in [*results, four_eyes]]
+        promotion.decided_by, promotion.decision_comment = principal.label, comment
+        promotion.decided_by_identity_id = principal.identity_id or None
+        promotion.decided_at = _now()
+        _record(session, promotion, "promotion.approved", principal.label, comment=comment)
+        _activate(session, promotion, change.generation, principal.label)
     return to_out(session, promotion, principal)
 
 
@@ -95,10 +94,16 @@ def rollback(session: Session, principal: Principal, pool_name: str, tenant: str
     principal.require(DECIDERS, tenant)
     pool = pool_by_name(session, pool_name)
     adapter = adapters.find_adapter(session, tenant, name)
-    generation = changes.begin_change(session, pool.id)
-    current = session.scalar(select(Promotion).where(
-        Promotion.pool_id == pool.id, Promotion.adapter_id == adapter.id,
-        Promotion.alias == alias, Promotion.state == rules.ACTIVE).with_for_update())
+    with ActiveSetChange(session, pool.id) as change:
+        after = _roll_back(session, principal, pool, adapter, tenant, alias, comment, change.generation)
+    return to_out(session, after, principal)
+
+
+def _roll_back(session: Session, principal: Principal, pool: Pool, adapter: Adapter, tenant: str,
+               alias: str, comment: str, generation: int) -> Promotion:
+    """The promotion the alias points at afterwards; for a first canary, the one rolled back."""
+    name = adapter.name
+    current = repository.active_promotion_for_update(session, pool.id, adapter.id, alias)
     if current is None:
         raise NotFound(f"{tenant}/{name} has no active {alias!r} alias in pool {pool.name!r}",
                        code="alias_not_found", hint=f"List aliases with GET /v1/pools/{pool.name}/aliases.")
@@ -113,7 +118,7 @@ def rollback(session: Session, principal: Principal, pool_name: str, tenant: str
     if previous is None:  # a first canary: rolling it back means no canary
         changes.drop_alias(session, pool_id=pool.id, adapter_id=adapter.id, alias=alias,
                            generation=generation)
-        return to_out(session, current, principal)
+        return current
     restored = Promotion(
         pool_id=pool.id, adapter_id=adapter.id, version_id=previous.version_id, alias=alias,
         weight=previous.weight, kind=rules.ROLLBACK, state=rules.REQUESTED, gates=[],
@@ -124,13 +129,12 @@ def rollback(session: Session, principal: Principal, pool_name: str, tenant: str
     session.add(restored)
     session.flush()
     _point(session, restored, generation)
-    return to_out(session, restored, principal)
+    return restored
 
 
 def _activate(session: Session, promotion: Promotion, generation: int, actor: str) -> None:
-    current = session.scalar(select(Promotion).where(
-        Promotion.pool_id == promotion.pool_id, Promotion.adapter_id == promotion.adapter_id,
-        Promotion.alias == promotion.alias, Promotion.state == rules.ACTIVE).with_for_update())
+    current = repository.active_promotion_for_update(session, promotion.pool_id, promotion.adapter_id,
+                                                     promotion.alias)
     if current is not None:
         rules.transition(current, rules.SUPERSEDED)
         current.ended_at = _now()
@@ -154,10 +158,8 @@ def _point(session: Session, promotion: Promotion, generation: int) -> None:
 
 def _graduate_canary(session: Session, promotion: Promotion, generation: int, actor: str) -> None:
     """Promoting the canary's version to production ends the canary: it would split nothing."""
-    canary = session.scalar(select(Promotion).where(
-        Promotion.pool_id == promotion.pool_id, Promotion.adapter_id == promotion.adapter_id,
-        Promotion.alias == CANARY, Promotion.state == rules.ACTIVE,
-        Promotion.version_id == promotion.version_id).with_for_update())
+    canary = repository.active_promotion_for_update(session, promotion.pool_id, promotion.adapter_id,
+                                                    CANARY, version_id=promotion.version_id)
     if canary is not None:
         rules.transition(canary, rules.SUPERSEDED)
         canary.ended_at = _now()
@@ -173,16 +175,10 @@ def get(session: Session, principal: Principal, promotion_id: int) -> PromotionO
 def list_page(session: Session, principal: Principal, *, pool: str | None, state: str | None,
               tenant: str | None, limit: int, cursor: str | None):
     principal.require(READERS, tenant)
-    query = select(Promotion)
-    scope = tenant or principal.tenant
-    if scope is not None:
-        query = query.join(Adapter, Adapter.id == Promotion.adapter_id).join(
-            Tenant, Tenant.id == Adapter.tenant_id).where(Tenant.name == scope)
-    if pool is not None:
-        query = query.where(Promotion.pool_id == pool_by_name(session, pool).id)
-    if state is not None:
-        query = query.where(Promotion.state == state)
-    rows, next_cursor = fetch_page(session, query, Promotion.id, limit=limit, cursor=cursor)
+    pool_id = pool_by_name(session, pool).id if pool is not None else None
+    rows, next_cursor = repository.promotion_page(session, tenant=tenant or principal.tenant,
+                                                  pool_id=pool_id, state=state, limit=limit,
+                                                  cursor=cursor)
     return [to_out(session, row, principal) for row in rows], next_cursor
 
 
@@ -190,7 +186,7 @@ def list_aliases(session: Session, principal: Principal, pool_name: str) -> list
     principal.require(READERS)
     pool = pool_by_name(session, pool_name)
     out = []
-    for row in session.scalars(select(PoolAlias).where(PoolAlias.pool_id == pool.id).order_by(PoolAlias.id)):
+    for row in repository.aliases_in_order(session, pool.id):
         adapter = session.get(Adapter, row.adapter_id)
         tenant = session.get(Tenant, adapter.tenant_id).name
         if principal.tenant is not None and tenant != principal.tenant:
@@ -258,8 +254,7 @@ def _visible(session: Session, principal: Principal, promotion_id: int) -> Promo
 
 
 def _locked(session: Session, promotion_id: int) -> Promotion:
-    return session.scalar(select(Promotion).where(Promotion.id == promotion_id)
-                          .with_for_update().execution_options(populate_existing=True))
+    return repository.promotion_for_update(session, promotion_id)
 
 
 def _tenant_of(session: Session, promotion: Promotion) -> str:

@@ -10,6 +10,7 @@ from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
 from registry.evaluations import rules as evaluation_rules
+from registry.requalification.rules import SUSPEND
 from registry.tables import (
     Adapter, AdapterVersion, EvalSuite, Evaluation, Pool, PoolAlias, PoolRetirement,
     Requalification, Tenant,
@@ -26,6 +27,16 @@ def lock_pool(session: Session, pool: Pool) -> None:
     every other writer of the row and the active set's readers, which lock it for share."""
     session.execute(select(Pool.id).where(Pool.id == pool.id).with_for_update(key_share=True))
     session.refresh(pool)
+
+
+def pools_on_base(session: Session, base_model_id: int) -> list[Pool]:
+    return list(session.scalars(select(Pool).where(Pool.base_model_id == base_model_id)))
+
+
+def suspended_version_ids(session: Session, pool_id: int) -> set[int]:
+    """Versions the pool's active set must leave out: marked, under the `suspend` policy."""
+    policy = session.scalar(select(Pool.requalify_policy).where(Pool.id == pool_id))
+    return open_version_ids(session, pool_id) if policy == SUSPEND else set()
 
 
 def active_version_ids(session: Session, pool_id: int) -> set[int]:

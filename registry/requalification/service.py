@@ -7,15 +7,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry import audit
-from registry.active_set import changes
+from registry.active_set.change import new_generation
+from registry.active_set.snapshot import pool_by_name
 from registry.auth.principal import Principal
 from registry.clock import aware
 from registry.evaluations import rules as evaluation_rules
 from registry.requalification import marking, repository, settling
+from registry.requalification.repository import suspended_version_ids
 from registry.requalification.fingerprints import config_digest, engine_record
 from registry.requalification.reasons import public_change, reason_text
 from registry.requalification.rules import BASE_CONFIG, ENGINE, SUSPEND
@@ -37,7 +38,7 @@ def observe_report(session: Session, pool: Pool, node_id: str, engine: dict[str,
 
 def observe_base_model(session: Session, base_model_id: int) -> None:
     """Call after a base's config changed: every pool on it qualifies its versions again."""
-    for pool in session.scalars(select(Pool).where(Pool.base_model_id == base_model_id)).all():
+    for pool in repository.pools_on_base(session, base_model_id):
         _observe(session, pool, engine=None, engine_actor=SETTLE_ACTOR)
 
 
@@ -49,12 +50,6 @@ def after_evaluation(session: Session, version_id: int) -> None:
         _observe(session, session.get(Pool, pool_id), engine=None, engine_actor=SETTLE_ACTOR)
 
 
-def suspended_version_ids(session: Session, pool_id: int) -> set[int]:
-    """Versions the pool's active set must leave out: marked, under the `suspend` policy."""
-    policy = session.scalar(select(Pool.requalify_policy).where(Pool.id == pool_id))
-    return repository.open_version_ids(session, pool_id) if policy == SUSPEND else set()
-
-
 def _observe(session: Session, pool: Pool, *, engine: dict[str, Any] | None,
              engine_actor: str) -> None:
     suspended = suspended_version_ids(session, pool.id) if pool.requalify_policy == SUSPEND else set()
@@ -64,7 +59,7 @@ def _observe(session: Session, pool: Pool, *, engine: dict[str, Any] | None,
     # After marking, so that a pool without required suites clears at once.
     changed = settling.settle(session, pool, config_sha256=config, actor=SETTLE_ACTOR) or changed
     if changed and suspended_version_ids(session, pool.id) != suspended:
-        changes.begin_change(session, pool.id)  # the active set lost or regained versions
+        new_generation(session, pool.id)  # the active set lost or regained versions
 
 
 def _engine_changed(session: Session, pool: Pool, engine: dict[str, Any], actor: str) -> bool:
@@ -124,9 +119,6 @@ def _is_new_config(session: Session, pool: Pool, config: str) -> bool:
 
 def listing(session: Session, principal: Principal, pool_name: str) -> RequalificationsOut:
     """The pool's open marks; a tenant's people see their own tenant's versions only."""
-    # Imported here: the active-set snapshot imports this module to leave suspended versions out.
-    from registry.active_set.snapshot import pool_by_name
-
     principal.require_pool_viewer(pool_name)
     pool = pool_by_name(session, pool_name)
     internals = principal.tenant is None

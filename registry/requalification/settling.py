@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from registry import audit
-from registry.active_set import changes
+from registry.active_set.repository import live_nodes
 from registry.clock import aware
 from registry.evaluations import rules as evaluation_rules
 from registry.requalification import repository, rules
@@ -69,7 +69,7 @@ def complete_round(session: Session, pool: Pool, *, cause: str, target_sha256: s
     if cause == rules.ENGINE:
         # Engines that live nodes still run stay qualified (a rolling upgrade, a canary node), so
         # a mixed fleet does not send the pool back and forth between them.
-        running = {engine_fingerprint(node.engine) for node in changes.live_nodes(session, pool.id)
+        running = {engine_fingerprint(node.engine) for node in live_nodes(session, pool.id)
                    if node.engine}
         before = list(pool.qualified_engines or [])
         kept = [e for e in before if e["sha256"] in running and e["sha256"] != target_sha256]

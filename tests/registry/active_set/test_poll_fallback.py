@@ -11,7 +11,7 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.active_set import changes
+from registry.active_set.change import new_generation
 from registry.db import make_engine
 from registry.tables import Pool
 from tests.support import services
@@ -58,7 +58,7 @@ def bump_generation(data_dir) -> float:
     with Session(engine) as session, session.begin():
             # A bare generation bump from this process: it reaches the registry neither through
             # its own commit hook nor through NOTIFY, which SQLite does not have.
-            changes.begin_change(session, session.scalar(select(Pool.id).where(Pool.name == "edge")))
+            new_generation(session, session.scalar(select(Pool.id).where(Pool.name == "edge")))
     committed = time.monotonic()
     engine.dispose()
     return committed

@@ -284,7 +284,7 @@ def test_database_edits_without_the_signing_key_are_refused_with_the_reason_in_t
     generation each time so that nodes fetch the edited set. The node loads the version in
     neither case, says why, and leaves the rest as it was."""
     from loraplane.tiny_model import build_adapter
-    from registry.active_set.changes import begin_change
+    from registry.active_set.change import new_generation
     from registry.tables import Pool
     from tests.conftest import KIT_BASE
 
@@ -300,7 +300,7 @@ def test_database_edits_without_the_signing_key_are_refused_with_the_reason_in_t
         removed_rows = [{c.name: getattr(row, c.name) for c in Attestation.__table__.columns} for row in removed]
         for row in removed:
             session.delete(row)
-        begin_change(session, pool_id)
+        new_generation(session, pool_id)
 
     def reason() -> str | None:
         return next((f["reason"] for f in rollout_node(admin, "node-1").get("failures", [])
@@ -313,7 +313,7 @@ def test_database_edits_without_the_signing_key_are_refused_with_the_reason_in_t
         with Session(engine) as session, session.begin():
             session.execute(insert(Attestation), removed_rows)
             session.get(AdapterVersion, version_id).digest = other
-            begin_change(session, pool_id)
+            new_generation(session, pool_id)
 
         assert wait_for(lambda: (r := reason()) and "digest" in r and r, what="the second refusal") == (
             f"refused, not proven: the attestation approves digest {edited['digest'][:12]}…, "
@@ -327,4 +327,4 @@ def test_database_edits_without_the_signing_key_are_refused_with_the_reason_in_t
             session.get(AdapterVersion, version_id).digest = edited["digest"]
             if not session.scalar(select(Attestation.id).where(Attestation.version_id == version_id)):
                 session.execute(insert(Attestation), removed_rows)
-            begin_change(session, pool_id)
+            new_generation(session, pool_id)

@@ -1,0 +1,110 @@
+"""Queries behind each pool's active set: its generation, aliases and retirements, what its
+nodes report, and the served names of its versions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import delete, select, text, update
+from sqlalchemy.orm import Session
+
+from registry.settings import get_settings
+from registry.tables import (
+    Adapter, AdapterVersion, NodeStatus, Pool, PoolAlias, PoolRetirement, Tenant,
+)
+
+
+def pool_named(session: Session, name: str, *, lock_for_share: bool = False) -> Pool | None:
+    query = select(Pool).where(Pool.name == name)
+    if lock_for_share:
+        query = query.with_for_update(read=True)
+    return session.scalar(query)
+
+
+def lock_pool(session: Session, pool_id: int) -> None:
+    """FOR UPDATE, the lock a generation bump takes: nothing else changes the set meanwhile."""
+    session.execute(select(Pool.id).where(Pool.id == pool_id).with_for_update())
+
+
+def bump_generation(session: Session, pool_id: int) -> tuple[int, str]:
+    """(new generation, pool name). Locks the pool row until commit."""
+    row = session.execute(
+        update(Pool).where(Pool.id == pool_id).values(generation=Pool.generation + 1)
+        .returning(Pool.generation, Pool.name)).one()
+    return row.generation, row.name
+
+
+def notify(session: Session, channel: str, payload: str) -> None:
+    """Postgres NOTIFY, sent by the database when (and only if) the transaction commits."""
+    session.execute(text("SELECT pg_notify(:channel, :payload)"),
+                    {"channel": channel, "payload": payload})
+
+
+def all_generations(session: Session) -> list[tuple[str, int]]:
+    return [(name, generation) for name, generation in session.execute(
+        select(Pool.name, Pool.generation))]
+
+
+def alias_row(session: Session, pool_id: int, adapter_id: int, alias: str) -> PoolAlias | None:
+    return session.scalar(select(PoolAlias).where(
+        PoolAlias.pool_id == pool_id, PoolAlias.adapter_id == adapter_id, PoolAlias.alias == alias))
+
+
+def aliases_of_pool(session: Session, pool_id: int) -> list[PoolAlias]:
+    return list(session.scalars(select(PoolAlias).where(PoolAlias.pool_id == pool_id)))
+
+
+def is_aliased(session: Session, pool_id: int, version_id: int) -> bool:
+    return session.scalar(select(PoolAlias.id).where(
+        PoolAlias.pool_id == pool_id, PoolAlias.version_id == version_id).limit(1)) is not None
+
+
+def aliased_version_ids(session: Session, pool_id: int) -> set[int]:
+    return set(session.scalars(select(PoolAlias.version_id).where(PoolAlias.pool_id == pool_id)))
+
+
+def retiring_version_ids(session: Session, pool_id: int) -> set[int]:
+    return set(session.scalars(select(PoolRetirement.version_id)
+                               .where(PoolRetirement.pool_id == pool_id)))
+
+
+def retirements(session: Session, pool_id: int) -> list[PoolRetirement]:
+    """Read afresh: another transaction may have dropped some since this session last looked."""
+    return list(session.scalars(select(PoolRetirement).where(PoolRetirement.pool_id == pool_id)
+                                .execution_options(populate_existing=True)))
+
+
+def unretire(session: Session, pool_id: int, version_id: int) -> None:
+    session.execute(delete(PoolRetirement).where(PoolRetirement.pool_id == pool_id,
+                                                 PoolRetirement.version_id == version_id))
+
+
+def delete_retirements(session: Session, retirement_ids: list[int]) -> None:
+    session.execute(delete(PoolRetirement).where(PoolRetirement.id.in_(retirement_ids)))
+
+
+def served_names(session: Session, version_ids: set[int]) -> dict[str, str]:
+    """served name (tenant/adapter@number) -> digest of each version."""
+    rows = session.execute(
+        select(Tenant.name, Adapter.name, AdapterVersion.number, AdapterVersion.digest)
+        .join(Adapter, Adapter.id == AdapterVersion.adapter_id).join(Tenant, Tenant.id == Adapter.tenant_id)
+        .where(AdapterVersion.id.in_(list(version_ids)))).all()
+    return {f"{tenant}/{name}@{number}": digest for tenant, name, number, digest in rows}
+
+
+def live_nodes(session: Session, pool_id: int) -> list[NodeStatus]:
+    """The pool's nodes that reported within `node_stale_after_s`."""
+    since = datetime.now(UTC) - timedelta(seconds=get_settings().node_stale_after_s)
+    return list(session.scalars(select(NodeStatus).where(NodeStatus.pool_id == pool_id,
+                                                         NodeStatus.reported_at >= since)))
+
+
+def node_statuses(session: Session, pool_id: int) -> list[NodeStatus]:
+    """Every node that ever reported to the pool, live or not, by node id."""
+    return list(session.scalars(select(NodeStatus).where(NodeStatus.pool_id == pool_id)
+                                .order_by(NodeStatus.node_id)))
+
+
+def node_status(session: Session, pool_id: int, node_id: str) -> NodeStatus | None:
+    return session.scalar(select(NodeStatus).where(NodeStatus.pool_id == pool_id,
+                                                   NodeStatus.node_id == node_id))

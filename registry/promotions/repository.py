@@ -1,0 +1,64 @@
+"""Queries behind promotions and their gates."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from registry.pagination import fetch_page
+from registry.promotions.rules import ACTIVE
+from registry.tables import Adapter, EvalSuite, Evaluation, PoolAlias, Promotion, Tenant
+
+
+def promotion_for_update(session: Session, promotion_id: int) -> Promotion | None:
+    """Locked, and read afresh: another decision may have committed since this session read it."""
+    return session.scalar(select(Promotion).where(Promotion.id == promotion_id)
+                          .with_for_update().execution_options(populate_existing=True))
+
+
+def active_promotion_for_update(session: Session, pool_id: int, adapter_id: int, alias: str,
+                                *, version_id: int | None = None) -> Promotion | None:
+    """The promotion the alias points at now (with `version_id`: only if it is that version's)."""
+    query = select(Promotion).where(
+        Promotion.pool_id == pool_id, Promotion.adapter_id == adapter_id,
+        Promotion.alias == alias, Promotion.state == ACTIVE)
+    if version_id is not None:
+        query = query.where(Promotion.version_id == version_id)
+    return session.scalar(query.with_for_update())
+
+
+def promotion_page(session: Session, *, tenant: str | None, pool_id: int | None, state: str | None,
+                   limit: int, cursor: str | None) -> tuple[list[Promotion], str | None]:
+    query = select(Promotion)
+    if tenant is not None:
+        query = query.join(Adapter, Adapter.id == Promotion.adapter_id).join(
+            Tenant, Tenant.id == Adapter.tenant_id).where(Tenant.name == tenant)
+    if pool_id is not None:
+        query = query.where(Promotion.pool_id == pool_id)
+    if state is not None:
+        query = query.where(Promotion.state == state)
+    return fetch_page(session, query, Promotion.id, limit=limit, cursor=cursor)
+
+
+def aliases_in_order(session: Session, pool_id: int) -> list[PoolAlias]:
+    return list(session.scalars(select(PoolAlias).where(PoolAlias.pool_id == pool_id)
+                                .order_by(PoolAlias.id)))
+
+
+def aliased_version_id(session: Session, pool_id: int, adapter_id: int, alias: str) -> int | None:
+    return session.scalar(select(PoolAlias.version_id).where(
+        PoolAlias.pool_id == pool_id, PoolAlias.adapter_id == adapter_id, PoolAlias.alias == alias))
+
+
+def alias_targets(session: Session, pool_id: int) -> list[tuple[int, str, int]]:
+    """(adapter id, alias, version id) of every alias in the pool."""
+    return [tuple(row) for row in session.execute(
+        select(PoolAlias.adapter_id, PoolAlias.alias, PoolAlias.version_id)
+        .where(PoolAlias.pool_id == pool_id)).all()]
+
+
+def evaluations_by_suite(session: Session, version_id: int) -> list[tuple[str, Evaluation]]:
+    """(suite name, evaluation) of the version, oldest first."""
+    return [tuple(row) for row in session.execute(
+        select(EvalSuite.name, Evaluation).join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
+        .where(Evaluation.version_id == version_id).order_by(Evaluation.id)).all()]
