@@ -102,7 +102,7 @@ class GenerationWatch:
             await asyncio.sleep(every_s)
 
     async def _listen(self, url) -> None:
-        import psycopg
+        import psycopg  # here, not at the top: only a Postgres-backed registry needs it
 
         dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
         delay = 0.5
