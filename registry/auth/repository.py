@@ -1,4 +1,4 @@
-"""The queries of tenants, identities and their API tokens."""
+"""The queries of tenants, identities, their API tokens and the dashboard sessions signed in with them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session, aliased
 
 from registry.auth.principal import Role
 from registry.pagination import fetch_page
-from registry.tables import ApiToken, Tenant
+from registry.tables import ApiToken, DashboardSession, Tenant
 
 
 def find_tenant(session: Session, name: str) -> Tenant | None:
@@ -61,3 +61,12 @@ def global_admin_identities(session: Session, identity_ids: set[int]) -> set[int
     return set(session.scalars(select(ApiToken.identity_id).where(
         ApiToken.identity_id.in_(identity_ids), ApiToken.role == Role.ADMIN.value,
         ApiToken.tenant_id.is_(None))))
+
+
+def dashboard_session(session: Session, secret_hash: str) -> DashboardSession | None:
+    return session.scalar(select(DashboardSession).where(DashboardSession.secret_hash == secret_hash))
+
+
+def lock_dashboard_session(session: Session, secret_hash: str) -> DashboardSession | None:
+    return session.scalar(select(DashboardSession).where(
+        DashboardSession.secret_hash == secret_hash).with_for_update())
