@@ -34,8 +34,8 @@ def newest_of(session: Session, pool_id: int, version_id: int) -> Attestation | 
 
 
 def is_attested(session: Session, pool_id: int, version_id: int) -> bool:
-    return bool(session.scalar(select(Attestation.id).where(Attestation.pool_id == pool_id,
-                                                            Attestation.version_id == version_id).limit(1)))
+    return bool(session.scalar(select(Attestation.id).where(
+        Attestation.pool_id == pool_id, Attestation.version_id == version_id).limit(1)))
 
 
 def newest_activated_promotion(session: Session, pool_id: int, version_id: int) -> Promotion | None:
@@ -48,7 +48,8 @@ def activation_event_hash(session: Session, subject: str, promotion_id: int) -> 
     """The hash of the newest audit event that activated this promotion on `subject`."""
     return session.scalar(select(AuditEvent.hash).where(
         AuditEvent.action == "promotion.activated", AuditEvent.subject == subject,
-        AuditEvent.after["id"].as_integer() == promotion_id).order_by(AuditEvent.id.desc()).limit(1))
+        AuditEvent.after["id"].as_integer() == promotion_id)
+        .order_by(AuditEvent.id.desc()).limit(1))
 
 
 def active_pairs(session: Session) -> list[tuple[int, int]]:

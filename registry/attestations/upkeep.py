@@ -77,7 +77,8 @@ def backfill(session: Session, principal: Principal) -> int:
             continue
         pool = session.get(Pool, pool_id)
         served = evidence.served_name(session, session.get(AdapterVersion, version_id))
-        audit_hash = repository.activation_event_hash(session, f"pool/{pool.name}/{served}", promotion.id)
+        audit_hash = repository.activation_event_hash(session, f"pool/{pool.name}/{served}",
+                                                      promotion.id)
         issuing.issue(session, promotion, issuing.BACKFILL, audit_hash)
         attested.append(f"{pool.name}/{served}")
         changed.add(pool_id)

@@ -1,4 +1,5 @@
-"""The queries of tenants, identities, their API tokens and the dashboard sessions signed in with them."""
+"""The queries of tenants, identities, their API tokens and the dashboard sessions signed in with
+them."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def global_admin_exists(session: Session) -> bool:
 
 
 def page_of_tokens(session: Session, *, tenant: str | None, identity_id: int | None,
-                   include_revoked: bool, limit: int, cursor: str | None) -> tuple[list[ApiToken], str | None]:
+                   include_revoked: bool, limit: int,
+                   cursor: str | None) -> tuple[list[ApiToken], str | None]:
     """Tokens of one tenant, or of one identity, or all of them when both are None."""
     query = select(ApiToken)
     if tenant is not None:
@@ -64,7 +66,8 @@ def global_admin_identities(session: Session, identity_ids: set[int]) -> set[int
 
 
 def dashboard_session(session: Session, secret_hash: str) -> DashboardSession | None:
-    return session.scalar(select(DashboardSession).where(DashboardSession.secret_hash == secret_hash))
+    return session.scalar(select(DashboardSession).where(
+        DashboardSession.secret_hash == secret_hash))
 
 
 def lock_dashboard_session(session: Session, secret_hash: str) -> DashboardSession | None:

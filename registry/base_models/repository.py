@@ -28,5 +28,6 @@ def name_taken(session: Session, names: list[str]) -> str | None:
     return None
 
 
-def page_of_base_models(session: Session, *, limit: int, cursor: str | None) -> tuple[list[BaseModel], str | None]:
+def page_of_base_models(session: Session, *, limit: int,
+                        cursor: str | None) -> tuple[list[BaseModel], str | None]:
     return fetch_page(session, select(BaseModel), BaseModel.id, limit=limit, cursor=cursor)

@@ -17,5 +17,6 @@ def find_suite(session: Session, name: str) -> EvalSuite | None:
     return session.scalar(select(EvalSuite).where(EvalSuite.name == name))
 
 
-def page_of_suites(session: Session, *, limit: int, cursor: str | None) -> tuple[list[EvalSuite], str | None]:
+def page_of_suites(session: Session, *, limit: int,
+                   cursor: str | None) -> tuple[list[EvalSuite], str | None]:
     return fetch_page(session, select(EvalSuite), EvalSuite.id, limit=limit, cursor=cursor)

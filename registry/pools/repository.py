@@ -22,7 +22,8 @@ def lock_pool(session: Session, name: str) -> Pool | None:
     return session.scalar(select(Pool).where(Pool.name == name).with_for_update())
 
 
-def page_of_pools(session: Session, *, limit: int, cursor: str | None) -> tuple[list[Pool], str | None]:
+def page_of_pools(session: Session, *, limit: int,
+                  cursor: str | None) -> tuple[list[Pool], str | None]:
     return fetch_page(session, select(Pool), Pool.id, limit=limit, cursor=cursor)
 
 

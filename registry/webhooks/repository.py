@@ -27,8 +27,9 @@ def listening_to(session: Session, tenant_id: int | None) -> list[Webhook]:
 
 def recent_deliveries(session: Session, webhook_id: int, *, limit: int) -> list[WebhookDelivery]:
     """The webhook's newest deliveries first."""
-    return list(session.scalars(select(WebhookDelivery).where(WebhookDelivery.webhook_id == webhook_id)
-                                .order_by(WebhookDelivery.id.desc()).limit(limit)))
+    return list(session.scalars(
+        select(WebhookDelivery).where(WebhookDelivery.webhook_id == webhook_id)
+        .order_by(WebhookDelivery.id.desc()).limit(limit)))
 
 
 def overdue_delivery_ids(session: Session, pending: str, *, cutoff: datetime) -> list[int]:
