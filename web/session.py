@@ -20,9 +20,8 @@ from datetime import UTC, datetime, timedelta
 from fastapi import Request
 from fastapi.responses import Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
-from sqlalchemy import select
 
-from registry.auth import tokens
+from registry.auth import repository, tokens
 from registry.auth.principal import Principal, Role
 from registry.clock import aware
 from registry.db import transaction
@@ -85,7 +84,7 @@ def visit_of(request: Request) -> Visit:
     secret = _unsigned(request, SESSION_COOKIE, "session", SESSION_MAX_AGE_S)
     if secret:
         with transaction() as session:
-            row = session.scalar(select(DashboardSession).where(DashboardSession.secret_hash == _hash(secret)))
+            row = repository.dashboard_session(session, _hash(secret))
             if row is not None and row.ended_at is None and aware(row.expires_at) > datetime.now(UTC):
                 try:
                     return Visit(tokens.principal_by_id(session, row.token_id), secret)
@@ -137,8 +136,7 @@ def end_session(visit: Visit, response: Response) -> None:
     """Sign out: the session row ends, so the cookie is worthless even if it was copied."""
     if visit.principal is not None:
         with transaction() as session:
-            row = session.scalar(select(DashboardSession).where(
-                DashboardSession.secret_hash == _hash(visit.nonce)).with_for_update())
+            row = repository.lock_dashboard_session(session, _hash(visit.nonce))
             if row is not None and row.ended_at is None:
                 row.ended_at = datetime.now(UTC)
     response.delete_cookie(SESSION_COOKIE, path="/ui")

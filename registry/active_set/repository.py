@@ -40,6 +40,11 @@ def notify(session: Session, channel: str, payload: str) -> None:
                     {"channel": channel, "payload": payload})
 
 
+async def listen(connection, channel: str) -> None:
+    """Subscribe a raw (autocommit) psycopg connection to `channel`'s notifications."""
+    await connection.execute(f"LISTEN {channel}")
+
+
 def all_generations(session: Session) -> list[tuple[str, int]]:
     return [(name, generation) for name, generation in session.execute(
         select(Pool.name, Pool.generation))]

@@ -109,7 +109,7 @@ class GenerationWatch:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
+                    await repository.listen(conn, CHANNEL)
                     delay = 0.5
                     self.on_message({"kind": "token_revoked"})  # any revocation we may have missed
                     for name, generation in await asyncio.to_thread(_all_generations):

@@ -5,7 +5,8 @@ from sqlalchemy.dialects.postgresql import insert as postgres_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from registry.tables import Adapter, AdapterVersion, Tenant
+from registry.pagination import fetch_page
+from registry.tables import Adapter, AdapterVersion, BaseModel, Tenant
 
 
 def tenant_by_name(session: Session, name: str) -> Tenant | None:
@@ -45,3 +46,22 @@ def version_by_number(session: Session, adapter_id: int, number: int) -> Adapter
 def latest_version_number(session: Session, adapter_id: int) -> int | None:
     query = select(func.max(AdapterVersion.number)).where(AdapterVersion.adapter_id == adapter_id)
     return session.scalar(query)
+
+
+def page_of_adapters(session: Session, *, tenant: str | None, base_model: str | None,
+                     limit: int, cursor: str | None) -> tuple[list[Adapter], str | None]:
+    query = select(Adapter)
+    if tenant is not None:
+        query = query.join(Tenant, Tenant.id == Adapter.tenant_id).where(Tenant.name == tenant)
+    if base_model is not None:
+        query = query.join(BaseModel, BaseModel.id == Adapter.base_model_id).where(
+            BaseModel.name == base_model)
+    return fetch_page(session, query, Adapter.id, limit=limit, cursor=cursor)
+
+
+def page_of_versions(session: Session, adapter_id: int, *, state: str | None,
+                     limit: int, cursor: str | None) -> tuple[list[AdapterVersion], str | None]:
+    query = select(AdapterVersion).where(AdapterVersion.adapter_id == adapter_id)
+    if state is not None:
+        query = query.where(AdapterVersion.state == state)
+    return fetch_page(session, query, AdapterVersion.id, limit=limit, cursor=cursor)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from loraplane.digests import manifest_digest
@@ -20,7 +19,6 @@ from registry.adapters.validation import TargetBase
 from registry.auth.principal import Principal, Role
 from registry.errors import NotFound, Unprocessable
 from registry.names import check_name
-from registry.pagination import fetch_page
 from registry.settings import RegistrySettings
 from registry.signing_keys.service import UploadPolicy, upload_policy
 from registry.storage.base import ArtifactStore
@@ -128,13 +126,8 @@ def list_adapters(session: Session, principal: Principal, *, tenant: str | None,
                   base_model: str | None, limit: int, cursor: str | None):
     principal.require(READERS, tenant)
     tenant = tenant if principal.is_global_admin else principal.tenant
-    query = select(Adapter)
-    if tenant is not None:
-        query = query.join(Tenant, Tenant.id == Adapter.tenant_id).where(Tenant.name == tenant)
-    if base_model is not None:
-        query = query.join(BaseModel, BaseModel.id == Adapter.base_model_id).where(
-            BaseModel.name == base_model)
-    rows, next_cursor = fetch_page(session, query, Adapter.id, limit=limit, cursor=cursor)
+    rows, next_cursor = repository.page_of_adapters(
+        session, tenant=tenant, base_model=base_model, limit=limit, cursor=cursor)
     return [_adapter_out(session, row) for row in rows], next_cursor
 
 
@@ -147,10 +140,8 @@ def list_versions(session: Session, principal: Principal, tenant: str, name: str
                   state: str | None, limit: int, cursor: str | None):
     principal.require(READERS, tenant)
     adapter = find_adapter(session, tenant, name)
-    query = select(AdapterVersion).where(AdapterVersion.adapter_id == adapter.id)
-    if state is not None:
-        query = query.where(AdapterVersion.state == state)
-    rows, next_cursor = fetch_page(session, query, AdapterVersion.id, limit=limit, cursor=cursor)
+    rows, next_cursor = repository.page_of_versions(
+        session, adapter.id, state=state, limit=limit, cursor=cursor)
     return [version_out(session, row) for row in rows], next_cursor
 
 

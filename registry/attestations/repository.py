@@ -1,14 +1,15 @@
-"""Queries on attestations that the active set needs (kept apart from signing, which reads
-promotions and evaluations: the active set must not depend on those)."""
+"""The attestations' queries: those the active set needs, and those of the upkeep that re-signs
+and backfills. This module imports only the tables, so the active set can read attestations
+without depending on signing, which reads promotions and evaluations."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from registry.tables import Attestation
+from registry.tables import Attestation, AuditEvent, PoolAlias, PoolRetirement, Promotion
 
 
 def current(session: Session, pool_id: int, version_ids: list[int]) -> dict[int, dict[str, Any]]:
@@ -24,3 +25,40 @@ def current(session: Session, pool_id: int, version_ids: list[int]) -> dict[int,
 def of_version(session: Session, version_id: int) -> list[Attestation]:
     return list(session.scalars(select(Attestation).where(Attestation.version_id == version_id)
                                 .order_by(Attestation.id)))
+
+
+def newest_of(session: Session, pool_id: int, version_id: int) -> Attestation | None:
+    return session.scalar(select(Attestation).where(
+        Attestation.pool_id == pool_id, Attestation.version_id == version_id)
+        .order_by(Attestation.id.desc()).limit(1))
+
+
+def is_attested(session: Session, pool_id: int, version_id: int) -> bool:
+    return bool(session.scalar(select(Attestation.id).where(
+        Attestation.pool_id == pool_id, Attestation.version_id == version_id).limit(1)))
+
+
+def newest_activated_promotion(session: Session, pool_id: int, version_id: int) -> Promotion | None:
+    return session.scalar(select(Promotion).where(
+        Promotion.pool_id == pool_id, Promotion.version_id == version_id,
+        Promotion.activated_at.is_not(None)).order_by(Promotion.id.desc()).limit(1))
+
+
+def activation_event_hash(session: Session, subject: str, promotion_id: int) -> str | None:
+    """The hash of the newest audit event that activated this promotion on `subject`."""
+    return session.scalar(select(AuditEvent.hash).where(
+        AuditEvent.action == "promotion.activated", AuditEvent.subject == subject,
+        AuditEvent.after["id"].as_integer() == promotion_id)
+        .order_by(AuditEvent.id.desc()).limit(1))
+
+
+def active_pairs(session: Session) -> list[tuple[int, int]]:
+    """(pool id, version id) of every version a pool serves or is still retiring, sorted."""
+    aliased = select(PoolAlias.pool_id, PoolAlias.version_id)
+    retiring = select(PoolRetirement.pool_id, PoolRetirement.version_id)
+    return sorted(set(session.execute(aliased).all()) | set(session.execute(retiring).all()))
+
+
+def lock_upkeep(session: Session, key: int) -> None:
+    """PostgreSQL's advisory lock `key`, held until the transaction ends."""
+    session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})

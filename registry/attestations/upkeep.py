@@ -10,13 +10,12 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from loraplane import provenance
 from registry import audit
 from registry.active_set.change import new_generation
-from registry.attestations import evidence, issuing
+from registry.attestations import evidence, issuing, repository
 from registry.attestations.bundle import own_keys
 from registry.attestations.keyring import RotationUnsupported, get_keyring
 from registry.attestations.schemas import RotationOut
@@ -24,7 +23,7 @@ from registry.auth.principal import Principal
 from registry.db import transaction
 from registry.errors import Conflict, Unprocessable
 from registry.settings import get_settings
-from registry.tables import AdapterVersion, Attestation, AuditEvent, Pool, PoolAlias, PoolRetirement, Promotion
+from registry.tables import AdapterVersion, Pool
 
 log = logging.getLogger(__name__)
 # Any constant works; it keeps two registry processes from re-signing or backfilling at once.
@@ -44,10 +43,8 @@ def resign_active(session: Session) -> int:
     unchanged, only the signature is new. Returns how many were re-signed."""
     _lock(session)
     kid, ours, count, changed = get_keyring().signing_key_id(), own_keys(), 0, set()
-    for pool_id, version_id in _active(session):
-        latest = session.scalar(select(Attestation).where(
-            Attestation.pool_id == pool_id, Attestation.version_id == version_id)
-            .order_by(Attestation.id.desc()).limit(1))
+    for pool_id, version_id in repository.active_pairs(session):
+        latest = repository.newest_of(session, pool_id, version_id)
         if latest is None or latest.key_id == kid:
             continue
         try:
@@ -72,20 +69,16 @@ def backfill(session: Session, principal: Principal) -> int:
     _lock(session)
     attested: list[str] = []
     changed = set()
-    for pool_id, version_id in _active(session):
-        if session.scalar(select(Attestation.id).where(Attestation.pool_id == pool_id,
-                                                       Attestation.version_id == version_id).limit(1)):
+    for pool_id, version_id in repository.active_pairs(session):
+        if repository.is_attested(session, pool_id, version_id):
             continue
-        promotion = session.scalar(select(Promotion).where(
-            Promotion.pool_id == pool_id, Promotion.version_id == version_id,
-            Promotion.activated_at.is_not(None)).order_by(Promotion.id.desc()).limit(1))
+        promotion = repository.newest_activated_promotion(session, pool_id, version_id)
         if promotion is None:
             continue
         pool = session.get(Pool, pool_id)
         served = evidence.served_name(session, session.get(AdapterVersion, version_id))
-        audit_hash = session.scalar(select(AuditEvent.hash).where(
-            AuditEvent.action == "promotion.activated", AuditEvent.subject == f"pool/{pool.name}/{served}",
-            AuditEvent.after["id"].as_integer() == promotion.id).order_by(AuditEvent.id.desc()).limit(1))
+        audit_hash = repository.activation_event_hash(session, f"pool/{pool.name}/{served}",
+                                                      promotion.id)
         issuing.issue(session, promotion, issuing.BACKFILL, audit_hash)
         attested.append(f"{pool.name}/{served}")
         changed.add(pool_id)
@@ -129,12 +122,6 @@ def rotate(session: Session, principal: Principal, overlap_s: int | None) -> Rot
     return out
 
 
-def _active(session: Session) -> list[tuple[int, int]]:
-    aliased = select(PoolAlias.pool_id, PoolAlias.version_id)
-    retiring = select(PoolRetirement.pool_id, PoolRetirement.version_id)
-    return sorted(set(session.execute(aliased).all()) | set(session.execute(retiring).all()))
-
-
 def _lock(session: Session) -> None:
     if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": UPKEEP_LOCK})
+        repository.lock_upkeep(session, UPKEEP_LOCK)

@@ -6,13 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from registry.audit import repository
 from registry.audit.schemas import AuditEventOut
 from registry.auth.principal import Principal, Role
-from registry.pagination import fetch_page
-from registry.tables import AuditEvent, Tenant
 
 
 @dataclass(frozen=True)
@@ -29,19 +27,7 @@ def list_page(session: Session, principal: Principal, filters: AuditFilters, *, 
               cursor: str | None) -> tuple[list[AuditEventOut], str | None]:
     principal.require({Role.ADMIN}, filters.tenant)
     scope = principal.tenant or filters.tenant
-    query = select(AuditEvent)
-    if scope is not None:
-        tenant_id = select(Tenant.id).where(Tenant.name == scope).scalar_subquery()
-        query = query.where(AuditEvent.tenant_id == tenant_id)
-    if filters.action is not None:
-        query = query.where(AuditEvent.action == filters.action)
-    if filters.actor is not None:
-        query = query.where(AuditEvent.actor.contains(filters.actor, autoescape=True))
-    if filters.subject is not None:
-        query = query.where(AuditEvent.subject.startswith(filters.subject, autoescape=True))
-    if filters.since is not None:
-        query = query.where(AuditEvent.at >= filters.since)
-    if filters.until is not None:
-        query = query.where(AuditEvent.at < filters.until)
-    rows, next_cursor = fetch_page(session, query, AuditEvent.id, limit=limit, cursor=cursor)
+    rows, next_cursor = repository.page_of_events(
+        session, tenant=scope, action=filters.action, actor=filters.actor, subject=filters.subject,
+        since=filters.since, until=filters.until, limit=limit, cursor=cursor)
     return [AuditEventOut.model_validate(r, from_attributes=True) for r in rows], next_cursor

@@ -11,11 +11,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sqlalchemy import event, func, select, text
+from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 import registry.db  # noqa: F401  its before-commit callbacks may record events: they run first
-from registry.audit import anchor
+from registry.audit import anchor, repository
 from registry.audit.chain import GENESIS, HMAC_SHA256, as_json, event_hash
 from registry.keys import Purpose, key_for
 from registry.tables import AuditEvent
@@ -67,10 +67,9 @@ def _seal(session: Session) -> None:
     if not events and not callbacks:
         return
     if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CHAIN_LOCK})
+        repository.lock_chain(session, CHAIN_LOCK)
     # (SQLite: BEGIN IMMEDIATE already holds the database's single write lock.)
-    last = session.execute(select(AuditEvent.id, AuditEvent.hash)
-                           .order_by(AuditEvent.id.desc()).limit(1)).first()
+    last = repository.last_event(session)
     path = anchor.head_path(session.get_bind().engine.url)
     count = _count_through(session, path, last.id if last else 0)
     key = key_for(Purpose.AUDIT_CHAIN) if events else None
@@ -105,8 +104,7 @@ def _count_through(session: Session, path: Path, last_id: int) -> _Count:
     that head is still in the chain; a head that is not (the chain was rewritten, or restored
     from a backup) is left untouched for an operator to see, and the head stops moving."""
     def between(low: int) -> int:
-        return session.scalar(select(func.count()).select_from(AuditEvent)
-                              .where(AuditEvent.id > low, AuditEvent.id <= last_id))
+        return repository.count_between(session, low, last_id)
 
     try:
         on_file = anchor.read(path)
@@ -116,7 +114,7 @@ def _count_through(session: Session, path: Path, last_id: int) -> _Count:
         return _Count(between(0), anchored=False)
     if on_file is None:
         return _Count(between(0), anchored=True)
-    stored = session.scalar(select(AuditEvent.hash).where(AuditEvent.id == on_file.last_id))
+    stored = repository.hash_of(session, on_file.last_id)
     if stored != on_file.last_hash:
         log.error("the audit head at %s (event %s, written %s) is not in the chain: the chain was "
                   "rewritten or restored. The head is kept, and no longer updated; run "

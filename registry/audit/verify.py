@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.audit import anchor
+from registry.audit import anchor, repository
 from registry.audit.chain import GENESIS, HMAC_SHA256, SHA256, event_hash
 from registry.keys import Purpose, key_for
 from registry.tables import AuditEvent
@@ -57,8 +56,7 @@ def verify_chain(session: Session, *, head_file: Path | None = None,
     keys = {SHA256: None, HMAC_SHA256: key_for(Purpose.AUDIT_CHAIN)}
     expected_prev, last_id, keyed = GENESIS, 0, False
     while True:
-        rows = session.scalars(select(AuditEvent).where(AuditEvent.id > last_id)
-                               .order_by(AuditEvent.id).limit(BATCH)).all()
+        rows = repository.events_after(session, last_id, BATCH)
         if not rows:
             break
         for row in rows:

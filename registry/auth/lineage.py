@@ -6,25 +6,20 @@ anyone in any case)."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 
-from registry.auth.principal import Role
-from registry.tables import ApiToken, Identity
+from registry.auth import repository
+from registry.tables import Identity
 
 MAX_DEPTH = 64  # lineages are a few links long; the bound only guards against a cycle
 
 
 def issuers(session: Session, identity_id: int) -> set[int]:
     """Every identity that issued a token of `identity_id`, directly or through others."""
-    issuer_token = aliased(ApiToken)
     found: set[int] = set()
     frontier = {identity_id}
     for _ in range(MAX_DEPTH):
-        step = set(session.scalars(
-            select(issuer_token.identity_id)
-            .join_from(ApiToken, issuer_token, ApiToken.created_by_token_id == issuer_token.id)
-            .where(ApiToken.identity_id.in_(frontier)))) - found - {identity_id}
+        step = repository.issuers_of(session, frontier) - found - {identity_id}
         if not step:
             break
         found |= step
@@ -36,9 +31,7 @@ def global_admins(session: Session, identity_ids: set[int]) -> set[int]:
     """Those of `identity_ids` that hold a global admin token: the root of trust."""
     if not identity_ids:
         return set()
-    return set(session.scalars(select(ApiToken.identity_id).where(
-        ApiToken.identity_id.in_(identity_ids), ApiToken.role == Role.ADMIN.value,
-        ApiToken.tenant_id.is_(None))))
+    return repository.global_admin_identities(session, identity_ids)
 
 
 def describe(session: Session, identity_id: int) -> str:

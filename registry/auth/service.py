@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.auth import tokens
+from registry.auth import repository, tokens
 from registry.auth.principal import Principal, Role
 from registry.auth.schemas import TokenCreate, TokenCreated, TokenOut
 from registry.errors import Forbidden, NotFound
-from registry.pagination import fetch_page
 from registry.tables import ApiToken, Identity, Pool, Tenant
 
 
@@ -28,19 +26,21 @@ def issue(session: Session, principal: Principal, spec: TokenCreate) -> TokenCre
 def list_tokens(session: Session, principal: Principal, *, tenant: str | None,
                 include_revoked: bool, limit: int, cursor: str | None) -> tuple[list[TokenOut], str | None]:
     """A global admin sees every token; a tenant admin its tenant's; anyone else their own."""
-    query = select(ApiToken)
-    if principal.is_global_admin:
-        if tenant is not None:
-            query = query.join(Tenant, Tenant.id == ApiToken.tenant_id).where(Tenant.name == tenant)
-    elif principal.role is Role.ADMIN:
-        principal.require({Role.ADMIN}, tenant or principal.tenant)
-        query = query.join(Tenant, Tenant.id == ApiToken.tenant_id).where(Tenant.name == principal.tenant)
-    else:
-        query = query.where(ApiToken.identity_id == principal.identity_id)
-    if not include_revoked:
-        query = query.where(ApiToken.revoked_at.is_(None))
-    rows, next_cursor = fetch_page(session, query, ApiToken.id, limit=limit, cursor=cursor)
+    tenant, identity_id = _visible_to(principal, tenant)
+    rows, next_cursor = repository.page_of_tokens(
+        session, tenant=tenant, identity_id=identity_id, include_revoked=include_revoked,
+        limit=limit, cursor=cursor)
     return [to_out(session, row) for row in rows], next_cursor
+
+
+def _visible_to(principal: Principal, tenant: str | None) -> tuple[str | None, int | None]:
+    """(tenant, identity) whose tokens the caller may list; None on both sides means every token."""
+    if principal.is_global_admin:
+        return tenant, None
+    if principal.role is Role.ADMIN:
+        principal.require({Role.ADMIN}, tenant or principal.tenant)
+        return principal.tenant, None
+    return None, principal.identity_id
 
 
 def revoke(session: Session, principal: Principal, token_id: int, *, with_issued: bool = False) -> TokenOut:

@@ -8,16 +8,17 @@ import re
 import secrets
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.active_set.announcements import announce
+from registry.auth import repository
 from registry.auth.principal import POOL_ROLES, TIERS, Principal, Role
 from registry.auth.schemas import SUBJECT_PATTERN
 from registry.clock import aware
 from registry.errors import Forbidden, NotFound, Unauthorized, Unprocessable
 from registry.names import check_name
+from registry.pools import repository as pools
 from registry.settings import get_settings
 from registry.tables import ApiToken, Identity, Pool, Tenant
 
@@ -31,7 +32,7 @@ def hash_token(token: str) -> str:
 
 def ensure_tenant(session: Session, name: str) -> Tenant:
     check_name(name, "tenant")
-    tenant = session.scalar(select(Tenant).where(Tenant.name == name))
+    tenant = repository.find_tenant(session, name)
     if tenant is None:
         tenant = Tenant(name=name)
         session.add(tenant)
@@ -169,7 +170,7 @@ def _node_pool(session: Session, role: Role, tenant: str | None, pool: str | Non
         raise Unprocessable(f"a {role} token needs a pool and no tenant", code="invalid_token_scope",
                             hint=f"Pass --role {role} --pool POOL: a pool serves every tenant's "
                                  "adapters.")
-    row = session.scalar(select(Pool).where(Pool.name == pool))
+    row = pools.find_pool(session, pool)
     if row is None:
         raise NotFound(f"pool {pool!r} does not exist", code="pool_not_found",
                        hint="Create the pool first (loraplane pool create).")
@@ -183,7 +184,7 @@ def revoke_token(session: Session, token_id: int, *, actor: str, with_issued: bo
     if row is None:
         raise NotFound(f"token {token_id} does not exist", code="token_not_found")
     if with_issued:
-        for issued in session.scalars(select(ApiToken).where(ApiToken.created_by_token_id == row.id)):
+        for issued in repository.tokens_issued_by(session, row.id):
             revoke_token(session, issued.id, actor=actor, with_issued=True)
     if row.revoked_at is None:
         row.revoked_at = datetime.now(UTC)
@@ -196,10 +197,7 @@ def revoke_token(session: Session, token_id: int, *, actor: str, with_issued: bo
 
 
 def has_admin(session: Session) -> bool:
-    query = select(ApiToken.id).where(
-        ApiToken.role == Role.ADMIN.value, ApiToken.tenant_id.is_(None), ApiToken.revoked_at.is_(None)
-    )
-    return session.scalar(query.limit(1)) is not None
+    return repository.global_admin_exists(session)
 
 
 def authenticate(session: Session, plain: str | None) -> Principal:
@@ -207,7 +205,7 @@ def authenticate(session: Session, plain: str | None) -> Principal:
         raise Unauthorized(
             "missing bearer token", hint="Send 'Authorization: Bearer <token>' (loraplane token create)."
         )
-    return _principal(session, session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(plain))))
+    return _principal(session, repository.token_by_hash(session, hash_token(plain)))
 
 
 def principal_by_id(session: Session, token_id: int) -> Principal:

@@ -3,6 +3,7 @@ from __future__ import annotations
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from registry.pagination import fetch_page
 from registry.tables import BaseModel, BaseModelAlias
 
 
@@ -25,3 +26,8 @@ def name_taken(session: Session, names: list[str]) -> str | None:
         if by_name_or_alias(session, name) is not None:
             return name
     return None
+
+
+def page_of_base_models(session: Session, *, limit: int,
+                        cursor: str | None) -> tuple[list[BaseModel], str | None]:
+    return fetch_page(session, select(BaseModel), BaseModel.id, limit=limit, cursor=cursor)

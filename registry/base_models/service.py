@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry import audit
@@ -12,7 +11,6 @@ from registry.base_models import repository
 from registry.base_models.schemas import BaseModelCreate, BaseModelOut
 from registry.base_models.shapes import BaseShape, shape_from_config
 from registry.errors import Conflict, NotFound, Unprocessable
-from registry.pagination import fetch_page
 from registry.tables import BaseModel, BaseModelAlias
 
 
@@ -47,7 +45,7 @@ def get(session: Session, name: str) -> BaseModel:
 
 
 def list_page(session: Session, *, limit: int, cursor: str | None) -> tuple[list[BaseModelOut], str | None]:
-    rows, next_cursor = fetch_page(session, select(BaseModel), BaseModel.id, limit=limit, cursor=cursor)
+    rows, next_cursor = repository.page_of_base_models(session, limit=limit, cursor=cursor)
     return [to_out(session, row) for row in rows], next_cursor
 
 

@@ -7,16 +7,15 @@ import hashlib
 import json
 
 from pydantic import ValidationError
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.adapters.artifact import blob_key
 from registry.base_models import service as base_models
 from registry.errors import Conflict, NotFound, Unprocessable
+from registry.eval_suites import repository
 from registry.eval_suites.schemas import Example, Generation, SuiteCreate, SuiteMetrics, SuiteOut
 from registry.names import check_name
-from registry.pagination import fetch_page
 from registry.storage.base import ArtifactStore
 from registry.tables import BaseModel, EvalSuite
 
@@ -31,7 +30,7 @@ def dataset_bytes(examples: list[Example]) -> bytes:
 def create(session: Session, store: ArtifactStore, spec: SuiteCreate, *, actor: str) -> SuiteOut:
     check_name(spec.name, "eval suite")
     base = base_models.get(session, spec.base_model)
-    if session.scalar(select(EvalSuite.id).where(EvalSuite.name == spec.name)) is not None:
+    if repository.suite_exists(session, spec.name):
         raise Conflict(f"eval suite {spec.name!r} already exists", code="already_exists",
                        hint="Suites are immutable; create one under a new name.")
     data = dataset_bytes(spec.examples)
@@ -58,7 +57,7 @@ def get(session: Session, name: str) -> SuiteOut:
 
 
 def get_row(session: Session, name: str) -> EvalSuite:
-    row = session.scalar(select(EvalSuite).where(EvalSuite.name == name))
+    row = repository.find_suite(session, name)
     if row is None:
         raise NotFound(f"eval suite {name!r} does not exist", code="suite_not_found",
                        hint="List them with GET /v1/eval-suites.")
@@ -68,7 +67,7 @@ def get_row(session: Session, name: str) -> EvalSuite:
 def require_for_base(session: Session, names: list[str], base_id: int, base_name: str) -> None:
     """Every name is a suite for this base; pools and evaluations depend on it."""
     for name in names:
-        row = session.scalar(select(EvalSuite).where(EvalSuite.name == name))
+        row = repository.find_suite(session, name)
         if row is None:
             raise Unprocessable(f"unknown eval suite {name!r}", code="unknown_suite",
                                 hint="Create it first with POST /v1/eval-suites.")
@@ -79,7 +78,7 @@ def require_for_base(session: Session, names: list[str], base_id: int, base_name
 
 
 def list_page(session: Session, *, limit: int, cursor: str | None) -> tuple[list[SuiteOut], str | None]:
-    rows, next_cursor = fetch_page(session, select(EvalSuite), EvalSuite.id, limit=limit, cursor=cursor)
+    rows, next_cursor = repository.page_of_suites(session, limit=limit, cursor=cursor)
     return [to_out(row, session.get(BaseModel, row.base_model_id)) for row in rows], next_cursor
 
 

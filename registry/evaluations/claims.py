@@ -13,17 +13,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.adapters import service as adapters
-from registry.evaluations import rules
+from registry.evaluations import repository, rules
 from registry.evaluations.service import sync_version_state
 from registry.requalification import service as requalification
-from registry.tables import (
-    Adapter, AdapterVersion, BaseModel, EvalSuite, Evaluation, EvaluationExample,
-)
+from registry.tables import Adapter, AdapterVersion, EvalSuite, Evaluation, EvaluationExample
 
 
 @dataclass(frozen=True)
@@ -61,7 +58,7 @@ def _aware(moment: datetime | None) -> datetime | None:
 def claim_batch(session: Session, evaluation_id: int, *, max_versions: int, lease_s: float) -> ClaimOutcome:
     """Claim this evaluation and others waiting on the same base, up to max_versions versions."""
     now = utcnow()
-    row = session.scalar(select(Evaluation).where(Evaluation.id == evaluation_id).with_for_update())
+    row = repository.lock_evaluation(session, evaluation_id)
     if row is None or row.state in rules.FINISHED:
         return ClaimOutcome("finished")
     lease = _aware(row.lease_expires_at)
@@ -69,13 +66,8 @@ def claim_batch(session: Session, evaluation_id: int, *, max_versions: int, leas
         # Look again within half a lease: the holder renews it, so its remaining time says little.
         return ClaimOutcome("held", retry_after_s=min((lease - now).total_seconds() + 1, lease_s / 2))
     base_id = session.get(EvalSuite, row.suite_id).base_model_id
-    waiting = session.scalars(
-        select(Evaluation).join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
-        .where(EvalSuite.base_model_id == base_id, Evaluation.id != row.id,
-               or_(Evaluation.state == rules.QUEUED,
-                   (Evaluation.state == rules.RUNNING) & (Evaluation.lease_expires_at < now)))
-        .order_by(Evaluation.id).limit(max_versions * 8)
-        .with_for_update(skip_locked=True, of=Evaluation))
+    waiting = repository.lock_waiting_on_base(session, base_id, besides=row.id, now=now,
+                                              limit=max_versions * 8)
     batch, versions = [row], {row.version_id}
     for candidate in waiting:
         if candidate.version_id in versions or len(versions) < max_versions:
@@ -100,16 +92,9 @@ def _claimed(session: Session, row: Evaluation) -> ClaimedEvaluation:
                              attempts=row.attempts, last_reason=row.reason)
 
 
-def _held(session: Session, token: str, ids: list[int]) -> list[Evaluation]:
-    return list(session.scalars(
-        select(Evaluation).where(Evaluation.id.in_(ids), Evaluation.claim_token == token,
-                                 Evaluation.state == rules.RUNNING)
-        .order_by(Evaluation.id).with_for_update()))
-
-
 def renew(session: Session, token: str, ids: list[int], *, lease_s: float) -> int:
     """Extend the lease; returns how many evaluations this claim still holds."""
-    held = _held(session, token, ids)
+    held = repository.lock_held(session, token, ids)
     for evaluation in held:
         evaluation.lease_expires_at = utcnow() + timedelta(seconds=lease_s)
     return len(held)
@@ -117,7 +102,7 @@ def renew(session: Session, token: str, ids: list[int], *, lease_s: float) -> in
 
 def release(session: Session, token: str, ids: list[int], *, reason: str) -> int:
     """Give the evaluations back to the queue, e.g. while the engine is unavailable."""
-    held = _held(session, token, ids)
+    held = repository.lock_held(session, token, ids)
     for evaluation in held:
         rules.transition(evaluation, rules.QUEUED)
         evaluation.claim_token = None
@@ -127,7 +112,7 @@ def release(session: Session, token: str, ids: list[int], *, reason: str) -> int
 
 
 def attempts_of(session: Session, evaluation_id: int) -> int:
-    return session.scalar(select(Evaluation.attempts).where(Evaluation.id == evaluation_id)) or 0
+    return repository.attempts_of(session, evaluation_id) or 0
 
 
 @dataclass(frozen=True)
@@ -144,7 +129,7 @@ class Outcome:
 def record(session: Session, token: str, evaluation_id: int, outcome: Outcome) -> bool:
     """Write the outcome if this claim still holds the evaluation; False means another worker
     took it over (this one was too slow), and nothing was written."""
-    held = _held(session, token, [evaluation_id])
+    held = repository.lock_held(session, token, [evaluation_id])
     if not held:
         return False
     evaluation = held[0]
@@ -173,10 +158,4 @@ def record(session: Session, token: str, evaluation_id: int, outcome: Outcome) -
 
 def stale_ids(session: Session, *, base_model: str) -> list[int]:
     """Evaluations on this base nobody is working on: queued, or running under an expired lease."""
-    return list(session.scalars(
-        select(Evaluation.id).join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
-        .join(BaseModel, BaseModel.id == EvalSuite.base_model_id)
-        .where(BaseModel.name == base_model, or_(
-            Evaluation.state == rules.QUEUED,
-            (Evaluation.state == rules.RUNNING) & (Evaluation.lease_expires_at < utcnow())))
-        .order_by(Evaluation.id)))
+    return repository.stale_ids(session, base_model, now=utcnow())

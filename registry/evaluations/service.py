@@ -3,7 +3,6 @@ enqueues the returned ids after its transaction commits."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry import audit
@@ -11,10 +10,11 @@ from registry.adapters import service as adapters
 from registry.auth.principal import Principal, Role
 from registry.errors import NotFound, Unprocessable
 from registry.eval_suites import service as suites
-from registry.evaluations import rules
+from registry.evaluations import repository, rules
 from registry.evaluations.schemas import EvaluationOut, ExampleOut, MetricResult
-from registry.pagination import Page, fetch_page
-from registry.tables import Adapter, AdapterVersion, BaseModel, EvalSuite, Evaluation, EvaluationExample, Pool, Tenant
+from registry.pagination import Page
+from registry.pools import repository as pools
+from registry.tables import Adapter, AdapterVersion, BaseModel, EvalSuite, Evaluation, Tenant
 
 REQUESTERS = {Role.ADMIN, Role.UPLOADER, Role.REVIEWER}
 READERS = REQUESTERS
@@ -33,11 +33,7 @@ def request(session: Session, principal: Principal, tenant: str, name: str, numb
         raise Unprocessable(
             f"eval suite {suite_name!r} is for another base model than {tenant}/{name}",
             code="suite_base_mismatch", hint="Pick a suite for the adapter's base model.")
-    existing = session.scalar(
-        select(Evaluation).where(Evaluation.version_id == version.id,
-                                 Evaluation.suite_id == suite.id,
-                                 Evaluation.state != rules.FAILED)
-        .order_by(Evaluation.id.desc()).limit(1))
+    existing = repository.latest_unfailed(session, version.id, suite.id)
     if existing is not None:
         return to_out(session, existing), False
     row = create(session, version, suite, actor=principal.label)
@@ -50,8 +46,8 @@ def request_required(session: Session, tenant: str, name: str, number: int, *,
     (evaluation id, base model) pairs to enqueue."""
     version = adapters.find_version(session, tenant, name, number)
     adapter = session.get(Adapter, version.adapter_id)
-    pools = session.scalars(select(Pool).where(Pool.base_model_id == adapter.base_model_id))
-    names = sorted({suite for pool in pools for suite in pool.required_suites})
+    names = sorted({suite for pool in pools.pools_on_base(session, adapter.base_model_id)
+                    for suite in pool.required_suites})
     base = session.get(BaseModel, adapter.base_model_id).name
     return [(create(session, version, suites.get_row(session, suite), actor=actor).id, base)
             for suite in names]
@@ -74,7 +70,7 @@ def create(session: Session, version: AdapterVersion, suite: EvalSuite, *, actor
 
 def sync_version_state(session: Session, version: AdapterVersion) -> None:
     """A version is evaluating while any of its evaluations is unfinished, then evaluated."""
-    states = set(session.scalars(select(Evaluation.state).where(Evaluation.version_id == version.id)))
+    states = repository.states_of_version(session, version.id)
     if states:
         version.state = VERSION_EVALUATED if states <= rules.FINISHED else VERSION_EVALUATING
 
@@ -87,9 +83,8 @@ def get(session: Session, principal: Principal, evaluation_id: int, *, examples_
         # The same answer for another tenant's evaluation: ids reveal nothing.
         raise NotFound(f"evaluation {evaluation_id} does not exist", code="evaluation_not_found",
                        hint="List a version's evaluations under its adapter.")
-    examples, next_cursor = fetch_page(
-        session, select(EvaluationExample).where(EvaluationExample.evaluation_id == row.id),
-        EvaluationExample.id, limit=examples_limit, cursor=examples_cursor)
+    examples, next_cursor = repository.page_of_examples(
+        session, row.id, limit=examples_limit, cursor=examples_cursor)
     out = to_out(session, row)
     out.examples = Page(items=[ExampleOut.model_validate(e, from_attributes=True) for e in examples],
                         next_cursor=next_cursor)
@@ -100,8 +95,7 @@ def list_for_version(session: Session, principal: Principal, tenant: str, name: 
                      *, limit: int, cursor: str | None) -> tuple[list[EvaluationOut], str | None]:
     principal.require(READERS, tenant)
     version = adapters.find_version(session, tenant, name, number)
-    rows, next_cursor = fetch_page(session, select(Evaluation).where(Evaluation.version_id == version.id),
-                                   Evaluation.id, limit=limit, cursor=cursor)
+    rows, next_cursor = repository.page_of_version(session, version.id, limit=limit, cursor=cursor)
     return [to_out(session, row) for row in rows], next_cursor
 
 

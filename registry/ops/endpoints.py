@@ -5,11 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
 
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal
 from registry.db import transaction
+from registry.ops import repository
 from registry.storage import get_store
 
 router = APIRouter(tags=["operations"])
@@ -35,7 +35,7 @@ def metrics(principal: Principal = Depends(authenticated)):
 
 def _database() -> None:
     with transaction() as session:
-        session.execute(text("SELECT 1"))
+        repository.ping(session)
 
 
 def _check(probe) -> str:

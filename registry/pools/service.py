@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry import audit
@@ -11,7 +10,7 @@ from registry.base_models import service as base_models
 from registry.errors import Conflict, NotFound
 from registry.eval_suites import service as eval_suites
 from registry.names import check_name
-from registry.pagination import fetch_page
+from registry.pools import repository
 from registry.pools.schemas import PoolCreate, PoolOut, PoolUpdate
 from registry.requalification import service as requalification
 from registry.requalification.fingerprints import config_digest
@@ -22,7 +21,7 @@ def create(session: Session, spec: PoolCreate, *, actor: str) -> PoolOut:
     check_name(spec.name, "pool")
     base = base_models.get(session, spec.base_model)
     eval_suites.require_for_base(session, spec.required_suites, base.id, base.name)
-    if session.scalar(select(Pool.id).where(Pool.name == spec.name)) is not None:
+    if repository.pool_exists(session, spec.name):
         raise Conflict(f"pool {spec.name!r} already exists", code="already_exists",
                        hint="Pick another name.")
     row = Pool(
@@ -70,8 +69,7 @@ def get(session: Session, name: str) -> PoolOut:
 
 
 def _row(session: Session, name: str, *, lock: bool = False) -> Pool:
-    query = select(Pool).where(Pool.name == name)
-    row = session.scalar(query.with_for_update() if lock else query)
+    row = repository.lock_pool(session, name) if lock else repository.find_pool(session, name)
     if row is None:
         raise NotFound(f"pool {name!r} does not exist", code="pool_not_found",
                        hint="List them with GET /v1/pools.")
@@ -79,7 +77,7 @@ def _row(session: Session, name: str, *, lock: bool = False) -> Pool:
 
 
 def list_page(session: Session, *, limit: int, cursor: str | None) -> tuple[list[PoolOut], str | None]:
-    rows, next_cursor = fetch_page(session, select(Pool), Pool.id, limit=limit, cursor=cursor)
+    rows, next_cursor = repository.page_of_pools(session, limit=limit, cursor=cursor)
     return [to_out(row, session.get(BaseModel, row.base_model_id)) for row in rows], next_cursor
 
 

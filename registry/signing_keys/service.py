@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry import audit
+from registry.auth import repository as tenants
 from registry.auth.principal import Principal, Role
 from registry.errors import Conflict, NotFound, Unprocessable
 from registry.names import check_name
@@ -120,8 +120,7 @@ def _tenant_for(session: Session, principal: Principal, tenant: str, *, lock: bo
     """The tenant, once the caller is known to be its admin (before anything says it exists).
     Changes lock its row, so concurrent ones see each other's keys."""
     principal.require({Role.ADMIN}, check_name(tenant, "tenant"))
-    query = select(Tenant).where(Tenant.name == tenant)
-    row = session.scalar(query.with_for_update() if lock else query)
+    row = tenants.lock_tenant(session, tenant) if lock else tenants.find_tenant(session, tenant)
     if row is None:
         raise NotFound(f"tenant {tenant!r} does not exist", code="tenant_not_found",
                        hint="Tenants are created with their first token (loraplane token create).")

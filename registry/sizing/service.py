@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select, union
 from sqlalchemy.orm import Session
 
 from registry.active_set.snapshot import pool_by_name
 from registry.base_models.service import shape_of
-from registry.sizing import calculator
+from registry.sizing import calculator, repository
 from registry.sizing.schemas import SizingInputs, SizingOut
-from registry.tables import AdapterVersion, BaseModel, PoolAlias, PoolRetirement
+from registry.tables import BaseModel
 
 
 def size_pool(session: Session, pool_name: str, inputs: SizingInputs) -> SizingOut:
     pool = pool_by_name(session, pool_name)
     base = session.get(BaseModel, pool.base_model_id)
-    # Retiring versions still hold a slot on the nodes that have not moved on yet.
-    active_ids = union(select(PoolAlias.version_id).where(PoolAlias.pool_id == pool.id),
-                       select(PoolRetirement.version_id).where(PoolRetirement.pool_id == pool.id))
-    active = session.execute(select(AdapterVersion.rank, AdapterVersion.size_bytes)
-                             .where(AdapterVersion.id.in_(active_ids))).all()
+    active = repository.active_ranks_and_sizes(session, pool.id)
     facts = calculator.PoolFacts(
         pool=pool.name, base_model=base.name, shape=shape_of(base),
         # Hugging Face's default for the Llama family is untied: only an explicit true ties them.

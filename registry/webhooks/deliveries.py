@@ -6,10 +6,10 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from registry.tables import Webhook, WebhookDelivery
+from registry.webhooks import repository
 from registry.webhooks.service import DELIVERED, FAILED, PENDING
 
 
@@ -60,7 +60,4 @@ def overdue_ids(session: Session, *, slack_s: float) -> list[int]:
     """Pending deliveries whose task seems lost (the broker was away, or a worker died): never
     tried and older than slack_s, or due for a retry more than slack_s ago."""
     cutoff = datetime.now(UTC) - timedelta(seconds=slack_s)
-    never_tried = WebhookDelivery.next_attempt_at.is_(None) & (WebhookDelivery.created_at < cutoff)
-    return list(session.scalars(select(WebhookDelivery.id).where(
-        WebhookDelivery.state == PENDING, or_(never_tried, WebhookDelivery.next_attempt_at < cutoff))
-        .order_by(WebhookDelivery.id).limit(10_000)))
+    return repository.overdue_delivery_ids(session, PENDING, cutoff=cutoff)

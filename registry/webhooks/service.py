@@ -8,16 +8,16 @@ from urllib.parse import urlsplit
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from registry import audit
+from registry.auth import repository as tenants
 from registry.auth.principal import Principal, Role
 from registry.db import after_commit
 from registry.errors import NotFound, Unprocessable
 from registry.settings import get_settings
 from registry.tables import Tenant, Webhook, WebhookDelivery
-from registry.webhooks import destinations
+from registry.webhooks import destinations, repository
 from registry.webhooks.schemas import EVENTS, DeliveryOut, WebhookCreate, WebhookCreated, WebhookOut
 
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
@@ -56,16 +56,13 @@ def _origin(url: str) -> str:
 
 def list_all(session: Session, principal: Principal) -> list[WebhookOut]:
     principal.require({Role.ADMIN})
-    query = select(Webhook).where(Webhook.disabled_at.is_(None)).order_by(Webhook.id)
-    if not principal.is_global_admin:
-        query = query.where(Webhook.tenant_id == _tenant(session, principal.tenant).id)
-    return [_out(session, row) for row in session.scalars(query)]
+    tenant_id = None if principal.is_global_admin else _tenant(session, principal.tenant).id
+    return [_out(session, row) for row in repository.enabled_webhooks(session, tenant_id=tenant_id)]
 
 
 def deliveries(session: Session, principal: Principal, webhook_id: int) -> list[DeliveryOut]:
     row = _visible(session, principal, webhook_id)
-    rows = session.scalars(select(WebhookDelivery).where(WebhookDelivery.webhook_id == row.id)
-                           .order_by(WebhookDelivery.id.desc()).limit(200))
+    rows = repository.recent_deliveries(session, row.id, limit=200)
     return [DeliveryOut.model_validate(d, from_attributes=True) for d in rows]
 
 
@@ -77,11 +74,8 @@ def disable(session: Session, principal: Principal, webhook_id: int) -> None:
 
 
 def emit(session: Session, event: str, *, tenant_id: int | None, data: dict[str, Any]) -> None:
-    hooks = session.scalars(select(Webhook).where(
-        Webhook.disabled_at.is_(None),
-        or_(Webhook.tenant_id.is_(None), Webhook.tenant_id == tenant_id)))
     created = []
-    for hook in hooks:
+    for hook in repository.listening_to(session, tenant_id):
         if "*" not in hook.events and event not in hook.events:
             continue
         delivery = WebhookDelivery(webhook_id=hook.id, event=event, state=PENDING, attempts=0,
@@ -116,7 +110,7 @@ def _visible(session: Session, principal: Principal, webhook_id: int) -> Webhook
 
 
 def _tenant(session: Session, name: str) -> Tenant:
-    row = session.scalar(select(Tenant).where(Tenant.name == name))
+    row = tenants.find_tenant(session, name)
     if row is None:
         raise NotFound(f"tenant {name!r} does not exist", code="tenant_not_found")
     return row

@@ -1,0 +1,61 @@
+"""The audit log's queries: the chain's lock and tail for sealing, its rows for verifying, and a
+filtered page for reading."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Row, func, select, text
+from sqlalchemy.orm import Session
+
+from registry.pagination import fetch_page
+from registry.tables import AuditEvent, Tenant
+
+
+def lock_chain(session: Session, key: int) -> None:
+    """PostgreSQL's advisory lock `key`, held until the transaction ends."""
+    session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+
+
+def last_event(session: Session) -> Row | None:
+    """(id, hash) of the newest event, None while the chain is empty."""
+    return session.execute(select(AuditEvent.id, AuditEvent.hash)
+                           .order_by(AuditEvent.id.desc()).limit(1)).first()
+
+
+def count_between(session: Session, low: int, high: int) -> int:
+    """How many events have an id above `low` and up to `high`."""
+    return session.scalar(select(func.count()).select_from(AuditEvent)
+                          .where(AuditEvent.id > low, AuditEvent.id <= high))
+
+
+def hash_of(session: Session, event_id: int) -> str | None:
+    return session.scalar(select(AuditEvent.hash).where(AuditEvent.id == event_id))
+
+
+def events_after(session: Session, last_id: int, limit: int) -> list[AuditEvent]:
+    """The next `limit` events after `last_id`, in chain order."""
+    return session.scalars(select(AuditEvent).where(AuditEvent.id > last_id)
+                           .order_by(AuditEvent.id).limit(limit)).all()
+
+
+def page_of_events(session: Session, *, tenant: str | None, action: str | None, actor: str | None,
+                   subject: str | None, since: datetime | None, until: datetime | None,
+                   limit: int, cursor: str | None) -> tuple[list[AuditEvent], str | None]:
+    """Events of one tenant (all when None) with this action, an actor containing `actor` and a
+    subject starting with `subject`, at or after `since` and before `until`."""
+    query = select(AuditEvent)
+    if tenant is not None:
+        tenant_id = select(Tenant.id).where(Tenant.name == tenant).scalar_subquery()
+        query = query.where(AuditEvent.tenant_id == tenant_id)
+    if action is not None:
+        query = query.where(AuditEvent.action == action)
+    if actor is not None:
+        query = query.where(AuditEvent.actor.contains(actor, autoescape=True))
+    if subject is not None:
+        query = query.where(AuditEvent.subject.startswith(subject, autoescape=True))
+    if since is not None:
+        query = query.where(AuditEvent.at >= since)
+    if until is not None:
+        query = query.where(AuditEvent.at < until)
+    return fetch_page(session, query, AuditEvent.id, limit=limit, cursor=cursor)

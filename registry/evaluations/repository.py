@@ -1,0 +1,80 @@
+"""The evaluations' queries, the claim's locks among them: a claim takes its evaluation FOR UPDATE
+and the others waiting on the same base with SKIP LOCKED, so two workers never take the same one."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from registry.evaluations import rules
+from registry.pagination import fetch_page
+from registry.tables import BaseModel, EvalSuite, Evaluation, EvaluationExample
+
+
+def lock_evaluation(session: Session, evaluation_id: int) -> Evaluation | None:
+    return session.scalar(select(Evaluation).where(Evaluation.id == evaluation_id).with_for_update())
+
+
+def lock_waiting_on_base(session: Session, base_model_id: int, *, besides: int, now: datetime,
+                         limit: int) -> list[Evaluation]:
+    """Evaluations on this base that nobody works on (queued, or running under a lease expired
+    before `now`), oldest first, skipping those another transaction has locked."""
+    return list(session.scalars(
+        select(Evaluation).join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
+        .where(EvalSuite.base_model_id == base_model_id, Evaluation.id != besides,
+               or_(Evaluation.state == rules.QUEUED,
+                   (Evaluation.state == rules.RUNNING) & (Evaluation.lease_expires_at < now)))
+        .order_by(Evaluation.id).limit(limit)
+        .with_for_update(skip_locked=True, of=Evaluation)))
+
+
+def lock_held(session: Session, token: str, ids: list[int]) -> list[Evaluation]:
+    """Those of `ids` still running under the claim `token`, locked."""
+    return list(session.scalars(
+        select(Evaluation).where(Evaluation.id.in_(ids), Evaluation.claim_token == token,
+                                 Evaluation.state == rules.RUNNING)
+        .order_by(Evaluation.id).with_for_update()))
+
+
+def attempts_of(session: Session, evaluation_id: int) -> int | None:
+    return session.scalar(select(Evaluation.attempts).where(Evaluation.id == evaluation_id))
+
+
+def stale_ids(session: Session, base_model: str, *, now: datetime) -> list[int]:
+    """Evaluations on this base nobody is working on: queued, or running under a lease expired
+    before `now`."""
+    return list(session.scalars(
+        select(Evaluation.id).join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
+        .join(BaseModel, BaseModel.id == EvalSuite.base_model_id)
+        .where(BaseModel.name == base_model, or_(
+            Evaluation.state == rules.QUEUED,
+            (Evaluation.state == rules.RUNNING) & (Evaluation.lease_expires_at < now)))
+        .order_by(Evaluation.id)))
+
+
+def latest_unfailed(session: Session, version_id: int, suite_id: int) -> Evaluation | None:
+    """The newest evaluation of this version on this suite that has not failed."""
+    return session.scalar(
+        select(Evaluation).where(Evaluation.version_id == version_id,
+                                 Evaluation.suite_id == suite_id,
+                                 Evaluation.state != rules.FAILED)
+        .order_by(Evaluation.id.desc()).limit(1))
+
+
+def states_of_version(session: Session, version_id: int) -> set[str]:
+    return set(session.scalars(select(Evaluation.state).where(Evaluation.version_id == version_id)))
+
+
+def page_of_examples(session: Session, evaluation_id: int, *, limit: int,
+                     cursor: str | None) -> tuple[list[EvaluationExample], str | None]:
+    return fetch_page(
+        session, select(EvaluationExample).where(EvaluationExample.evaluation_id == evaluation_id),
+        EvaluationExample.id, limit=limit, cursor=cursor)
+
+
+def page_of_version(session: Session, version_id: int, *, limit: int,
+                    cursor: str | None) -> tuple[list[Evaluation], str | None]:
+    return fetch_page(session, select(Evaluation).where(Evaluation.version_id == version_id),
+                      Evaluation.id, limit=limit, cursor=cursor)
