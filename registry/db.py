@@ -1,4 +1,5 @@
-"""Engine and transactions. Each entrypoint runs in exactly one `transaction()`."""
+"""Engine and transactions. Each entrypoint runs in exactly one transaction: a request in its
+request session (registry/request_session.py), anything else in a `transaction()`."""
 
 from __future__ import annotations
 
@@ -84,10 +85,15 @@ def _session_factory() -> sessionmaker[Session]:
     return sessionmaker(bind=get_engine(), expire_on_commit=False)
 
 
+def new_session() -> Session:
+    """A session whose owner commits or rolls back (a request's, see request_session.py)."""
+    return _session_factory()()
+
+
 @contextmanager
 def transaction() -> Iterator[Session]:
     """Commit when the block succeeds, roll back when it raises. Services only flush."""
-    with _session_factory()() as session, session.begin():
+    with new_session() as session, session.begin():
         yield session
 
 

@@ -11,10 +11,12 @@ import hashlib
 import logging
 import re
 from functools import lru_cache
-
-from celery import Celery
+from typing import TYPE_CHECKING
 
 from registry.settings import RegistrySettings, get_settings
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 EVALUATE = "loraplane.evaluate"
 log = logging.getLogger(__name__)
@@ -58,6 +60,10 @@ def celery_config(settings: RegistrySettings) -> dict:
 
 @lru_cache
 def _producer() -> Celery:
+    # Imported here: services that request tasks import this module, and need no Celery until
+    # a task is really sent.
+    from celery import Celery
+
     app = Celery("loraplane-registry")
     app.conf.update(celery_config(get_settings()))
     return app

@@ -13,8 +13,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
+from starlette.concurrency import run_in_threadpool
 
 from registry.errors import LoraplaneError
+from registry.request_session import discard, session_of
 from web import charts
 from web.session import SignInRequired, Visit, visit_of
 
@@ -72,8 +74,15 @@ def page(request: Request, visit: Visit, template: str, status: int = 200, **con
 
 
 def error_page(request: Request, status: int, message: str, hint: str = "") -> HTMLResponse:
-    return page(request, visit_of(request), "error.html", status=status, status_code=status,
-                message=message, hint=hint)
+    return page(request, visit_of(session_of(request), request), "error.html", status=status,
+                status_code=status, message=message, hint=hint)
+
+
+def _refused(request: Request, error: LoraplaneError) -> HTMLResponse:
+    # The error page answers instead of the error, so the request session would commit: undo
+    # what the request did first.
+    discard(request)
+    return error_page(request, error.status, error.message, error.hint)
 
 
 def see_other(url: str) -> RedirectResponse:
@@ -84,7 +93,8 @@ def see_other(url: str) -> RedirectResponse:
 
 class PageRoute(APIRoute):
     """The registry's errors become an error page with the same status; a page that needs a
-    session sends the browser to sign in, and back here afterwards."""
+    session sends the browser to sign in, and back here afterwards. Every page works in its
+    request's session (web/routes.py), which the error page reads too."""
 
     def get_route_handler(self) -> Callable:
         handler = super().get_route_handler()
@@ -97,7 +107,7 @@ class PageRoute(APIRoute):
                     if request.method == "GET" else "/ui/"
                 return see_other(f"/ui/sign-in?next={quote(back)}")
             except LoraplaneError as error:
-                return error_page(request, error.status, error.message, error.hint)
+                return await run_in_threadpool(_refused, request, error)
             except RequestValidationError as error:
                 first = error.errors()[0]
                 where = ".".join(str(part) for part in first.get("loc", ())[1:])

@@ -7,10 +7,13 @@ from pathlib import Path
 from fastapi import APIRouter
 from fastapi.staticfiles import StaticFiles
 
+from registry.request_session import RequestSession
 from web.pages import approvals, audit, pools, sign_in, tokens, versions
 
 STATIC = StaticFiles(directory=Path(__file__).parent / "static")
 
-router = APIRouter(include_in_schema=False)
+# Every page opens its request's session first, even one whose own parameters are refused: the
+# error page that answers then reads the visitor in it.
+router = APIRouter(include_in_schema=False, dependencies=[RequestSession])
 for pages in (sign_in, approvals, versions, pools, audit, tokens):
     router.include_router(pages.router)

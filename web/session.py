@@ -17,16 +17,17 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from fastapi import Request
+from fastapi import Depends, Request
 from fastapi.responses import Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
+from sqlalchemy.orm import Session
 
 from registry.auth import repository, tokens
 from registry.auth.principal import Principal, Role
 from registry.clock import aware
-from registry.db import transaction
 from registry.errors import Forbidden, Unauthorized
 from registry.keys import Purpose, key_for
+from registry.request_session import RequestSession
 from registry.tables import DashboardSession
 
 SESSION_COOKIE, ANONYMOUS_COOKIE = "loraplane_session", "loraplane_visit"
@@ -79,31 +80,33 @@ def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def visit_of(request: Request) -> Visit:
+def visit_of(session: Session, request: Request) -> Visit:
     """Who is looking: a signed-in principal, or an anonymous visit with its own nonce."""
     secret = _unsigned(request, SESSION_COOKIE, "session", SESSION_MAX_AGE_S)
     if secret:
-        with transaction() as session:
-            row = repository.dashboard_session(session, _hash(secret))
-            if row is not None and row.ended_at is None and aware(row.expires_at) > datetime.now(UTC):
-                try:
-                    return Visit(tokens.principal_by_id(session, row.token_id), secret)
-                except Unauthorized:
-                    pass
+        row = repository.dashboard_session(session, _hash(secret))
+        if row is not None and row.ended_at is None and aware(row.expires_at) > datetime.now(UTC):
+            try:
+                return Visit(tokens.principal_by_id(session, row.token_id), secret)
+            except Unauthorized:
+                pass
     return Visit(None, _unsigned(request, ANONYMOUS_COOKIE, "anonymous", ANONYMOUS_MAX_AGE_S) or "")
 
 
-def viewer(request: Request) -> Visit:
+def visitor(request: Request, session: Session = RequestSession) -> Visit:
+    """A page's dependency: whoever is looking, signed in or not (the sign-in pages)."""
+    return visit_of(session, request)
+
+
+def viewer(visit: Visit = Depends(visitor)) -> Visit:
     """A page's dependency: the signed-in visit, or a redirect to sign in."""
-    visit = visit_of(request)
     if visit.principal is None:
         raise SignInRequired()
     return visit
 
 
-def sign_in(plain_token: str) -> Principal:
-    with transaction() as session:
-        principal = tokens.authenticate(session, plain_token.strip() or None)
+def sign_in(session: Session, plain_token: str) -> Principal:
+    principal = tokens.authenticate(session, plain_token.strip() or None)
     if principal.role not in DASHBOARD_ROLES:
         raise Forbidden(f"a {principal.role} token cannot sign in to the dashboard",
                         code="not_a_person_token",
@@ -111,12 +114,13 @@ def sign_in(plain_token: str) -> Principal:
     return principal
 
 
-def start_session(request: Request, response: Response, principal: Principal) -> None:
+def start_session(session: Session, request: Request, response: Response,
+                  principal: Principal) -> None:
     secret = secrets.token_urlsafe(32)
-    with transaction() as session:
-        session.add(DashboardSession(
-            secret_hash=_hash(secret), token_id=principal.token_id,
-            expires_at=datetime.now(UTC) + timedelta(seconds=SESSION_MAX_AGE_S)))
+    session.add(DashboardSession(
+        secret_hash=_hash(secret), token_id=principal.token_id,
+        expires_at=datetime.now(UTC) + timedelta(seconds=SESSION_MAX_AGE_S)))
+    session.flush()
     _set(request, response, SESSION_COOKIE, _serializer("session").dumps(secret), SESSION_MAX_AGE_S)
     response.delete_cookie(ANONYMOUS_COOKIE, path="/ui")
 
@@ -132,13 +136,13 @@ def remember_nonce(request: Request, response: Response, visit: Visit) -> None:
              ANONYMOUS_MAX_AGE_S)
 
 
-def end_session(visit: Visit, response: Response) -> None:
+def end_session(session: Session, visit: Visit, response: Response) -> None:
     """Sign out: the session row ends, so the cookie is worthless even if it was copied."""
     if visit.principal is not None:
-        with transaction() as session:
-            row = repository.lock_dashboard_session(session, _hash(visit.nonce))
-            if row is not None and row.ended_at is None:
-                row.ended_at = datetime.now(UTC)
+        row = repository.lock_dashboard_session(session, _hash(visit.nonce))
+        if row is not None and row.ended_at is None:
+            row.ended_at = datetime.now(UTC)
+            session.flush()
     response.delete_cookie(SESSION_COOKIE, path="/ui")
 
 

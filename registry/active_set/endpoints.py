@@ -1,6 +1,9 @@
 """GET /v1/pools/{pool}/active-set: ETag is the generation, If-None-Match gets a 304, and
 ?wait=S long-polls until the generation changes. Most requests are answered by the fast path
-(fast_path.py) with the same `protocol.answer`; this route serves the rest and the schema."""
+(fast_path.py) with the same `protocol.answer`; this route serves the rest and the schema.
+
+Unlike other routes it takes no request session: a long poll must hold no transaction or pooled
+connection while it waits, so the token check (PrincipalCache) and each read open short ones."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ from functools import partial
 from pathlib import Path as FilePath
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
@@ -15,11 +16,12 @@ from registry.adapters.receive_deadlines import TimedBody, receive_timing
 from registry.adapters.upload_slots import upload_slots
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal
-from registry.db import transaction
 from registry.errors import BadRequest, LoraplaneError
 from registry.metrics import UPLOAD_REFUSALS, UPLOADS
 from registry.names import NAME_PATTERN, check_name
-from registry.pagination import Page
+from registry.page_query import Paging
+from registry.pagination import Page, PageRequest
+from registry.request_session import RequestSession
 from registry.settings import get_settings
 from registry.storage import get_store
 
@@ -28,8 +30,6 @@ router = APIRouter(prefix="/v1/adapters", tags=["adapters"])
 Tenant = Path(max_length=64, json_schema_extra={"pattern": NAME_PATTERN.pattern})
 Name = Path(max_length=64, json_schema_extra={"pattern": NAME_PATTERN.pattern})
 Number = Path(ge=1, le=2**31 - 1)
-Limit = Query(50, ge=1, le=200)
-Cursor = Query(None, max_length=18)
 
 
 @router.post(
@@ -47,7 +47,11 @@ async def upload_version(
     tenant: str = Tenant,
     name: str = Name,
     principal: Principal = Depends(authenticated),
+    session: Session = RequestSession,
 ):
+    # Unlike other routes, the upload works in transactions of its own around its slow I/O
+    # (upload.py): end the one the token was read in, so no pooled connection waits on the body.
+    await run_in_threadpool(session.commit)
     principal.require(service.UPLOADERS, tenant)
     try:
         check_name(tenant, "tenant")
@@ -82,21 +86,18 @@ async def upload_version(
 def list_adapters(
     tenant: str | None = Query(None, max_length=64),
     base_model: str | None = Query(None, max_length=200),
-    limit: int = Limit,
-    cursor: str | None = Cursor,
+    page: PageRequest = Paging,
     principal: Principal = Depends(authenticated),
+    session: Session = RequestSession,
 ):
-    with transaction() as session:
-        items, next_cursor = service.list_adapters(
-            session, principal, tenant=tenant, base_model=base_model, limit=limit, cursor=cursor
-        )
-        return Page(items=items, next_cursor=next_cursor)
+    return Page.of(service.list_adapters(session, principal, tenant=tenant, base_model=base_model,
+                                         limit=page.limit, cursor=page.cursor))
 
 
 @router.get("/{tenant}/{name}", response_model=AdapterOut)
-def get_adapter(tenant: str = Tenant, name: str = Name, principal: Principal = Depends(authenticated)):
-    with transaction() as session:
-        return service.get_adapter(session, principal, tenant, name)
+def get_adapter(tenant: str = Tenant, name: str = Name, principal: Principal = Depends(authenticated),
+                session: Session = RequestSession):
+    return service.get_adapter(session, principal, tenant, name)
 
 
 @router.get("/{tenant}/{name}/versions", response_model=Page[VersionOut])
@@ -104,30 +105,25 @@ def list_versions(
     tenant: str = Tenant,
     name: str = Name,
     state: str | None = Query(None, max_length=32),
-    limit: int = Limit,
-    cursor: str | None = Cursor,
+    page: PageRequest = Paging,
     principal: Principal = Depends(authenticated),
+    session: Session = RequestSession,
 ):
-    with transaction() as session:
-        items, next_cursor = service.list_versions(
-            session, principal, tenant, name, state=state, limit=limit, cursor=cursor
-        )
-        return Page(items=items, next_cursor=next_cursor)
+    return Page.of(service.list_versions(session, principal, tenant, name, state=state,
+                                         limit=page.limit, cursor=page.cursor))
 
 
 @router.get("/{tenant}/{name}/versions/{number}", response_model=VersionOut)
 def get_version(
     tenant: str = Tenant, name: str = Name, number: int = Number,
-    principal: Principal = Depends(authenticated),
+    principal: Principal = Depends(authenticated), session: Session = RequestSession,
 ):
-    with transaction() as session:
-        return service.get_version(session, principal, tenant, name, number)
+    return service.get_version(session, principal, tenant, name, number)
 
 
 @router.get("/{tenant}/{name}/versions/{number}/download", response_model=DownloadOut)
 def download_version(
     tenant: str = Tenant, name: str = Name, number: int = Number,
-    principal: Principal = Depends(authenticated),
+    principal: Principal = Depends(authenticated), session: Session = RequestSession,
 ):
-    with transaction() as session:
-        return service.download(session, get_store(), get_settings(), principal, tenant, name, number)
+    return service.download(session, get_store(), get_settings(), principal, tenant, name, number)

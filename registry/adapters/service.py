@@ -83,10 +83,8 @@ def record_version(session: Session, principal: Principal, target: UploadTarget,
     session.add(version)
     session.flush()
     out = version_out(session, version)
-    audit.record(session, actor=principal.label, action="adapter_version.upload",
-                 subject=out.served_name, tenant_id=target.tenant_id,
-                 after=out.model_dump(mode="json", exclude={"created_at"}))
-    return out, True
+    return audit.record_created(session, out, actor=principal.label, action="adapter_version.upload",
+                                subject=out.served_name, tenant_id=target.tenant_id), True
 
 
 def store_blobs(store: ArtifactStore, files: AdapterFiles, received: ReceivedUpload) -> list[dict]:

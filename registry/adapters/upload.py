@@ -18,7 +18,6 @@ from registry.db import transaction
 from registry.evaluations import service as evaluations
 from registry.settings import RegistrySettings
 from registry.storage.base import ArtifactStore
-from registry.task_queue import enqueue_evaluations
 
 
 def upload_version(store: ArtifactStore, settings: RegistrySettings, *, principal: Principal,
@@ -38,8 +37,7 @@ def upload_version(store: ArtifactStore, settings: RegistrySettings, *, principa
                                                   signature)
         queued = (evaluations.request_required(session, tenant, name, version.number,
                                                actor=principal.label) if created else [])
-    if queued:
-        enqueue_evaluations(queued)  # after commit: a worker must find the rows
+    if queued:  # their tasks went to the workers as the transaction committed
         version = version.model_copy(update={"state": evaluations.VERSION_EVALUATING})
     return version, created
 

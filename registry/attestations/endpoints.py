@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
+from sqlalchemy.orm import Session
 
 from loraplane.provenance import TRUST_BUNDLE_PATH
 from registry.adapters.endpoints import Name, Number, Tenant
@@ -12,7 +13,7 @@ from registry.attestations import bundle, reading, upkeep
 from registry.attestations.schemas import AttestationOut, BackfillOut, RotationIn, RotationOut
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal
-from registry.db import transaction
+from registry.request_session import RequestSession
 
 router = APIRouter(tags=["attestations"])
 
@@ -25,19 +26,17 @@ def trust_bundle():
 @router.get("/v1/adapters/{tenant}/{name}/versions/{number}/attestations",
             response_model=list[AttestationOut])
 def list_attestations(tenant: str = Tenant, name: str = Name, number: int = Number,
-                      principal: Principal = Depends(authenticated)):
-    with transaction() as session:
-        return reading.of_version(session, principal, tenant, name, number)
+                      principal: Principal = Depends(authenticated), session: Session = RequestSession):
+    return reading.of_version(session, principal, tenant, name, number)
 
 
 @router.post("/v1/attestation-keys/rotate", response_model=RotationOut)
-def rotate_key(spec: RotationIn, principal: Principal = Depends(authenticated)):
-    with transaction() as session:
-        return upkeep.rotate(session, principal, spec.overlap_s)
+def rotate_key(spec: RotationIn, principal: Principal = Depends(authenticated),
+               session: Session = RequestSession):
+    return upkeep.rotate(session, principal, spec.overlap_s)
 
 
 @router.post("/v1/attestations/backfill", response_model=BackfillOut)
-def backfill(principal: Principal = Depends(authenticated)):
+def backfill(principal: Principal = Depends(authenticated), session: Session = RequestSession):
     """Attest active versions approved before this registry signed attestations (an upgrade)."""
-    with transaction() as session:
-        return BackfillOut(attested=upkeep.backfill(session, principal))
+    return BackfillOut(attested=upkeep.backfill(session, principal))

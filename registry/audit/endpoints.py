@@ -3,6 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from fastapi import APIRouter, Depends, Query
+from sqlalchemy.orm import Session
 
 from registry.audit import reading
 from registry.audit.reading import AuditFilters
@@ -10,8 +11,9 @@ from registry.audit.schemas import AuditEventOut, ChainReportOut, ExternalHeadOu
 from registry.audit.verify import verify_chain
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal
-from registry.db import transaction
-from registry.pagination import Page
+from registry.page_query import Paging
+from registry.pagination import Page, PageRequest
+from registry.request_session import RequestSession
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
 
@@ -24,25 +26,23 @@ def list_audit_events(
     tenant: str | None = Query(None, max_length=64, description="Global admins: one tenant's events."),
     since: datetime | None = None,
     until: datetime | None = None,
-    limit: int = Query(50, ge=1, le=200),
-    cursor: str | None = Query(None, max_length=18),
+    page: PageRequest = Paging,
     principal: Principal = Depends(authenticated),
+    session: Session = RequestSession,
 ):
     """Oldest first. Tenant admins see their tenant's events; global admins see all."""
     filters = AuditFilters(action=action, actor=actor, subject=subject, tenant=tenant, since=since,
                            until=until)
-    with transaction() as session:
-        items, next_cursor = reading.list_page(session, principal, filters, limit=limit, cursor=cursor)
-        return Page(items=items, next_cursor=next_cursor)
+    return Page.of(reading.list_page(session, principal, filters, limit=page.limit, cursor=page.cursor))
 
 
 @router.get("/verify", response_model=ChainReportOut)
-def verify_audit_chain(principal: Principal = Depends(authenticated)):
+def verify_audit_chain(principal: Principal = Depends(authenticated),
+                       session: Session = RequestSession):
     """Walk the whole hash chain (global admins): edited, removed and unkeyed events are listed,
     and the head this registry recorded outside the database must still be in the chain."""
     principal.require_global_admin()
-    with transaction() as session:
-        report = verify_chain(session)
+    report = verify_chain(session)
     external = report.external_head
     return ChainReportOut(intact=report.intact, events=report.events, head=report.head,
                           problems=[ProblemOut(id=p.id, kind=p.kind, detail=p.detail)

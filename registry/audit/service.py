@@ -9,8 +9,9 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
+from pydantic import BaseModel
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
@@ -26,6 +27,7 @@ ON_SEALED = "loraplane.audit.on_sealed"
 TO_ANCHOR = "loraplane.audit.to_anchor"
 # Any constant works; it names the one lock that orders the chain.
 CHAIN_LOCK = 7_260_001
+Out = TypeVar("Out", bound=BaseModel)
 
 
 def record(
@@ -44,6 +46,15 @@ def record(
                   tenant_id=tenant_id, before=as_json(before), after=as_json(after))
     session.info.setdefault(PENDING, []).append(fields)
     return fields
+
+
+def record_created(session: Session, out: Out, *, actor: str, action: str, subject: str,
+                   tenant_id: int | None = None) -> Out:
+    """Record the creation of `out`, with its public form as the event's `after` (less
+    `created_at`: the event has its own time), and return it."""
+    record(session, actor=actor, action=action, subject=subject, tenant_id=tenant_id,
+           after=out.model_dump(mode="json", exclude={"created_at"}))
+    return out
 
 
 def pending(session: Session) -> list[dict[str, Any]]:

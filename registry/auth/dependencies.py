@@ -2,18 +2,20 @@ from __future__ import annotations
 
 from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
 
 from registry.auth import tokens
 from registry.auth.principal import Principal, Role
-from registry.db import transaction
 from registry.errors import Forbidden
+from registry.request_session import RequestSession
 
 bearer = HTTPBearer(auto_error=False, description="An API token from `loraplane token create`.")
 
 
-def any_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:
-    with transaction() as session:
-        return tokens.authenticate(session, credentials.credentials if credentials else None)
+def any_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
+              session: Session = RequestSession) -> Principal:
+    """The token is read in the request's own session, the one its route then works in."""
+    return tokens.authenticate(session, credentials.credentials if credentials else None)
 
 
 def authenticated(principal: Principal = Depends(any_token)) -> Principal:

@@ -30,10 +30,8 @@ def register(session: Session, spec: BaseModelCreate, *, actor: str) -> BaseMode
     session.flush()
     session.add_all(BaseModelAlias(alias=alias, base_model_id=row.id) for alias in aliases)
     session.flush()
-    out = to_out(session, row)
-    audit.record(session, actor=actor, action="base_model.register", subject=f"base-model/{row.name}",
-                 after=out.model_dump(mode="json", exclude={"created_at"}))
-    return out
+    return audit.record_created(session, to_out(session, row), actor=actor,
+                                action="base_model.register", subject=f"base-model/{row.name}")
 
 
 def get(session: Session, name: str) -> BaseModel:

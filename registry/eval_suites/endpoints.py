@@ -1,13 +1,15 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path
+from sqlalchemy.orm import Session
 
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal, Role
-from registry.db import transaction
 from registry.eval_suites import service
 from registry.eval_suites.schemas import SuiteCreate, SuiteOut
-from registry.pagination import Page
+from registry.page_query import Paging
+from registry.pagination import Page, PageRequest
+from registry.request_session import RequestSession
 from registry.storage import get_store
 
 router = APIRouter(prefix="/v1/eval-suites", tags=["eval suites"])
@@ -15,26 +17,21 @@ PEOPLE = {Role.ADMIN, Role.REVIEWER, Role.UPLOADER}  # nodes and routers never n
 
 
 @router.post("", status_code=201, response_model=SuiteOut)
-def create_suite(spec: SuiteCreate, principal: Principal = Depends(authenticated)):
+def create_suite(spec: SuiteCreate, principal: Principal = Depends(authenticated),
+                 session: Session = RequestSession):
     principal.require_global_admin()
-    with transaction() as session:
-        return service.create(session, get_store(), spec, actor=principal.label)
+    return service.create(session, get_store(), spec, actor=principal.label)
 
 
 @router.get("", response_model=Page[SuiteOut])
-def list_suites(
-    limit: int = Query(50, ge=1, le=200),
-    cursor: str | None = Query(None, max_length=18),
-    principal: Principal = Depends(authenticated),
-):
+def list_suites(page: PageRequest = Paging, principal: Principal = Depends(authenticated),
+                session: Session = RequestSession):
     principal.require(PEOPLE)
-    with transaction() as session:
-        items, next_cursor = service.list_page(session, limit=limit, cursor=cursor)
-        return Page(items=items, next_cursor=next_cursor)
+    return Page.of(service.list_page(session, limit=page.limit, cursor=page.cursor))
 
 
 @router.get("/{name}", response_model=SuiteOut)
-def get_suite(name: str = Path(max_length=64), principal: Principal = Depends(authenticated)):
+def get_suite(name: str = Path(max_length=64), principal: Principal = Depends(authenticated),
+              session: Session = RequestSession):
     principal.require(PEOPLE)
-    with transaction() as session:
-        return service.get(session, name)
+    return service.get(session, name)

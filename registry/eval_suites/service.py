@@ -45,10 +45,8 @@ def create(session: Session, store: ArtifactStore, spec: SuiteCreate, *, actor: 
     )
     session.add(row)
     session.flush()
-    out = to_out(row, base)
-    audit.record(session, actor=actor, action="eval_suite.create", subject=f"eval-suite/{row.name}",
-                 after=out.model_dump(mode="json", exclude={"created_at"}))
-    return out
+    return audit.record_created(session, to_out(row, base), actor=actor, action="eval_suite.create",
+                                subject=f"eval-suite/{row.name}")
 
 
 def get(session: Session, name: str) -> SuiteOut:

@@ -1,5 +1,5 @@
-"""Request and read evaluations. Creating one also moves its version to `evaluating`; the caller
-enqueues the returned ids after its transaction commits."""
+"""Request and read evaluations. Creating one also moves its version to `evaluating`, and sends
+its task to a worker once the transaction commits."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 from registry import audit
 from registry.adapters import service as adapters
 from registry.auth.principal import Principal, Role
+from registry.db import after_commit
 from registry.errors import NotFound, Unprocessable
 from registry.eval_suites import service as suites
 from registry.evaluations import repository, rules
@@ -15,6 +16,7 @@ from registry.evaluations.schemas import EvaluationOut, ExampleOut, MetricResult
 from registry.pagination import Page
 from registry.pools import repository as pools
 from registry.tables import Adapter, AdapterVersion, BaseModel, EvalSuite, Evaluation, Tenant
+from registry.task_queue import enqueue_evaluations
 
 REQUESTERS = {Role.ADMIN, Role.UPLOADER, Role.REVIEWER}
 READERS = REQUESTERS
@@ -41,30 +43,32 @@ def request(session: Session, principal: Principal, tenant: str, name: str, numb
 
 
 def request_required(session: Session, tenant: str, name: str, number: int, *,
-                     actor: str) -> list[tuple[int, str]]:
-    """Evaluations of a new version against every suite its base's pools require, as
-    (evaluation id, base model) pairs to enqueue."""
+                     actor: str) -> list[int]:
+    """Evaluations of a new version against every suite its base's pools require: their ids."""
     version = adapters.find_version(session, tenant, name, number)
     adapter = session.get(Adapter, version.adapter_id)
     names = sorted({suite for pool in pools.pools_on_base(session, adapter.base_model_id)
                     for suite in pool.required_suites})
-    base = session.get(BaseModel, adapter.base_model_id).name
-    return [(create(session, version, suites.get_row(session, suite), actor=actor).id, base)
+    return [create(session, version, suites.get_row(session, suite), actor=actor).id
             for suite in names]
 
 
 def create(session: Session, version: AdapterVersion, suite: EvalSuite, *, actor: str,
            context: dict | None = None) -> Evaluation:
-    """Queue an evaluation and audit the request (`context` adds to what the event says)."""
+    """Queue an evaluation and audit the request (`context` adds to what the event says). Its
+    task is sent once the transaction commits: a worker must find the row."""
     row = Evaluation(version_id=version.id, suite_id=suite.id, state=rules.QUEUED,
                      failing_metrics=[], attempts=0, requested_by=actor)
     session.add(row)
     session.flush()
     sync_version_state(session, version)
     served = adapters.version_out(session, version).served_name
+    adapter = session.get(Adapter, version.adapter_id)
     audit.record(session, actor=actor, action="evaluation.request", subject=served,
-                 tenant_id=session.get(Adapter, version.adapter_id).tenant_id,
+                 tenant_id=adapter.tenant_id,
                  after={"evaluation": row.id, "suite": suite.name, **(context or {})})
+    task = (row.id, session.get(BaseModel, adapter.base_model_id).name)
+    after_commit(session, lambda: enqueue_evaluations([task]))
     return row
 
 

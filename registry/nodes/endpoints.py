@@ -1,26 +1,26 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Path
+from sqlalchemy.orm import Session
 
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal
-from registry.db import transaction
 from registry.nodes import service
 from registry.nodes.schemas import NodeOut, NodeReport, RolloutOut
+from registry.request_session import RequestSession
 
 router = APIRouter(prefix="/v1/pools", tags=["nodes"])
 
 
 @router.put("/{pool}/nodes/{node_id}/status", response_model=NodeOut)
 def report_status(body: NodeReport, pool: str, node_id: str = Path(max_length=64),
-                  principal: Principal = Depends(authenticated)):
+                  principal: Principal = Depends(authenticated), session: Session = RequestSession):
     """An agent's report after each pass: the generation applied, what is loaded, what failed."""
-    with transaction() as session:
-        return service.report(session, principal, pool, node_id, body)
+    return service.report(session, principal, pool, node_id, body)
 
 
 @router.get("/{pool}/rollout", response_model=RolloutOut)
-def get_rollout(pool: str, principal: Principal = Depends(authenticated)):
+def get_rollout(pool: str, principal: Principal = Depends(authenticated),
+                session: Session = RequestSession):
     """Which node has applied which generation, drift, failures and stale nodes."""
-    with transaction() as session:
-        return service.rollout(session, principal, pool)
+    return service.rollout(session, principal, pool)

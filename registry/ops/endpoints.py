@@ -34,6 +34,8 @@ def metrics(principal: Principal = Depends(authenticated)):
 
 
 def _database() -> None:
+    # A transaction of its own, not the request's: a database that is away is this probe's
+    # answer ("failed"), not an error of the request.
     with transaction() as session:
         repository.ping(session)
 

@@ -1,28 +1,28 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Path
+from sqlalchemy.orm import Session
 
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal
-from registry.db import transaction
 from registry.names import NAME_PATTERN
 from registry.placement import reading, service
 from registry.placement.schemas import PlacementOut, TrafficReport
+from registry.request_session import RequestSession
 
 router = APIRouter(prefix="/v1/pools", tags=["placement"])
 
 
 @router.get("/{pool}/placement", response_model=PlacementOut)
-def get_placement(pool: str, principal: Principal = Depends(authenticated)):
+def get_placement(pool: str, principal: Principal = Depends(authenticated),
+                  session: Session = RequestSession):
     """Which nodes hold which versions, and each version's share of the traffic."""
-    with transaction() as session:
-        return reading.placement_out(session, principal, pool)
+    return reading.placement_out(session, principal, pool)
 
 
 @router.put("/{pool}/routers/{router_id}/traffic", status_code=204)
 def report_traffic(body: TrafficReport, pool: str,
                    router_id: str = Path(max_length=64, pattern=NAME_PATTERN.pattern),
-                   principal: Principal = Depends(authenticated)):
+                   principal: Principal = Depends(authenticated), session: Session = RequestSession):
     """A router's recent requests per second by served name; placement sizes replicas by it."""
-    with transaction() as session:
-        service.record_traffic(session, principal, pool, router_id, body.requests_per_s)
+    service.record_traffic(session, principal, pool, router_id, body.requests_per_s)

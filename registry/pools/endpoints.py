@@ -1,13 +1,15 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends
+from sqlalchemy.orm import Session
 
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal
-from registry.db import transaction
-from registry.pagination import Page
+from registry.page_query import Paging
+from registry.pagination import Page, PageRequest
 from registry.pools import service
 from registry.pools.schemas import PoolCreate, PoolOut, PoolUpdate
+from registry.request_session import RequestSession
 from registry.requalification import service as requalification
 from registry.requalification.schemas import RequalificationsOut
 
@@ -15,40 +17,35 @@ router = APIRouter(prefix="/v1/pools", tags=["pools"])
 
 
 @router.post("", status_code=201, response_model=PoolOut)
-def create_pool(spec: PoolCreate, principal: Principal = Depends(authenticated)):
+def create_pool(spec: PoolCreate, principal: Principal = Depends(authenticated),
+                session: Session = RequestSession):
     principal.require_global_admin()
-    with transaction() as session:
-        return service.create(session, spec, actor=principal.label)
+    return service.create(session, spec, actor=principal.label)
 
 
 @router.get("", response_model=Page[PoolOut])
-def list_pools(
-    limit: int = Query(50, ge=1, le=200),
-    cursor: str | None = Query(None, max_length=18),
-    principal: Principal = Depends(authenticated),
-):
-    with transaction() as session:
-        items, next_cursor = service.list_page(session, limit=limit, cursor=cursor)
-        return Page(items=items, next_cursor=next_cursor)
+def list_pools(page: PageRequest = Paging, principal: Principal = Depends(authenticated),
+               session: Session = RequestSession):
+    return Page.of(service.list_page(session, limit=page.limit, cursor=page.cursor))
 
 
 @router.get("/{name}", response_model=PoolOut)
-def get_pool(name: str, principal: Principal = Depends(authenticated)):
-    with transaction() as session:
-        return service.get(session, name)
+def get_pool(name: str, principal: Principal = Depends(authenticated),
+             session: Session = RequestSession):
+    return service.get(session, name)
 
 
 @router.patch("/{name}", response_model=PoolOut)
-def update_pool(spec: PoolUpdate, name: str, principal: Principal = Depends(authenticated)):
+def update_pool(spec: PoolUpdate, name: str, principal: Principal = Depends(authenticated),
+                session: Session = RequestSession):
     """Change the pool's re-qualification policy (global admins)."""
     principal.require_global_admin()
-    with transaction() as session:
-        return service.update(session, name, spec, actor=principal.label)
+    return service.update(session, name, spec, actor=principal.label)
 
 
 @router.get("/{pool}/requalifications", response_model=RequalificationsOut)
-def list_requalifications(pool: str, principal: Principal = Depends(authenticated)):
+def list_requalifications(pool: str, principal: Principal = Depends(authenticated),
+                          session: Session = RequestSession):
     """Versions marked to qualify again after the pool's engine or base config changed, why, and
     the policy they serve under meanwhile. A tenant's people see their own versions only."""
-    with transaction() as session:
-        return requalification.listing(session, principal, pool)
+    return requalification.listing(session, principal, pool)

@@ -40,10 +40,8 @@ def create(session: Session, spec: PoolCreate, *, actor: str) -> PoolOut:
     )
     session.add(row)
     session.flush()
-    out = to_out(row, base)
-    audit.record(session, actor=actor, action="pool.create", subject=f"pool/{row.name}",
-                 after=out.model_dump(mode="json", exclude={"created_at"}))
-    return out
+    return audit.record_created(session, to_out(row, base), actor=actor, action="pool.create",
+                                subject=f"pool/{row.name}")
 
 
 def update(session: Session, name: str, spec: PoolUpdate, *, actor: str) -> PoolOut:

@@ -1,5 +1,6 @@
 """Mark every active version of a pool for re-qualification after a change, and request its
-evaluations the way a new upload's are requested: rows now, tasks after the commit."""
+evaluations the way a new upload's are requested (the evaluation service sends their tasks after
+the commit)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,11 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from registry import audit
-from registry.db import after_commit
 from registry.eval_suites import service as suites
 from registry.evaluations import service as evaluations
 from registry.requalification import repository
 from registry.requalification.reasons import public_change
-from registry.tables import AdapterVersion, BaseModel, Pool, Requalification
+from registry.tables import AdapterVersion, Pool, Requalification
 from registry.webhooks.service import emit
 
 MARKED_EVENT = "requalification.required"
@@ -28,14 +28,11 @@ def start_round(session: Session, pool: Pool, *, cause: str, target_sha256: str,
     version_ids = repository.active_version_ids(session, pool.id) - _marked(session, pool.id, cause,
                                                                           target_sha256)
     names = repository.names_of(session, version_ids)
-    base = session.get(BaseModel, pool.base_model_id).name
     now = datetime.now(UTC)
-    marks, to_enqueue = [], []
+    marks = []
     for version_id in sorted(version_ids):
         version = session.get(AdapterVersion, version_id)
-        evaluation_ids, created = _request_suites(session, pool, version, names[version_id],
-                                                  actor=actor)
-        to_enqueue += [(evaluation_id, base) for evaluation_id in created]
+        evaluation_ids = _request_suites(session, pool, version, names[version_id], actor=actor)
         mark = Requalification(pool_id=pool.id, version_id=version_id, cause=cause,
                                target_sha256=target_sha256, before=before, after=after,
                                evaluation_ids=evaluation_ids, marked_by=actor, marked_at=now)
@@ -58,10 +55,6 @@ def start_round(session: Session, pool: Pool, *, cause: str, target_sha256: str,
         emit(session, MARKED_EVENT, tenant_id=tenant_id,
              data={"pool": pool.name, "policy": pool.requalify_policy, "change": change,
                    "versions": sorted(served), "required_suites": list(pool.required_suites)})
-    if to_enqueue:
-        from registry.task_queue import enqueue_evaluations  # it builds a broker client
-
-        after_commit(session, lambda: enqueue_evaluations(to_enqueue))  # a worker must find the rows
     return marks
 
 
@@ -71,10 +64,10 @@ def _marked(session: Session, pool_id: int, cause: str, target_sha256: str) -> s
 
 
 def _request_suites(session: Session, pool: Pool, version: AdapterVersion,
-                    name: repository.VersionName, *, actor: str) -> tuple[list[int], list[int]]:
-    """(every evaluation that will count for the mark, those created here). A passed evaluation
-    does not stand in for a new one, as a plain request would have it: it ran before the change."""
-    counted, created = [], []
+                    name: repository.VersionName, *, actor: str) -> list[int]:
+    """Every evaluation that will count for the mark. A passed evaluation does not stand in for
+    a new one, as a plain request would have it: it ran before the change."""
+    counted = []
     for suite_name in pool.required_suites:
         suite = suites.get_row(session, suite_name)
         waiting = repository.queued_evaluation(session, version.id, suite.id)
@@ -84,5 +77,4 @@ def _request_suites(session: Session, pool: Pool, version: AdapterVersion,
         row = evaluations.create(session, version, suite, actor=actor,
                                  context={"requalification": pool.name})
         counted.append(row.id)
-        created.append(row.id)
-    return counted, created
+    return counted

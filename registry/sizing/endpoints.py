@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query
+from sqlalchemy.orm import Session
 
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal, Role
-from registry.db import transaction
+from registry.request_session import RequestSession
 from registry.sizing import service
 from registry.sizing.schemas import SizingInputs, SizingOut
 
@@ -28,6 +29,7 @@ def get_sizing(
     adapters: int | None = Query(None, ge=1, le=100_000,
                                  description="Adapters to serve (default: the active set)."),
     principal: Principal = Depends(authenticated),
+    session: Session = RequestSession,
 ):
     """LoRA slot memory, what an oversized max_lora_rank wastes, and multi-LoRA against one full
     replica per adapter; each figure is labelled measured or assumed."""
@@ -36,5 +38,4 @@ def get_sizing(
         gpu_hour_usd=gpu_hour_usd, gpu_memory_gib=gpu_memory_gib, tokens_per_s=tokens_per_s,
         lora_throughput_penalty=lora_throughput_penalty, demand_tokens_per_s=demand_tokens_per_s,
         weights_fraction=weights_fraction, adapters=adapters)
-    with transaction() as session:
-        return service.size_pool(session, pool, inputs)
+    return service.size_pool(session, pool, inputs)

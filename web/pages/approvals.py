@@ -5,12 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Form, Path, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
+from sqlalchemy.orm import Session
 
-from registry.db import transaction
 from registry.errors import LoraplaneError, Unprocessable
 from registry.promotions import service as promotions
 from registry.promotions.rules import AWAITING
 from registry.promotions.schemas import Decision
+from registry.request_session import RequestSession
 from web.pages.versions import version_view
 from web.rendering import PageRoute, page, see_other
 from web.session import Visit, check_csrf, viewer
@@ -26,35 +27,36 @@ def home() -> Response:
 
 
 @router.get("/ui/approvals")
-def queue(request: Request, visit: Visit = Depends(viewer)) -> Response:
-    return page(request, visit, "approvals.html", **_queue(visit))
+def queue(request: Request, visit: Visit = Depends(viewer),
+          session: Session = RequestSession) -> Response:
+    return page(request, visit, "approvals.html", **_queue(session, visit))
 
 
 @router.get("/ui/approvals/live")
-def queue_live(request: Request, visit: Visit = Depends(viewer)) -> Response:
+def queue_live(request: Request, visit: Visit = Depends(viewer),
+               session: Session = RequestSession) -> Response:
     """The queue alone, for the page's periodic refresh."""
-    return page(request, visit, "_queue.html", **_queue(visit))
+    return page(request, visit, "_queue.html", **_queue(session, visit))
 
 
-def _queue(visit: Visit) -> dict:
-    with transaction() as session:
-        waiting, more = promotions.list_page(session, visit.principal, pool=None, state=AWAITING,
-                                             tenant=None, limit=QUEUE_LIMIT, cursor=None)
+def _queue(session: Session, visit: Visit) -> dict:
+    waiting, more = promotions.list_page(session, visit.principal, pool=None, state=AWAITING,
+                                         tenant=None, limit=QUEUE_LIMIT, cursor=None)
     return {"waiting": waiting, "more": more is not None}
 
 
 @router.get("/ui/promotions/{promotion_id}")
 def promotion_page(request: Request, promotion_id: int = PromotionId,
-                   visit: Visit = Depends(viewer)) -> Response:
-    return _promotion_page(request, visit, promotion_id)
+                   visit: Visit = Depends(viewer), session: Session = RequestSession) -> Response:
+    return _promotion_page(request, session, visit, promotion_id)
 
 
-def _promotion_page(request: Request, visit: Visit, promotion_id: int, *, status: int = 200,
-                    error: LoraplaneError | None = None, comment: str = "") -> Response:
-    with transaction() as session:
-        promotion = promotions.get(session, visit.principal, promotion_id)
-        version = version_view(session, visit.principal, promotion.tenant, promotion.adapter,
-                               promotion.version)
+def _promotion_page(request: Request, session: Session, visit: Visit, promotion_id: int, *,
+                    status: int = 200, error: LoraplaneError | None = None,
+                    comment: str = "") -> Response:
+    promotion = promotions.get(session, visit.principal, promotion_id)
+    version = version_view(session, visit.principal, promotion.tenant, promotion.adapter,
+                           promotion.version)
     who = visit.principal
     may_reject = who.is_global_admin or (who.role in promotions.DECIDERS and who.tenant == promotion.tenant)
     return page(request, visit, "promotion.html", status=status, promotion=promotion,
@@ -64,7 +66,7 @@ def _promotion_page(request: Request, visit: Visit, promotion_id: int, *, status
 @router.post("/ui/promotions/{promotion_id}/decide")
 def decide(request: Request, promotion_id: int = PromotionId, decision: str = Form(..., max_length=16),
            comment: str = Form("", max_length=20_000), csrf_token: str = Form("", max_length=128),
-           visit: Visit = Depends(viewer)) -> Response:
+           visit: Visit = Depends(viewer), session: Session = RequestSession) -> Response:
     check_csrf(visit, csrf_token)
     try:
         if decision not in ("approve", "reject"):
@@ -75,9 +77,11 @@ def decide(request: Request, promotion_id: int = PromotionId, decision: str = Fo
             raise Unprocessable("a decision needs a comment that says why (at most 2000 characters)",
                                 code="comment_required", hint="Write why in the comment box.") from None
         decide_with = promotions.approve if decision == "approve" else promotions.reject
-        with transaction() as session:
-            decide_with(session, visit.principal, promotion_id, why)
+        decide_with(session, visit.principal, promotion_id, why)
     except LoraplaneError as error:
-        return _promotion_page(request, visit, promotion_id, status=error.status, error=error,
-                               comment=comment)
+        # The page shows the refusal, so nothing raises past this route to roll the decision
+        # back: undo it here, then read the promotion as it stands.
+        session.rollback()
+        return _promotion_page(request, session, visit, promotion_id, status=error.status,
+                               error=error, comment=comment)
     return see_other(f"/ui/promotions/{promotion_id}?decided={decision}")

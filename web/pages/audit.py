@@ -7,12 +7,13 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
+from sqlalchemy.orm import Session
 
 from registry.audit import reading
 from registry.audit.reading import AuditFilters
 from registry.audit.verify import verify_chain
-from registry.db import transaction
 from registry.errors import Unprocessable
+from registry.request_session import RequestSession
 from web.rendering import PageRoute, page
 from web.session import Visit, viewer
 
@@ -24,14 +25,13 @@ EVENTS_SHOWN = 100
 def audit_page(request: Request, action: str = Query("", max_length=64), actor: str = Query("", max_length=128),
                subject: str = Query("", max_length=300), since: str = Query("", max_length=40),
                until: str = Query("", max_length=40), cursor: str | None = Query(None, max_length=18),
-               visit: Visit = Depends(viewer)) -> Response:
+               visit: Visit = Depends(viewer), session: Session = RequestSession) -> Response:
     filters = AuditFilters(action=action or None, actor=actor or None, subject=subject or None,
                            since=_moment(since, "since"), until=_moment(until, "until"))
-    with transaction() as session:
-        events, next_cursor = reading.list_page(session, visit.principal, filters,
-                                                limit=EVENTS_SHOWN, cursor=cursor)
-        # The whole chain is walked once, on the first page, not again for every later page.
-        chain = verify_chain(session) if visit.principal.is_global_admin and not cursor else None
+    events, next_cursor = reading.list_page(session, visit.principal, filters,
+                                            limit=EVENTS_SHOWN, cursor=cursor)
+    # The whole chain is walked once, on the first page, not again for every later page.
+    chain = verify_chain(session) if visit.principal.is_global_admin and not cursor else None
     later = None
     if next_cursor:
         kept = {k: v for k, v in request.query_params.items() if k != "cursor"}

@@ -7,13 +7,14 @@ from collections import defaultdict
 
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import Response
+from sqlalchemy.orm import Session
 
 from registry.auth.principal import Role
-from registry.db import transaction
 from registry.nodes import service as nodes
 from registry.placement import reading as placement
 from registry.pools import service as pools
 from registry.promotions import service as promotions
+from registry.request_session import RequestSession
 from registry.requalification import service as requalification
 from registry.sizing import service as sizing
 from registry.sizing.schemas import SizingInputs
@@ -27,35 +28,35 @@ POOLS_SHOWN = 200
 
 
 @router.get("/ui/pools")
-def pool_list(request: Request, visit: Visit = Depends(viewer)) -> Response:
+def pool_list(request: Request, visit: Visit = Depends(viewer),
+              session: Session = RequestSession) -> Response:
     visit.principal.require({Role.ADMIN, Role.REVIEWER, Role.UPLOADER})
-    with transaction() as session:
-        listed, more = pools.list_page(session, limit=POOLS_SHOWN, cursor=None)
+    listed, more = pools.list_page(session, limit=POOLS_SHOWN, cursor=None)
     return page(request, visit, "pools.html", pools=listed, more=more is not None)
 
 
 @router.get("/ui/pools/{pool}")
-def pool_page(request: Request, pool: str = POOL_NAME, visit: Visit = Depends(viewer)) -> Response:
-    live = _serving_view(visit, pool)
-    with transaction() as session:
-        sized = sizing.size_pool(session, pool, SizingInputs())
+def pool_page(request: Request, pool: str = POOL_NAME, visit: Visit = Depends(viewer),
+              session: Session = RequestSession) -> Response:
+    live = _serving_view(session, visit, pool)
+    sized = sizing.size_pool(session, pool, SizingInputs())
     return page(request, visit, "pool.html", sizing=sized, memory_chart=_memory_chart(sized),
                 gpu_chart=_gpu_chart(sized), cost_chart=_cost_chart(sized), **live)
 
 
 @router.get("/ui/pools/{pool}/live")
-def pool_live(request: Request, pool: str = POOL_NAME, visit: Visit = Depends(viewer)) -> Response:
+def pool_live(request: Request, pool: str = POOL_NAME, visit: Visit = Depends(viewer),
+              session: Session = RequestSession) -> Response:
     """The serving and rollout sections alone, for the page's periodic refresh."""
-    return page(request, visit, "_pool_live.html", **_serving_view(visit, pool))
+    return page(request, visit, "_pool_live.html", **_serving_view(session, visit, pool))
 
 
-def _serving_view(visit: Visit, name: str) -> dict:
-    with transaction() as session:
-        rollout = nodes.rollout(session, visit.principal, name)  # checks the viewer's role
-        pool = pools.get(session, name)
-        aliases = promotions.list_aliases(session, visit.principal, name)
-        placed = placement.placement_out(session, visit.principal, name)
-        marked = requalification.listing(session, visit.principal, name)
+def _serving_view(session: Session, visit: Visit, name: str) -> dict:
+    rollout = nodes.rollout(session, visit.principal, name)  # checks the viewer's role
+    pool = pools.get(session, name)
+    aliases = promotions.list_aliases(session, visit.principal, name)
+    placed = placement.placement_out(session, visit.principal, name)
+    marked = requalification.listing(session, visit.principal, name)
     by_adapter = defaultdict(list)
     for alias in aliases:
         by_adapter[f"{alias.tenant}/{alias.adapter}"].append(alias)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import Response
+from sqlalchemy.orm import Session
 
 from registry.errors import LoraplaneError
+from registry.request_session import RequestSession
 from web.rendering import PageRoute, page, see_other
 from web.session import (Visit, check_csrf, end_session, remember_nonce, sign_in, start_session,
-                         visit_of, with_nonce)
+                         visitor, with_nonce)
 
 router = APIRouter(route_class=PageRoute)
 
@@ -28,8 +30,8 @@ def _form(request: Request, visit: Visit, next: str | None, *, status: int = 200
 
 
 @router.get("/ui/sign-in")
-def sign_in_form(request: Request, next: str | None = None) -> Response:
-    visit = visit_of(request)
+def sign_in_form(request: Request, next: str | None = None,
+                 visit: Visit = Depends(visitor)) -> Response:
     if visit.principal is not None:
         return see_other(safe_next(next))
     return _form(request, with_nonce(visit), next)
@@ -38,22 +40,23 @@ def sign_in_form(request: Request, next: str | None = None) -> Response:
 @router.post("/ui/sign-in")
 def sign_in_submit(request: Request, token: str = Form("", max_length=512),
                    csrf_token: str = Form("", max_length=128),
-                   next: str = Form("", max_length=300)) -> Response:
-    visit = visit_of(request)
+                   next: str = Form("", max_length=300), visit: Visit = Depends(visitor),
+                   session: Session = RequestSession) -> Response:
     check_csrf(visit, csrf_token)
     try:
-        principal = sign_in(token)
+        principal = sign_in(session, token)
     except LoraplaneError as error:
+        session.rollback()  # the form answers the refusal: nothing of the attempt stays
         return _form(request, with_nonce(visit), next, status=error.status, error=error)
     response = see_other(safe_next(next))
-    start_session(request, response, principal)
+    start_session(session, request, response, principal)
     return response
 
 
 @router.post("/ui/sign-out")
-def sign_out(request: Request, csrf_token: str = Form("", max_length=128)) -> Response:
-    visit = visit_of(request)
+def sign_out(csrf_token: str = Form("", max_length=128), visit: Visit = Depends(visitor),
+             session: Session = RequestSession) -> Response:
     check_csrf(visit, csrf_token)
     response = see_other("/ui/sign-in")
-    end_session(visit, response)
+    end_session(session, visit, response)
     return response

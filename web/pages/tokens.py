@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Form, Path, Request
 from fastapi.responses import Response
+from sqlalchemy.orm import Session
 
 from registry.auth import service
-from registry.db import transaction
+from registry.request_session import RequestSession
 from web.rendering import PageRoute, page, see_other
 from web.session import Visit, check_csrf, viewer
 
@@ -16,18 +17,18 @@ TOKENS_SHOWN = 200
 
 
 @router.get("/ui/tokens")
-def tokens_page(request: Request, visit: Visit = Depends(viewer)) -> Response:
-    with transaction() as session:
-        tokens, more = service.list_tokens(session, visit.principal, tenant=None,
-                                           include_revoked=False, limit=TOKENS_SHOWN, cursor=None)
+def tokens_page(request: Request, visit: Visit = Depends(viewer),
+                session: Session = RequestSession) -> Response:
+    tokens, more = service.list_tokens(session, visit.principal, tenant=None,
+                                       include_revoked=False, limit=TOKENS_SHOWN, cursor=None)
     return page(request, visit, "tokens.html", tokens=tokens, more=more is not None)
 
 
 @router.post("/ui/tokens/{token_id}/revoke")
 def revoke(request: Request, token_id: int = Path(ge=1, le=2**31 - 1),
-           csrf_token: str = Form("", max_length=128), visit: Visit = Depends(viewer)) -> Response:
+           csrf_token: str = Form("", max_length=128), visit: Visit = Depends(viewer),
+           session: Session = RequestSession) -> Response:
     check_csrf(visit, csrf_token)
-    with transaction() as session:
-        service.revoke(session, visit.principal, token_id)
+    service.revoke(session, visit.principal, token_id)
     # Revoking the token this page was opened with ends the session too: sign-in follows.
     return see_other("/ui/tokens")

@@ -9,8 +9,8 @@ from sqlalchemy.orm import Session
 from registry.adapters import service as adapters
 from registry.attestations import reading as attestations
 from registry.auth.principal import Principal
-from registry.db import transaction
 from registry.evaluations import service as evaluations
+from registry.request_session import RequestSession
 from registry.requalification import service as requalification
 from web.evidence import evidence_of
 from web.rendering import PageRoute, page
@@ -23,9 +23,9 @@ EXAMPLES_SHOWN, EVALUATIONS_SHOWN = 100, 20
 
 @router.get("/ui/adapters/{tenant}/{name}/versions/{number}")
 def version_page(request: Request, tenant: str = Path(pattern=NAME), name: str = Path(pattern=NAME),
-                 number: int = Path(ge=1, le=2**31 - 1), visit: Visit = Depends(viewer)) -> Response:
-    with transaction() as session:
-        view = version_view(session, visit.principal, tenant, name, number)
+                 number: int = Path(ge=1, le=2**31 - 1), visit: Visit = Depends(viewer),
+                 session: Session = RequestSession) -> Response:
+    view = version_view(session, visit.principal, tenant, name, number)
     return page(request, visit, "version.html", **view)
 
 
