@@ -13,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from loraplane import provenance
 from registry import audit
 from registry.active_set import changes
 from registry.attestations import evidence, issuing
@@ -25,6 +24,7 @@ from registry.db import transaction
 from registry.errors import Conflict, Unprocessable
 from registry.settings import get_settings
 from registry.tables import AdapterVersion, Attestation, AuditEvent, Pool, PoolAlias, PoolRetirement, Promotion
+from signed_digests import provenance
 
 log = logging.getLogger(__name__)
 # Any constant works; it keeps two registry processes from re-signing or backfilling at once.
