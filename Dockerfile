@@ -7,6 +7,9 @@ ARG EXTRAS=server
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY loraplane loraplane
+COPY loraplane_client loraplane_client
+COPY devkit devkit
+COPY signed_digests signed_digests
 COPY registry registry
 COPY migrations migrations
 COPY workers workers

@@ -22,15 +22,16 @@ from sqlalchemy.orm import Session
 
 from bench import report
 from bench.propagation import approve_and_time
-from loraplane.engine import EngineSpec
-from loraplane.task_kit import build_task_kit
-from loraplane.tiny_model import build_adapter
+from devkit import services
+from devkit.engine import EngineSpec
+from devkit.pipeline_steps import (
+    create_suite, evaluations_of, finish_evaluation, request_promotion, upload_dir,
+)
+from devkit.task_kit import build_task_kit
+from devkit.tiny_model import build_adapter
 from registry.auth import tokens
 from registry.auth.principal import Role
 from registry.db import make_engine
-from tests.support import services
-from tests.support.evals import create_suite, upload_dir
-from tests.support.promotions import evaluations_of, finish_evaluation, request_promotion
 
 REPO = Path(__file__).resolve().parents[1]
 BUCKET, BASE, POOL = "bench", "tiny-task-llama", "bench-node-pool"

@@ -20,7 +20,7 @@ import aiohttp
 import uvicorn
 import uvloop
 
-from tests.support import services
+from devkit import services
 
 
 def make_app(upstreams: list[str]):

@@ -37,13 +37,13 @@ from pathlib import Path
 import httpx
 from sqlalchemy.orm import Session
 
-from loraplane.engine import EngineSpec
-from loraplane.task_kit import build_task_kit
+from bench import report
+from devkit import services
+from devkit.engine import EngineSpec
+from devkit.task_kit import build_task_kit
 from registry.auth import tokens
 from registry.auth.principal import Role
 from registry.db import make_engine
-from bench import report
-from tests.support import services
 
 REPO = Path(__file__).resolve().parent.parent
 BUCKET = "bench"

@@ -32,11 +32,11 @@ from sqlalchemy.orm import Session
 from bench import report
 from bench.hostile_corpus import Attack, synthesize_adapter
 from bench.hostile_corpus.grid import grid
+from devkit import services
 from registry.auth import tokens
 from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.tables import Adapter, AdapterVersion
-from tests.support import services
 
 BUCKET = "bench-hostile"
 MiB = 1024 * 1024

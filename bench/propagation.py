@@ -28,14 +28,15 @@ import httpx
 from sqlalchemy.orm import Session
 
 from bench import report
-from loraplane.tiny_model import build_adapter, build_base_model
+from devkit import services
+from devkit.pipeline_steps import (
+    create_suite, evaluations_of, finish_evaluation, request_promotion, upload_dir,
+)
+from devkit.tiny_model import build_adapter, build_base_model
 from registry.auth import tokens
 from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.promotions import service as promotions
-from tests.support import services
-from tests.support.evals import create_suite, upload_dir
-from tests.support.promotions import evaluations_of, finish_evaluation, request_promotion
 
 BUCKET, BASE, POOL = "bench", "bench-base", "fleet"
 

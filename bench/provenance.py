@@ -32,15 +32,15 @@ from sqlalchemy.orm import Session
 from bench import report
 from bench.agent import answered, prepare
 from bench.propagation import approve_and_time
-from loraplane import provenance
-from loraplane.digests import manifest_digest
-from loraplane.engine import EngineSpec
-from loraplane.task_kit import build_task_kit
+from devkit import services
+from devkit.engine import EngineSpec
+from devkit.pipeline_steps import request_promotion
+from devkit.task_kit import build_task_kit
 from registry.db import make_engine
 from serving.agent import integrity
 from serving.agent.entries import ArtifactFile
-from tests.support import services
-from tests.support.promotions import request_promotion
+from signed_digests import provenance
+from signed_digests.digests import manifest_digest
 
 REPO = Path(__file__).resolve().parents[1]
 BUCKET, BASE = "bench", "tiny-task-llama"
@@ -116,7 +116,7 @@ def verify_cost(work: Path, size_mb: int, repeats: int) -> tuple[dict, dict]:
 
 
 def _sha256(path: Path) -> str:
-    from loraplane.digests import file_sha256
+    from signed_digests.digests import file_sha256
 
     return file_sha256(path)
 

@@ -17,15 +17,15 @@ from pathlib import Path
 import httpx
 from sqlalchemy.orm import Session
 
-from loraplane.engine import EngineSpec
-from loraplane.task_kit import TaskKit, build_task_kit
-from loraplane.tiny_model import build_adapter
+from devkit import services
+from devkit.engine import EngineSpec
+from devkit.pipeline_steps import create_suite, promoter
+from devkit.services import wait_for
+from devkit.task_kit import TaskKit, build_task_kit
+from devkit.tiny_model import build_adapter
 from registry.auth import tokens
 from registry.auth.principal import Role
 from registry.db import make_engine
-from tests.support import services
-from tests.support.evals import create_suite
-from tests.support.nodes import promoter, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 BUCKET, BASE, POOL, TENANT = "bench", "tiny-task-llama", "bench-serving", "acme"

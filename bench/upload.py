@@ -29,14 +29,14 @@ import httpx
 import numpy as np
 from sqlalchemy.orm import Session
 
-from loraplane.push import push
+from bench import report
+from devkit import services
+from loraplane_client.push import push
+from registry.adapters.part_pump import PARTS_IN_FLIGHT
 from registry.auth import tokens
 from registry.auth.principal import Role
 from registry.db import make_engine
-from registry.adapters.part_pump import PARTS_IN_FLIGHT
 from registry.storage.s3 import PART_SIZE
-from bench import report
-from tests.support import services
 
 BUCKET = "bench"
 MB = 1_000_000

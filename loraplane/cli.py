@@ -13,10 +13,10 @@ from loraplane.cli_support import console
 from loraplane.cli_support import fail as _fail
 from loraplane.cli_support import settings_or_fail
 from loraplane.cli_support import print_json as _print_json
-from loraplane.client import ClientSettings, checked, connect
 from loraplane.promotion_cli import audit_app, promotion_app
 from loraplane.signing_key_cli import signing_key_app
 from loraplane.verify_cli import verify as verify_command
+from loraplane_client.connection import ClientSettings, checked, connect
 from registry.names import NAME_PATTERN
 
 app = typer.Typer(help="loraplane: validated LoRA adapters for multi-LoRA serving on vLLM.",
@@ -59,7 +59,7 @@ def up(
     .venv-vllm and the `models` extra (`./dev up` installs both); without them, or with
     --registry-only, it runs the registry and dashboard alone. Ctrl-C stops everything.
     """
-    from loraplane.stack.up import UpOptions, run_up
+    from devkit.stack.up import UpOptions, run_up
 
     run_up(UpOptions(data_dir=data_dir.resolve(), host=host, port=port, router_port=router_port,
                      registry_only=registry_only))
@@ -76,7 +76,7 @@ def demo(
     that the broken one was blocked, and why. Prints a JSON summary; exits 1 if anything did not
     go as the story says.
     """
-    from loraplane.demo import run_demo
+    from devkit.demo import run_demo
 
     summary = _call(lambda: run_demo(data_dir.resolve()))
     _print_json(summary)
@@ -102,15 +102,15 @@ def serve(
     """
     import uvicorn
 
-    from registry import migrate
+    from migrations import runner
     from registry.db import prepare_folder
     from registry.settings import get_settings
 
     settings = get_settings()
     _call(lambda: prepare_folder(settings.data_dir))  # uploads spool there, whatever the database
     if settings.database_url.startswith("sqlite"):
-        _call(lambda: migrate.upgrade(settings.database_url))
-    uvicorn.run("registry.app:create_app", factory=True, host=host, port=port, workers=workers,
+        _call(lambda: runner.upgrade(settings.database_url))
+    uvicorn.run("loraplane.server:create_app", factory=True, host=host, port=port, workers=workers,
                 proxy_headers=True, access_log=access_log, timeout_graceful_shutdown=shutdown_grace_s)
 
 
@@ -201,30 +201,30 @@ def router(
 @db_app.command("upgrade")
 def db_upgrade(revision: str = typer.Argument("head")):
     """Apply migrations up to REVISION (default: head)."""
-    from registry import migrate
+    from migrations import runner
     from registry.settings import get_settings
 
-    _call(lambda: migrate.upgrade(get_settings().database_url, revision))
+    _call(lambda: runner.upgrade(get_settings().database_url, revision))
     typer.echo(f"database at {revision}")
 
 
 @db_app.command("downgrade")
 def db_downgrade(revision: str = typer.Argument(..., help="Target revision, e.g. base.")):
     """Revert migrations down to REVISION."""
-    from registry import migrate
+    from migrations import runner
     from registry.settings import get_settings
 
-    migrate.downgrade(get_settings().database_url, revision)
+    runner.downgrade(get_settings().database_url, revision)
     typer.echo(f"database at {revision}")
 
 
 @db_app.command("check")
 def db_check():
     """Fail if the tables in code differ from what the migrations build."""
-    from registry import migrate
+    from migrations import runner
     from registry.settings import get_settings
 
-    migrate.check(get_settings().database_url)
+    runner.check(get_settings().database_url)
     typer.echo("no drift")
 
 
@@ -299,7 +299,7 @@ def push(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Upload a new adapter version. Identical bytes return the existing version."""
-    from loraplane.push import push as push_adapter
+    from loraplane_client.push import push as push_adapter
 
     tenant, _, name = adapter.partition("/")
     if not (NAME_PATTERN.fullmatch(tenant) and NAME_PATTERN.fullmatch(name)):

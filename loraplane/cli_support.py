@@ -5,20 +5,12 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-from loraplane.client import RegistryError
+from loraplane_client.connection import RegistryError
+from loraplane_client.terminal import console, fail
 from registry.errors import LoraplaneError
 
-console = Console(stderr=True)
-
-
-def fail(message: str, hint: str = "") -> None:
-    console.print(f"[red]error:[/red] {escape(message)}")
-    if hint:
-        console.print(f"[yellow]hint:[/yellow] {escape(hint)}")
-    raise typer.Exit(1)
+__all__ = ["call", "console", "fail", "print_json", "settings_or_fail"]
 
 
 def settings_or_fail(make, prefix: str, token_field: str, token_hint: str):

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from loraplane.client import checked
+from loraplane_client.connection import checked
 
 FINISHED = ("passed", "failed")
 

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from loraplane.cli_support import call, console, fail, print_json
-from loraplane.client import checked, connect
+from loraplane_client.connection import checked, connect
 
 promotion_app = typer.Typer(help="Promote versions into pools, approve, reject and roll back.",
                             no_args_is_help=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from loraplane.cli_support import call, console, print_json
-from loraplane.client import checked, connect
+from loraplane_client.connection import checked, connect
 
 signing_key_app = typer.Typer(
     help="Keys that a tenant's signed uploads (model-signing's model.sig) must verify with.",

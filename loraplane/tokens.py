@@ -45,12 +45,3 @@ def revoke_token(token_id: int, *, with_issued: bool = False) -> None:
     with transaction() as session:
         tokens.revoke_token(session, token_id, actor=OPERATOR, with_issued=with_issued)
 
-
-def bootstrap_admin() -> str | None:
-    """Create the first global admin token, unless an admin already exists. Safe to rerun."""
-    with transaction() as session:
-        if tokens.has_admin(session):
-            return None
-        _, plain = tokens.create_token(session, subject="bootstrap-admin", role=Role.ADMIN,
-                                       tenant=None, actor=OPERATOR)
-    return plain

@@ -14,10 +14,10 @@ from typing import Any
 
 import httpx
 
-from loraplane import provenance
-from loraplane.client import RegistryError, checked
-from loraplane.digests import manifest_digest
-from loraplane.folder_hashes import hash_folder
+from loraplane_client.connection import RegistryError, checked
+from signed_digests import provenance
+from signed_digests.digests import manifest_digest
+from signed_digests.folder_hashes import hash_folder
 
 AUDIT_PAGE = 200
 MAX_AUDIT_PAGES = 50  # 10,000 events under one pool/served-name subject is far more than any has

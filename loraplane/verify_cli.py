@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from loraplane.cli_support import console as err_console
-from loraplane.client import RegistryError, connect
 from loraplane.promotion_cli import PINNED
+from loraplane_client.connection import RegistryError, connect
 
 USAGE = 2
 MARKS = {"holds": "[green]✓[/green]", "fails": "[red]✗[/red]", "unchecked": "[yellow]?[/yellow]"}

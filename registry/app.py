@@ -1,4 +1,5 @@
-"""The registry's ASGI application."""
+"""The registry's API as an ASGI application. The process serves it with the review dashboard
+beside it (loraplane/server.py): the registry imports no web code."""
 
 from __future__ import annotations
 
@@ -38,7 +39,6 @@ from registry.sizing.endpoints import router as sizing
 from registry.storage import get_store
 from registry.storage.endpoints import router as artifacts
 from registry.webhooks.endpoints import router as webhooks
-from web.routes import STATIC, router as dashboard
 
 
 @asynccontextmanager
@@ -67,10 +67,8 @@ def create_app() -> FastAPI:
         lifespan=lifespan,
     )
     for router in (auth, signing_keys, base_models, pools, eval_suites, adapters, evaluations, promotions,
-                   active_set, nodes, placement, sizing, webhooks, audit, attestations, artifacts, ops,
-                   dashboard):
+                   active_set, nodes, placement, sizing, webhooks, audit, attestations, artifacts, ops):
         app.include_router(router)
-    app.mount("/ui/static", STATIC, name="dashboard-static")
     app.add_middleware(BodySizeLimitMiddleware, max_upload_bytes=get_settings().max_upload_bytes)
     app.add_middleware(ControlCharacterGuard)
     app.add_middleware(MetricsMiddleware)

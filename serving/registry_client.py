@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from loraplane.provenance import MAX_ENVELOPE_BYTES, TRUST_BUNDLE_PATH
+from signed_digests.provenance import MAX_ENVELOPE_BYTES, TRUST_BUNDLE_PATH
 
 
 class RegistryUnavailable(Exception):

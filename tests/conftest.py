@@ -14,12 +14,12 @@ import pytest
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from registry import migrate
+from devkit import services
+from migrations import runner
 from registry.auth import tokens as token_service
 from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.tables import Adapter, AdapterVersion, AuditEvent
-from tests.support import services
 
 # Every process of one deployment shares LORAPLANE_SECRET_KEY (docs/operations.md): the audit chain
 # and every signature are keyed with it, so the registries, workers, CLIs and this process started
@@ -74,7 +74,7 @@ def postgres(service_dir: Path) -> Iterator[services.Service]:
 @pytest.fixture(scope="session")
 def database_url(postgres: services.Service) -> str:
     url = services.create_database(postgres.url, "loraplane")
-    migrate.upgrade(url)
+    runner.upgrade(url)
     return url
 
 
@@ -192,7 +192,7 @@ def uploader(client_for) -> httpx.Client:
 @pytest.fixture(scope="session")
 def task_kit():
     """A trained base and adapters (about 90 s to build), cached in the checkout's .cache."""
-    from loraplane.task_kit import build_task_kit
+    from devkit.task_kit import build_task_kit
 
     root = REPO / ".cache" / "task-kit"
     try:
@@ -218,7 +218,7 @@ def kit_base(admin, task_kit) -> str:
 
 @pytest.fixture(scope="session")
 def tiny_base(tmp_path_factory) -> Path:
-    from loraplane.tiny_model import build_base_model
+    from devkit.tiny_model import build_base_model
 
     return build_base_model(tmp_path_factory.mktemp("models") / "tiny-llama")
 
@@ -237,7 +237,7 @@ def base_model(admin: httpx.Client, tiny_base: Path) -> str:
 @pytest.fixture(scope="session")
 def make_adapter(tiny_base: Path, tmp_path_factory) -> Callable[..., Path]:
     """Build (once per parameter set) a real PEFT adapter for the tiny base."""
-    from loraplane.tiny_model import build_adapter
+    from devkit.tiny_model import build_adapter
 
     root = tmp_path_factory.mktemp("adapters")
     built: dict[tuple, Path] = {}

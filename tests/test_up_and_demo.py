@@ -23,8 +23,7 @@ import httpx
 import psutil
 import pytest
 
-from loraplane import engine
-from tests.support import services
+from devkit import engine, services
 
 REPO = Path(__file__).resolve().parents[1]
 UP_TIMEOUT_S = 600  # a cold start trains the task kit and starts two engines on two cores

@@ -6,10 +6,13 @@ Revises: 0002
 Create Date: 2026-12-02 15:44:40.091250
 """
 
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import Any
+
 from alembic import op
 import sqlalchemy as sa
-
-from registry.audit.chain import GENESIS, event_hash
 
 
 revision = '0003'
@@ -154,6 +157,27 @@ def upgrade() -> None:
     with op.batch_alter_table('pools', schema=None) as batch_op:
         batch_op.add_column(sa.Column('generation', sa.BigInteger(), server_default='0', nullable=False))
 
+
+
+# A frozen copy of the `sha256` scheme of registry/audit/chain.py as it stood when this revision
+# was written. A migration must build the same rows whatever the live code later becomes, so it
+# imports none of it; the scheme is a stored contract, and tests/registry/test_migrations.py checks
+# that this copy still gives the live chain's values.
+GENESIS = "0" * 64
+
+
+def _canonical_time(moment: datetime) -> str:
+    aware = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    return aware.isoformat(timespec="microseconds")
+
+
+def event_hash(prev_hash: str, *, at: datetime, actor: str, action: str, subject: str,
+               tenant_id: int | None, before: Any, after: Any) -> str:
+    content = json.dumps(
+        {"at": _canonical_time(at), "actor": actor, "action": action, "subject": subject,
+         "tenant_id": tenant_id, "before": before, "after": after},
+        sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(f"{prev_hash}\n{content}".encode()).hexdigest()
 
 
 def _chain_existing_events() -> None:

@@ -7,13 +7,12 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from loraplane.digests import manifest_digest
 from registry import audit
 from registry.adapters import artifact, repository, validation
 from registry.adapters.lora_layout import LoraLayout
 from registry.adapters.peft_config import LoraSpec
-from registry.adapters.schemas import AdapterOut, DownloadFile, DownloadOut, VersionOut
 from registry.adapters.receive import WEIGHTS_SHA256_FIELD, ReceivedUpload
+from registry.adapters.schemas import AdapterOut, DownloadFile, DownloadOut, VersionOut
 from registry.adapters.upload_files import AdapterFiles
 from registry.adapters.validation import TargetBase
 from registry.auth.principal import Principal, Role
@@ -23,6 +22,7 @@ from registry.settings import RegistrySettings
 from registry.signing_keys.service import UploadPolicy, upload_policy
 from registry.storage.base import ArtifactStore
 from registry.tables import Adapter, AdapterVersion, BaseModel, Tenant
+from signed_digests.digests import manifest_digest
 
 READERS = {Role.ADMIN, Role.UPLOADER, Role.REVIEWER}
 UPLOADERS = {Role.ADMIN, Role.UPLOADER}

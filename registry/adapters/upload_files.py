@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from registry.adapters import archive, upload_signature
-from loraplane.digests import file_sha256
 from registry.adapters.peft_config import FILE as CONFIG_FILE
 from registry.adapters.receive import ReceivedFile
 from registry.adapters.safetensors_check import FILE as WEIGHTS_FILE
 from registry.errors import BadRequest, PayloadTooLarge, Unprocessable, UnsupportedMediaType
 from registry.settings import RegistrySettings
+from signed_digests.digests import file_sha256
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from loraplane import provenance
 from registry.attestations.keyring import get_keyring
+from signed_digests import provenance
 
 CACHE_S = 30  # the bundle is public and anonymous: sign it at most this often, not per request
 _cached: tuple[float, tuple, dict[str, Any]] | None = None

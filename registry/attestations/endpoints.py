@@ -7,13 +7,13 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
-from loraplane.provenance import TRUST_BUNDLE_PATH
 from registry.adapters.endpoints import Name, Number, Tenant
 from registry.attestations import bundle, reading, upkeep
 from registry.attestations.schemas import AttestationOut, BackfillOut, RotationIn, RotationOut
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal
 from registry.request_session import RequestSession
+from signed_digests.provenance import TRUST_BUNDLE_PATH
 
 router = APIRouter(tags=["attestations"])
 

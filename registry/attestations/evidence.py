@@ -10,9 +10,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from loraplane.provenance import canonical
 from registry.promotions.gates import latest_evaluations
 from registry.tables import Adapter, AdapterVersion, BaseModel, Identity, Pool, Promotion, Tenant
+from signed_digests.provenance import canonical
 
 
 def served_name(session: Session, version: AdapterVersion) -> str:

@@ -9,11 +9,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from loraplane import provenance
 from registry import audit
 from registry.attestations import evidence
 from registry.attestations.keyring import get_keyring
 from registry.tables import AdapterVersion, Attestation, Promotion
+from signed_digests import provenance
 
 APPROVE, ROLLBACK, RESIGN, BACKFILL = "approve", "rollback", "resign", "backfill"
 

@@ -22,8 +22,8 @@ from typing import Protocol
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from loraplane.provenance import ALGORITHM, key_id
 from registry.settings import RegistrySettings, get_settings
+from signed_digests.provenance import ALGORITHM, key_id
 
 
 @dataclass(frozen=True)

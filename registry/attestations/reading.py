@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from loraplane import provenance
 from registry.adapters import service as adapters
 from registry.attestations import bundle, repository
 from registry.attestations.evidence import served_name
 from registry.attestations.schemas import AttestationOut
 from registry.auth.principal import Principal
 from registry.tables import Pool
+from signed_digests import provenance
 
 
 def of_version(session: Session, principal: Principal, tenant: str, name: str,

@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
-from loraplane import provenance
 from registry import audit
 from registry.active_set.change import new_generation
 from registry.attestations import evidence, issuing, repository
@@ -24,6 +23,7 @@ from registry.db import transaction
 from registry.errors import Conflict, Unprocessable
 from registry.settings import get_settings
 from registry.tables import AdapterVersion, Pool
+from signed_digests import provenance
 
 log = logging.getLogger(__name__)
 # Any constant works; it keeps two registry processes from re-signing or backfilling at once.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from loraplane.provenance import canonical
+from signed_digests.provenance import canonical
 
 ENGINE_FIELDS = ("vllm_version", "dtype", "flags")
 

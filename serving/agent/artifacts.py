@@ -23,10 +23,10 @@ from pathlib import Path
 
 import httpx
 
-from loraplane.digests import manifest_digest
 from serving.agent import integrity
 from serving.agent.entries import DIGEST, ArtifactFile, Entry
 from serving.agent.integrity import COMPLETE, Fingerprint
+from signed_digests.digests import manifest_digest
 
 DIGEST_NAME = re.compile(DIGEST)
 PARTIAL = ".partial-"

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from loraplane.provenance import Unverified, check_subject
 from serving.agent.entries import Entry, shown
 from serving.agent.trust import TrustStore
+from signed_digests.provenance import Unverified, check_subject
 
 PREFIX = "refused, not proven: "
 

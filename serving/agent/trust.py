@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from loraplane.provenance import MAX_ENVELOPE_BYTES, TrustBundle, Unverified
+from signed_digests.provenance import MAX_ENVELOPE_BYTES, TrustBundle, Unverified
 
 log = logging.getLogger(__name__)
 Fetch = Callable[[], Awaitable[dict[str, Any]]]

@@ -11,7 +11,7 @@ import subprocess
 import httpx
 import pytest
 
-from tests.support import services
+from devkit import services
 from tests.support.cli import LORAPLANE, cli, start_up
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 from alembic.script import ScriptDirectory
 
-from registry import migrate
-from tests.support import services
+from devkit import services
+from migrations import runner
 from tests.support.cli import LORAPLANE, cli
 
 
@@ -23,7 +23,7 @@ def schema_revision(data_dir: Path) -> str:
 
 
 def head_revision() -> str:
-    return ScriptDirectory.from_config(migrate.alembic_config("sqlite://")).get_current_head()
+    return ScriptDirectory.from_config(runner.alembic_config("sqlite://")).get_current_head()
 
 
 def assert_private_folder(folder: Path) -> None:

@@ -14,9 +14,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from loraplane.client import RegistryError
-from loraplane.push import push
-from tests.support import services
+from devkit import services
+from loraplane_client.connection import RegistryError
+from loraplane_client.push import push
 
 CONFIG, WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 BAD_UPLOAD = [("file", (CONFIG, b'{"peft_type": "LORA"}')), ("file", (WEIGHTS, b"\0" * 16))]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from loraplane.task_kit import ADAPTERS, SUITE_SIZE, TASKS, TaskKit, build_task_kit
+from devkit.task_kit import ADAPTERS, SUITE_SIZE, TASKS, TaskKit, build_task_kit
 from tests.conftest import KIT_BASE as BASE_NAME
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
@@ -100,7 +100,7 @@ def test_suites_are_held_out_rows_of_the_right_shape(kit):
 def test_training_never_draws_a_suite_prompt(kit):
     import random
 
-    from loraplane import task_kit
+    from devkit import task_kit
 
     suites, validation, held_out = task_kit._make_suites(0)
     assert suites == kit.suites
@@ -181,14 +181,14 @@ def test_other_arguments_do_not_reuse_the_kit(kit):
 
 def test_command_line_prints_the_report_of_a_built_kit(kit):
     result = subprocess.run(
-        [sys.executable, "-m", "loraplane.task_kit", str(kit.root), "--base-model-name", BASE_NAME],
+        [sys.executable, "-m", "devkit.task_kit", str(kit.root), "--base-model-name", BASE_NAME],
         check=False, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == kit.report
 
 
 def test_module_imports_without_torch():
-    code = ("import sys, loraplane.task_kit; "
+    code = ("import sys, devkit.task_kit; "
             "assert not {'torch', 'transformers', 'peft', 'tokenizers'} & set(sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
                             text=True, cwd=Path(__file__).parents[2], timeout=60)

@@ -17,13 +17,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from loraplane import provenance
+from devkit.pipeline_steps import (
+    create_suite, evaluations_of, finish_evaluation, request_promotion, upload_dir,
+)
 from registry.auth import tokens as token_service
 from registry.auth.principal import Role
 from registry.tables import Adapter, AdapterVersion, Attestation, AuditEvent, Pool, Tenant
+from signed_digests import provenance
 from tests.support.cli import cli
-from tests.support.evals import create_suite, upload_dir
-from tests.support.promotions import evaluations_of, finish_evaluation, request_promotion
 
 BASE = "verify-base"  # a base, suite and pools of this module's own
 POOL, OTHER_POOL = "verify-pool", "verify-other"
@@ -60,7 +61,7 @@ def approver(engine, registry) -> httpx.Client:
 def make_version(pools, tiny_base, tmp_path_factory, engine, client_for):
     """Upload a new version of acme/<name> built for this module's base, with its evaluation
     recorded as passed."""
-    from loraplane.tiny_model import build_adapter
+    from devkit.tiny_model import build_adapter
 
     root = tmp_path_factory.mktemp("verify-adapters")
 

@@ -12,10 +12,9 @@ import httpx
 import pytest
 from sqlalchemy.orm import Session
 
+from devkit.pipeline_steps import create_suite, evaluations_of, finish_evaluation, upload_dir
 from registry.auth import tokens as token_service
 from registry.auth.principal import Role
-from tests.support.evals import create_suite, upload_dir
-from tests.support.promotions import evaluations_of, finish_evaluation
 
 PROMO_BASE = "promo-base"
 seeds = itertools.count(100)
@@ -68,7 +67,7 @@ def second_reviewer(engine, client_with) -> httpx.Client:
 @pytest.fixture(scope="session")
 def make_ready(tiny_base, tmp_path_factory, engine, promo_pools, client_for):
     """Upload a new version of acme/<name> built for promo-base, and record its evaluation."""
-    from loraplane.tiny_model import build_adapter
+    from devkit.tiny_model import build_adapter
 
     root = tmp_path_factory.mktemp("promo-adapters")
 

@@ -28,8 +28,8 @@ from bench.hostile_corpus import archives as ar
 from bench.hostile_corpus import documents as doc
 from bench.hostile_corpus import multipart_attacks as mp
 from bench.hostile_corpus.grid import grid
+from devkit import services
 from tests.conftest import MAX_UPLOAD_BYTES
-from tests.support import services
 from tests.support.asserts import assert_refused
 
 MiB = 1024 * 1024

@@ -12,11 +12,12 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from loraplane.engine import EngineSpec
+from devkit import services
+from devkit.engine import EngineSpec
+from devkit.pipeline_steps import create_suite, promoter
+from devkit.services import wait_for
 from tests.conftest import KIT_BASE
-from tests.support import services
-from tests.support.evals import create_suite
-from tests.support.nodes import issue_token, promoter, served_adapters, wait_for
+from tests.support.nodes import issue_token, served_adapters
 
 POOL = "spread-pool"
 NODES = ("spread-a", "spread-b")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support import services
+from devkit import services
 
 LORAPLANE = str(Path(sys.executable).parent / "loraplane")
 

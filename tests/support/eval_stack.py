@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from loraplane.engine import EngineSpec
+from devkit import services
+from devkit.engine import EngineSpec
 from tests.conftest import BUCKET, KIT_BASE
-from tests.support import services
 
 ENGINE_MAX_LORA_RANK = 16
 # Short enough that the fault tests see redelivery and lease expiry within seconds.

@@ -1,33 +1,15 @@
-"""Upload kit adapters, create suites and wait for evaluations, through the public API."""
+"""Request evaluations and wait for them, through the public API (uploads and suites are
+devkit.pipeline_steps)."""
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import httpx
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from registry.tables import BaseModel, EvalSuite, Evaluation
-
-PEFT_FILES = ("adapter_config.json", "adapter_model.safetensors")
-
-
-def upload_dir(client: httpx.Client, adapter: str, folder: Path) -> dict:
-    parts = [("file", (name, (folder / name).read_bytes())) for name in PEFT_FILES]
-    response = client.post(f"/v1/adapters/{adapter}/versions", files=parts)
-    assert response.status_code in (200, 201), response.text
-    return response.json()
-
-
-def create_suite(admin: httpx.Client, name: str, base: str, rows: list[dict], metrics: dict,
-                 **generation) -> dict:
-    body = {"name": name, "base_model": base, "examples": rows, "metrics": metrics,
-            "generation": {"max_tokens": 16, **generation}}
-    response = admin.post("/v1/eval-suites", json=body)
-    assert response.status_code == 201, response.text
-    return response.json()
 
 
 def request_evaluation(client: httpx.Client, version: dict, suite: str) -> dict:

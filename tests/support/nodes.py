@@ -1,18 +1,13 @@
-"""Serving nodes in tests: restartable processes, vLLM's view of its adapters, and promotion of
-kit adapters into a pool end to end (upload, a passed parity evaluation, request, approval)."""
+"""Serving nodes in tests: restartable processes, tokens bound to node ids, and vLLM's view of
+its adapters (promotion of kit adapters end to end is devkit.pipeline_steps.promoter)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
-from sqlalchemy.engine import Engine
 
-from tests.support import services
-from tests.support.evals import upload_dir
-from tests.support.promotions import evaluations_of, finish_evaluation, request_promotion
+from devkit import services
 
 
 class Restartable:
@@ -32,27 +27,6 @@ class Restartable:
     def restart(self) -> None:
         self.stop()
         self.service = self._start()
-
-
-def promoter(admin: httpx.Client, uploader: httpx.Client, engine: Engine, pool: str,
-             suite: str) -> Callable[..., dict]:
-    """Upload a folder as acme/<name>, record a passed evaluation of `suite`, promote, approve."""
-
-    def run(name: str, folder: Path, alias: str = "production", weight: int | None = None,
-            client: httpx.Client | None = None) -> dict:
-        version = upload_dir(client or uploader, name if "/" in name else f"acme/{name}", folder)
-        if not evaluations_of(admin, version):
-            path = f"/v1/adapters/{version['tenant']}/{version['adapter']}/versions/{version['number']}/evaluations"
-            assert admin.post(path, json={"suite": suite}).status_code in (200, 202)
-            for evaluation in evaluations_of(admin, version):
-                finish_evaluation(engine, evaluation["id"])
-        created = request_promotion(client or uploader, pool, version, alias, weight=weight)
-        assert created.status_code == 201, created.text
-        approved = admin.post(f"/v1/promotions/{created.json()['id']}/approve", json={"comment": "ok"})
-        assert approved.status_code == 200, approved.text
-        return version
-
-    return run
 
 
 class NodeFleet:
@@ -87,19 +61,6 @@ def issue_token(admin: httpx.Client, subject: str, **scope) -> str:
 def served_adapters(vllm_url: str) -> dict[str, str]:
     models = httpx.get(vllm_url + "/v1/models", timeout=10).json()["data"]
     return {m["id"]: m.get("root", "") for m in models if m.get("parent")}
-
-
-def wait_for(check, *, timeout_s: float = 30, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except (httpx.HTTPError, OSError):
-            value = None
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def complete(vllm_url: str, model: str, prompt: str, max_tokens: int = 16) -> str:

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.evals import create_suite, upload_dir, wait_finished
-from tests.support.promotions import evaluations_of, request_promotion
+from devkit.pipeline_steps import create_suite, evaluations_of, request_promotion, upload_dir
+from tests.support.evals import wait_finished
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("LORAPLANE_TEST_ARTIFACTS", REPO / "test-artifacts")) / "dashboard"

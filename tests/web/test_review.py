@@ -163,8 +163,8 @@ def report(node: httpx.Client, node_id: str, generation: int, loaded: list[dict]
 
 def test_the_pool_page_shows_canary_weights_and_follows_its_nodes_live(
         awaiting, open_as, admin, uploader, client_for, registry, task_kit, screenshots):
-    from tests.support.evals import upload_dir, wait_finished
-    from tests.support.promotions import evaluations_of, request_promotion
+    from devkit.pipeline_steps import evaluations_of, request_promotion, upload_dir
+    from tests.support.evals import wait_finished
 
     approved(admin, awaiting["promotion"]["id"])
     v2 = upload_dir(uploader, "acme/web-digits", task_kit.adapters["digits_to_words_v2"])

@@ -7,9 +7,9 @@ import json
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from devkit.pipeline_steps import upload_dir
 from registry.tables import EvalSuite
 from tests.loraplane.test_cli import cli
-from tests.support.evals import upload_dir
 
 
 def unwrapped(text: str) -> str:

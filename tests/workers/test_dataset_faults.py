@@ -18,13 +18,14 @@ import pytest
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from loraplane.tiny_model import build_adapter
+from devkit import services
+from devkit.pipeline_steps import create_suite, upload_dir
+from devkit.tiny_model import build_adapter
 from registry.adapters.artifact import blob_key
 from registry.tables import AuditEvent, EvalSuite, Evaluation
 from tests.conftest import BUCKET, register_base
-from tests.support import services
 from tests.support.eval_stack import Worker, worker_env
-from tests.support.evals import create_suite, request_evaluation, upload_dir, wait_finished
+from tests.support.evals import request_evaluation, wait_finished
 
 OFFLINE_BASE, SILENT_BASE = "dataset-faults-base", "dying-worker-base"
 METRICS = {"exact_match": {"min": 0.5}}

@@ -8,10 +8,11 @@ import os
 
 import httpx
 
+from devkit import services
+from devkit.pipeline_steps import create_suite, upload_dir
 from tests.loraplane.test_cli import cli, start_up
-from tests.support import services
-from tests.support.evals import create_suite, upload_dir, wait_finished
 from tests.support.eval_stack import KIT_BASE, Worker
+from tests.support.evals import wait_finished
 
 
 def test_an_evaluation_runs_end_to_end_on_the_embedded_default(task_kit, eval_engine, tmp_path):

@@ -9,9 +9,10 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from devkit.pipeline_steps import create_suite, upload_dir
 from registry.tables import AuditEvent, Evaluation, EvaluationExample
 from tests.support.asserts import assert_refused
-from tests.support.evals import create_suite, request_evaluation, upload_dir, wait_finished
+from tests.support.evals import request_evaluation, wait_finished
 
 METRICS = {
     "exact_match": {"min": 0.8},

@@ -11,11 +11,12 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from devkit import services
+from devkit.pipeline_steps import create_suite, upload_dir
 from registry.tables import AuditEvent, Evaluation, EvaluationExample
-from tests.support import services
-from tests.support.evals import create_suite, request_evaluation, upload_dir, wait_finished, wait_idle
 from tests.conftest import register_base
 from tests.support.eval_stack import KIT_BASE, Worker, worker_env
+from tests.support.evals import request_evaluation, wait_finished, wait_idle
 
 
 def evaluation_row(engine, evaluation_id: int) -> Evaluation:
@@ -88,7 +89,7 @@ def test_an_engine_that_is_down_is_retried_then_fails_with_a_clear_reason(
 
 def test_a_rank_above_the_engines_maximum_fails_cleanly(uploader, task_kit, kit_base, eval_engine,
                                                         eval_worker, admin, tmp_path):
-    from loraplane.tiny_model import build_adapter
+    from devkit.tiny_model import build_adapter
 
     create_suite(admin, "digits-rank", kit_base, task_kit.suites["digits_to_words"][:4],
                  {"exact_match": {"min": 0.0}})

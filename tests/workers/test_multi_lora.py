@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.evals import create_suite, request_evaluation, upload_dir, wait_finished, wait_idle
+from devkit.pipeline_steps import create_suite, upload_dir
+from tests.support.evals import request_evaluation, wait_finished, wait_idle
 
 ARTIFACTS = ("digits_to_words", "digits_to_words_v2", "reverse_words", "digits_to_words_noisy")
 # Quality metrics only: serving measures time, which no two runs share.

@@ -13,10 +13,10 @@ import httpx
 import pytest
 from sqlalchemy.orm import Session
 
+from devkit.pipeline_steps import request_promotion
 from registry.auth import tokens as token_service
 from registry.promotions import service as promotions
 from tests.support.asserts import assert_refused
-from tests.support.promotions import request_promotion
 
 WAKE_LIMIT_S = 0.5  # half the registry's re-read interval (active_set_poll_s, 1 s)
 

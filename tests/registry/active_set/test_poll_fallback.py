@@ -11,10 +11,10 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from devkit import services
 from registry.active_set.change import new_generation
 from registry.db import make_engine
 from registry.tables import Pool
-from tests.support import services
 from tests.support.cli import start_up
 
 

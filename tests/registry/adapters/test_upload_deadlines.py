@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.support import services
+from devkit import services
 
 IDLE_S, MIN_RATE = 2, 1000
 CONFIG, WEIGHTS = "adapter_config.json", "adapter_model.safetensors"

@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from loraplane.digests import manifest_digest
 from registry.adapters.artifact import blob_key
+from signed_digests.digests import manifest_digest
 from tests.conftest import BUCKET
 from tests.registry.signing_keys_support import (
     add_key, new_key, new_tenant, peft_files, sign, upload,

@@ -97,7 +97,7 @@ def test_verify_finds_an_edited_row_and_a_removed_row(tampered_database):
 
 
 def test_audit_filters(admin, client_for, promo_pools, make_ready, uploader, second_reviewer):
-    from tests.support.promotions import request_promotion
+    from devkit.pipeline_steps import request_promotion
 
     promotion = request_promotion(uploader, promo_pools["open"], make_ready("audited")).json()
     second_reviewer.post(f"/v1/promotions/{promotion['id']}/approve", json={"comment": "fine"})

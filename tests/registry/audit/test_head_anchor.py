@@ -8,9 +8,9 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from devkit.pipeline_steps import request_promotion
 from registry.audit import anchor
 from registry.tables import AuditEvent, WebhookDelivery
-from tests.support.promotions import request_promotion
 
 
 def audit_event(admin, action: str, subject: str) -> dict:

@@ -7,8 +7,9 @@ import time
 
 import httpx
 
+from devkit.pipeline_steps import request_promotion
 from tests.registry.conftest import PROMO_BASE
-from tests.support.promotions import active_set, request_promotion, served
+from tests.support.promotions import active_set, served
 
 POOL = "audit-retire"
 

@@ -14,12 +14,12 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from registry import migrate
+from devkit import services
+from migrations import runner
 from registry.auth import tokens as token_service
 from registry.auth.principal import Role
 from registry.db import make_engine
 from tests.registry.audit.tools import head_file_setting
-from tests.support import services
 
 SECURITY_DOC = Path(__file__).resolve().parents[3] / "docs" / "security.md"
 NOT_OWNER = "must be owner of table audit_events"
@@ -78,7 +78,7 @@ def event_count(url: str) -> int:
 
 
 def test_the_registry_runs_as_a_role_that_can_append_but_not_rewrite(roles, service_dir, tmp_path):
-    migrate.upgrade(roles["owner"])
+    runner.upgrade(roles["owner"])
     owner = make_engine(roles["owner"], pooled=False)
     with owner.begin() as connection:
         connection.execute(text(documented_grants().replace("loraplane_app", roles["app_role"])))

@@ -9,12 +9,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import text
 
-from registry import migrate
+from devkit import services
+from migrations import runner
 from registry.audit import anchor
 from registry.audit.chain import GENESIS, event_hash
 from registry.db import make_engine
 from tests.registry.audit.tools import head_file_setting, record_events, run_verify, said, tamper
-from tests.support import services
 
 BEFORE_0006 = sa.table(
     "audit_events", sa.column("at", sa.DateTime(timezone=True)), sa.column("actor"),
@@ -32,7 +32,7 @@ def schemes(url: str) -> list[tuple[str, str]]:
 
 def test_a_chain_written_before_the_keyed_scheme_still_verifies(postgres, tmp_path):
     url = services.create_database(postgres.url, "audit_schemes")
-    migrate.upgrade(url, "0005")
+    runner.upgrade(url, "0005")
     engine = make_engine(url, pooled=False)
     prev = GENESIS
     with engine.begin() as connection:  # as the registry wrote events until 0006: plain sha256
@@ -43,7 +43,7 @@ def test_a_chain_written_before_the_keyed_scheme_still_verifies(postgres, tmp_pa
             connection.execute(sa.insert(BEFORE_0006).values(**fields, prev_hash=prev, hash=digest))
             prev = digest
     engine.dispose()
-    migrate.upgrade(url)
+    runner.upgrade(url)
 
     with head_file_setting(tmp_path / "audit-head.json"):
         record_events(url, ["new/0", "new/1"])
@@ -63,7 +63,7 @@ def test_a_chain_written_before_the_keyed_scheme_still_verifies(postgres, tmp_pa
 
 def test_the_embedded_default_keeps_a_keyed_anchored_append_only_chain(tmp_path):
     url = f"sqlite:///{tmp_path / 'loraplane.db'}"
-    migrate.upgrade(url)
+    runner.upgrade(url)
     with head_file_setting(tmp_path / "audit-head.json"):
         record_events(url, ["a", "b"])
         result = run_verify(url)

@@ -9,13 +9,13 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from devkit import services
 from registry.eval_suites.schemas import Example
 from registry.eval_suites.service import load_examples
 from registry.settings import RegistrySettings
 from registry.storage.s3 import S3Store
 from registry.tables import EvalSuite
 from tests.conftest import BUCKET
-from tests.support import services
 from tests.support.asserts import assert_refused
 
 EXAMPLES = [{"prompt": "digits: 1 2 =>", "reference": " one two"},

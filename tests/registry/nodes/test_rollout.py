@@ -8,9 +8,10 @@ import time
 import httpx
 import pytest
 
+from devkit.pipeline_steps import request_promotion
 from tests.support.asserts import assert_refused
 from tests.support.nodes import NodeFleet
-from tests.support.promotions import active_set, request_promotion
+from tests.support.promotions import active_set
 
 LIMITS = {"max_loras": 2, "max_cpu_loras": 8, "max_lora_rank": 16}
 

@@ -7,9 +7,9 @@ import hashlib
 import httpx
 import pytest
 
+from devkit import services
 from registry.settings import MiB
 from tests.conftest import BUCKET
-from tests.support import services
 
 
 def test_ready_when_database_and_storage_answer(registry):

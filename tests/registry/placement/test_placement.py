@@ -14,10 +14,11 @@ import threading
 import httpx
 import pytest
 
+from devkit.pipeline_steps import request_promotion
+from devkit.services import wait_for
 from registry.placement.rules import place
 from tests.support.asserts import assert_refused
-from tests.support.nodes import NodeFleet, issue_token, wait_for
-from tests.support.promotions import request_promotion
+from tests.support.nodes import NodeFleet, issue_token
 
 POOL = "placed"
 CAPACITY = 3

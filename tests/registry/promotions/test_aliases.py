@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 
+from devkit.pipeline_steps import request_promotion
 from tests.support.asserts import assert_refused
-from tests.support.promotions import active_set, request_promotion, served
+from tests.support.promotions import active_set, served
 
 
 def promote(requester, approver, pool, version, alias="production", weight=None) -> dict:

@@ -6,8 +6,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
+from devkit.pipeline_steps import request_promotion
 from tests.support.asserts import assert_refused
-from tests.support.promotions import active_set, request_promotion, served
+from tests.support.promotions import active_set, served
 
 
 def identity(client: httpx.Client) -> int:

@@ -16,17 +16,18 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from loraplane import provenance
-from loraplane.tiny_model import build_adapter
-from registry import migrate
+from devkit import services
+from devkit.pipeline_steps import create_suite, finish_evaluation, request_promotion, upload_dir
+from devkit.services import wait_for
+from devkit.tiny_model import build_adapter
+from migrations import runner
 from registry.auth import tokens as token_service
 from registry.auth.principal import Role
 from registry.db import make_engine
-from tests.support import services
+from signed_digests import provenance
 from tests.support.asserts import assert_refused
-from tests.support.nodes import wait_for
-from tests.support.evals import create_suite, request_evaluation, upload_dir
-from tests.support.promotions import active_set, finish_evaluation, request_promotion
+from tests.support.evals import request_evaluation
+from tests.support.promotions import active_set
 
 BUNDLE = "/.well-known/loraplane/trust-bundle.json"
 OVERLAP_S = 3
@@ -35,7 +36,7 @@ OVERLAP_S = 3
 @pytest.fixture(scope="module")
 def rotating(service_dir: Path, postgres, s3, tmp_path_factory) -> Iterator[dict]:
     database_url = services.create_database(postgres.url, "attestation_keys")
-    migrate.upgrade(database_url)
+    runner.upgrade(database_url)
     engine = make_engine(database_url)
     tokens = {}
     with Session(engine) as session, session.begin():

@@ -13,10 +13,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from loraplane import provenance
+from devkit.pipeline_steps import request_promotion
 from registry.tables import AuditEvent
+from signed_digests import provenance
 from tests.support.asserts import assert_refused
-from tests.support.promotions import active_set, request_promotion
+from tests.support.promotions import active_set
 
 BUNDLE = "/.well-known/loraplane/trust-bundle.json"
 

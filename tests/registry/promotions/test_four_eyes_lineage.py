@@ -13,9 +13,10 @@ from sqlalchemy.orm import Session
 
 from registry.tables import ApiToken
 
+from devkit.pipeline_steps import request_promotion
 from tests.support.asserts import assert_refused
 from tests.support.nodes import issue_token
-from tests.support.promotions import active_set, request_promotion, served
+from tests.support.promotions import active_set, served
 
 names = itertools.count()
 

@@ -6,9 +6,9 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from devkit.pipeline_steps import request_promotion
 from registry.tables import Pool, Promotion
 from tests.support.asserts import assert_refused
-from tests.support.promotions import request_promotion
 
 
 def stored(engine, pool: str) -> tuple[int, int]:
@@ -37,7 +37,7 @@ def scenario(name, promo_pools, make_ready, make_adapter, uploader, small_pool_f
     """(pool, version, alias, weight) that only the named gate blocks."""
     if name == "base_model":
         folder = make_adapter(seed=77)  # built for tiny-llama, not promo-base
-        from tests.support.evals import upload_dir
+        from devkit.pipeline_steps import upload_dir
         return promo_pools["open"], upload_dir(uploader, "acme/other-base", folder), "production", None
     if name == "rank":
         return promo_pools["gated"], make_ready("too-wide", r=16), "production", None

@@ -8,10 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
+from devkit.pipeline_steps import evaluations_of, finish_evaluation, request_promotion, upload_dir
 from tests.registry.requalification.support import RQ_BASE, RQ_SUITE, register_base_with_suite
-from tests.support.evals import upload_dir
 from tests.support.nodes import NodeFleet
-from tests.support.promotions import evaluations_of, finish_evaluation, request_promotion
 
 seeds = itertools.count(700)
 
@@ -26,7 +25,7 @@ def requal_base(admin, tiny_base) -> str:
 def serve(tiny_base, tmp_path_factory, engine, admin, client_for) -> Callable[..., dict]:
     """Upload `tenant/name` for `base`, pass its evaluation through the worker's claim-and-record
     path, promote it to `pool` as production and approve it (a global admin is the second person)."""
-    from loraplane.tiny_model import build_adapter
+    from devkit.tiny_model import build_adapter
 
     root = tmp_path_factory.mktemp("requal-adapters")
 

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from registry.tables import (
     Adapter, AdapterVersion, AuditEvent, Evaluation, Pool, Requalification, Tenant, WebhookDelivery,
 )
-from tests.support.evals import create_suite
+from devkit.pipeline_steps import create_suite
 
 RQ_BASE, RQ_SUITE = "requal-base", "requal-suite"
 LIMITS = {"max_loras": 2, "max_cpu_loras": 8, "max_lora_rank": 16}

@@ -15,7 +15,7 @@ from tests.registry.requalification.support import (
     RQ_BASE, RQ_SUITE, audit_count, dashboard, deliveries, evaluation_rows, make_pool, marks, pool_row,
     report, version_id,
 )
-from tests.support.promotions import finish_evaluation
+from devkit.pipeline_steps import finish_evaluation
 
 POOL = "rq-keep"
 OLD, NEW = "0.32.0", "0.33.1"

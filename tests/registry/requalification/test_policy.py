@@ -14,8 +14,8 @@ from registry.requalification.service import suspended_version_ids
 from tests.registry.requalification.support import (
     RQ_BASE, RQ_SUITE, audit_count, make_pool, marks, pool_row, report, version_id,
 )
+from devkit.pipeline_steps import finish_evaluation
 from tests.support.asserts import assert_refused
-from tests.support.promotions import finish_evaluation
 
 POOL = "rq-suspend"
 POLICY_ERROR = "body.requalify_policy: Input should be 'keep_serving' or 'suspend'"

@@ -8,10 +8,10 @@ import pytest
 from rich.console import Console
 from safetensors import safe_open
 
+from devkit.pipeline_steps import request_promotion
 from loraplane import plan
 from tests.registry.conftest import PROMO_BASE
 from tests.support.asserts import assert_refused
-from tests.support.promotions import request_promotion
 
 # Sum over the 7 projections of (in + out): q 128+128, k 128+64, v 128+64, o 128+128,
 # gate 128+256, up 128+256, down 256+128.

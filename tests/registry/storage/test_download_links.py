@@ -13,9 +13,9 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from tests.support import services
+from devkit import services
+from devkit.pipeline_steps import upload_dir
 from tests.support.asserts import assert_refused
-from tests.support.evals import upload_dir
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.support import services
+from devkit import services
 from tests.support.asserts import assert_refused
 
 

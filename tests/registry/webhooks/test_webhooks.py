@@ -10,10 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from devkit import services
+from devkit.pipeline_steps import request_promotion
 from registry.webhooks import signing
-from tests.support import services
 from tests.support.asserts import assert_refused
-from tests.support.promotions import request_promotion
 
 
 class Receiver:

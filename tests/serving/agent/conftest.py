@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from loraplane.engine import EngineSpec
+from devkit import services
+from devkit.engine import EngineSpec
+from devkit.pipeline_steps import create_suite, promoter
 from tests.conftest import KIT_BASE
-from tests.support import services
-from tests.support.evals import create_suite
 from tests.serving.agent.stand_ins import StandInVllm, Store
-from tests.support.nodes import Restartable, issue_token, promoter
+from tests.support.nodes import Restartable, issue_token
 
 POOL = "node-pool"
 

@@ -1,5 +1,5 @@
 """Keys, trust bundles and attestations for the agent's fast tests, built with the same
-loraplane.provenance functions the registry signs with, so what the agent checks here is the
+signed_digests.provenance functions the registry signs with, so what the agent checks here is the
 format it gets in production."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from loraplane import provenance
+from signed_digests import provenance
 
 
 class Key:

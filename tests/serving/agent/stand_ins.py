@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from loraplane.digests import manifest_digest
+from signed_digests.digests import manifest_digest
 from tests.serving.agent.signing import REGISTRY_KEY, Key, attest, bundle
 
 BASE = "tiny-base"

@@ -13,12 +13,13 @@ import httpx
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
-from loraplane.digests import file_sha256
+from devkit import services
+from devkit.pipeline_steps import upload_dir
+from devkit.services import wait_for
 from registry.tables import AdapterVersion, Attestation
-from tests.support import services
-from tests.support.evals import upload_dir
+from signed_digests.digests import file_sha256
 from tests.serving.agent.conftest import POOL
-from tests.support.nodes import complete, served_adapters, wait_for
+from tests.support.nodes import complete, served_adapters
 
 
 def rollout_node(admin, node_id: str) -> dict:
@@ -118,7 +119,7 @@ def test_the_node_keeps_serving_while_the_registry_is_down_and_converges_after(
 
 def test_bytes_swapped_in_the_store_are_refused_and_reported(start_agent, promote, node_vllm, s3_client,
                                                             task_kit, admin, uploader, tmp_path):
-    from loraplane.tiny_model import build_adapter
+    from devkit.tiny_model import build_adapter
     from tests.conftest import BUCKET, KIT_BASE
 
     folder = build_adapter(task_kit.base_dir, tmp_path / "swapped", r=8, seed=4242, base_model_name=KIT_BASE)
@@ -140,7 +141,7 @@ def test_bytes_swapped_in_the_store_are_refused_and_reported(start_agent, promot
 
 def test_a_load_vllm_refuses_is_reported_with_vllms_reason(start_agent, promote, node_vllm, task_kit,
                                                            admin, tmp_path):
-    from loraplane.tiny_model import build_adapter
+    from devkit.tiny_model import build_adapter
     from tests.conftest import KIT_BASE
 
     folder = build_adapter(task_kit.base_dir, tmp_path / "wide", r=32, seed=7, base_model_name=KIT_BASE)
@@ -195,7 +196,7 @@ def test_a_restarted_agent_serves_its_last_known_good_set_while_the_registry_is_
 def test_an_unreachable_store_is_retried_and_reported(promote, node_vllm, service_dir,
                                                       registry, s3_client, task_kit, admin, tmp_path):
     """This node's registry signs URLs for a second S3 server, which is down at first."""
-    from loraplane.tiny_model import build_adapter
+    from devkit.tiny_model import build_adapter
     from tests.conftest import BUCKET, KIT_BASE
 
     port = services.free_port()
@@ -283,7 +284,7 @@ def test_database_edits_without_the_signing_key_are_refused_with_the_reason_in_t
     version's attestations, then swaps its digest for another version's, and bumps the pool's
     generation each time so that nodes fetch the edited set. The node loads the version in
     neither case, says why, and leaves the rest as it was."""
-    from loraplane.tiny_model import build_adapter
+    from devkit.tiny_model import build_adapter
     from registry.active_set.change import new_generation
     from registry.tables import Pool
     from tests.conftest import KIT_BASE

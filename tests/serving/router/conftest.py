@@ -10,11 +10,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from loraplane.engine import EngineSpec
+from devkit import services
+from devkit.engine import EngineSpec
+from devkit.pipeline_steps import create_suite, promoter
+from devkit.services import wait_for
 from tests.conftest import KIT_BASE
-from tests.support import services
-from tests.support.evals import create_suite
-from tests.support.nodes import Restartable, complete, issue_token, promoter, wait_for
+from tests.support.nodes import Restartable, complete, issue_token
 
 POOL = "router-pool"
 NODES = ("node-a", "node-b")

@@ -21,13 +21,13 @@ import socket
 import aiohttp
 import pytest
 
+from devkit.services import free_port
 from serving.router import metrics
 from serving.router.catalog import Target
 from serving.router.errors import RouterError
 from serving.router.fleet import Fleet
 from serving.router.forward import Forwarder
 from tests.serving.router.stand_in_node import ANSWER, StandInNode, read_request
-from tests.support.services import free_port
 
 TARGET = Target("acme/chat@1", "acme/chat", "production")
 

@@ -11,9 +11,10 @@ import httpx
 import openai
 import pytest
 
+from devkit import services
+from devkit.services import wait_for
 from tests.serving.router.conftest import POOL, router_metric, wait_until_served
-from tests.support import services
-from tests.support.nodes import complete, wait_for
+from tests.support.nodes import complete
 
 
 def client(router, key: str) -> openai.OpenAI:
@@ -122,7 +123,7 @@ def test_wrong_routes_and_methods(router, tokens):
 
 def test_a_name_loaded_nowhere_gets_503_with_retry_after_never_another_adapter(router, served, promote,
                                                                               tokens, task_kit, tmp_path):
-    from loraplane.tiny_model import build_adapter
+    from devkit.tiny_model import build_adapter
     from tests.conftest import KIT_BASE
 
     # Rank 32: the pool allows it, the nodes' vLLMs (max rank 16) refuse it.

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeElapsedColumn
 
-from loraplane.digests import file_sha256
+from signed_digests.digests import file_sha256
 
 PROGRESS_FROM_BYTES = 32 * 1024 * 1024  # smaller folders hash in well under a second
 

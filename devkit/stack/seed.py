@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from loraplane.client import checked
+from loraplane_client.connection import checked
 
 TENANT = "demo"
 POOL = "demo"

@@ -1,4 +1,4 @@
-"""A small HTTP client for the registry, used by the CLI."""
+"""A small HTTP client for the registry, used by the CLI and the dev kit."""
 
 from __future__ import annotations
 

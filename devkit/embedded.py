@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from loraplane.cli_support import console, fail
+from loraplane_client.terminal import console, fail
+
+# The actor `loraplane token` writes in the audit log: the first admin is an operator's token too.
+OPERATOR = "operator (cli)"
 
 # What defines the embedded default; the command's own options win over the environment.
 _EMBEDDED = {"LORAPLANE_STORAGE": "local", "LORAPLANE_DATABASE_URL": "", "LORAPLANE_BROKER_URL": "",
@@ -22,15 +25,13 @@ def prepare_state(data_dir: Path, public_url: str) -> str:
     """Migrate the database and return the admin token, minting the first one into
     data_dir/admin.token (mode 0600) on a fresh folder."""
     os.environ.update(embedded_environment(data_dir, public_url))
-    from loraplane.tokens import bootstrap_admin
-    from registry import migrate
-    from registry.settings import get_settings
-
+    from migrations import runner
     from registry.db import prepare_folder
+    from registry.settings import get_settings
 
     settings = get_settings()
     prepare_folder(settings.data_dir)  # 0700: it holds the database, the keys and the tokens
-    migrate.upgrade(settings.database_url)
+    runner.upgrade(settings.database_url)
     token_file = settings.data_dir / "admin.token"
     token = bootstrap_admin()
     if token is not None:
@@ -53,4 +54,18 @@ def serve_registry(data_dir: Path, host: str, port: int, public_url: str) -> Non
     console.print(f"dashboard  {public_url}/ui/   (sign in with a token)")
     console.print(f"state      {data_dir}")
     console.print(f"admin      export LORAPLANE_TOKEN=$(cat {data_dir / 'admin.token'})")
-    uvicorn.run("registry.app:create_app", factory=True, host=host, port=port, log_level="info")
+    uvicorn.run("loraplane.server:create_app", factory=True, host=host, port=port, log_level="info")
+
+
+def bootstrap_admin() -> str | None:
+    """Create the first global admin token, unless an admin already exists. Safe to rerun."""
+    from registry.auth import tokens
+    from registry.auth.principal import Role
+    from registry.db import transaction
+
+    with transaction() as session:
+        if tokens.has_admin(session):
+            return None
+        _, plain = tokens.create_token(session, subject="bootstrap-admin", role=Role.ADMIN,
+                                       tenant=None, actor=OPERATOR)
+    return plain

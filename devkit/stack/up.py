@@ -26,11 +26,11 @@ import httpx
 import typer
 from rich.markup import escape
 
-from loraplane import engine
-from loraplane.cli_support import console, fail
-from loraplane.embedded import embedded_environment, prepare_state, serve_registry
-from loraplane.stack import seed
-from loraplane.stack.supervisor import ProcessSpec, Supervisor, http_ok
+from devkit import engine
+from devkit.embedded import embedded_environment, prepare_state, serve_registry
+from devkit.stack import seed
+from devkit.stack.supervisor import ProcessSpec, Supervisor, http_ok
+from loraplane_client.terminal import console, fail
 
 # The eval engine batches up to this many versions; the node's limits are the pool's.
 EVAL_LIMITS = {"max_loras": 4, "max_cpu_loras": 8, "max_lora_rank": 16}
@@ -179,11 +179,11 @@ class _Stack:
 def _build_kit(root: Path, log: Path):
     """The task kit: reused when built, else trained in a process of its own (torch's memory
     goes with it)."""
-    from loraplane.task_kit import build_task_kit
+    from devkit.task_kit import build_task_kit
 
     if not (root / "task_kit.json").is_file():
         with log.open("ab") as out:
-            built = subprocess.run([sys.executable, "-m", "loraplane.task_kit", str(root),
+            built = subprocess.run([sys.executable, "-m", "devkit.task_kit", str(root),
                                     "--base-model-name", seed.BASE_MODEL], stdout=out, stderr=subprocess.STDOUT)
         if built.returncode != 0:
             raise RuntimeError(f"building the task kit failed (code {built.returncode}); see {log}")

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from loraplane.tiny_model import (
+from devkit.tiny_model import (
     TinyLlamaSpec,
     _finish_adapter_config,
     _llama_config,
@@ -538,7 +538,7 @@ def _exact_match(model, tokenizer, rows: list[dict[str, str]]) -> float:
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m loraplane.task_kit",
+    parser = argparse.ArgumentParser(prog="python -m devkit.task_kit",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("root", type=Path, help="where to build the kit, or find a built one")
     parser.add_argument("--base-model-name", default="tiny-task-llama",

@@ -1,7 +1,8 @@
 """Start real servers as plain processes on loopback, in temporary folders.
 
-Used by the test suite and the benchmarks: PostgreSQL, an S3 server (moto_server) and the
-registry itself. Each handle stops its process, and its folder is removed by its owner.
+Used by the test suite and the benchmarks: PostgreSQL, Redis, an S3 server (moto_server), the
+registry, workers, node agents, routers and vLLM. Each handle stops its process, and its folder
+is removed by its owner.
 """
 
 from __future__ import annotations
@@ -79,6 +80,20 @@ def wait_until(check, *, timeout_s: float, what: str, log: Path | None = None) -
         time.sleep(0.1)
     tail = log.read_text()[-3000:] if log and log.exists() else ""
     raise RuntimeError(f"{what} did not become ready in {timeout_s}s\n{tail}")
+
+
+def wait_for(check, *, timeout_s: float = 30, what: str = "condition"):
+    """check()'s first true value; a check that never comes true fails the run's assertion."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+        except (httpx.HTTPError, OSError):
+            value = None
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 # --- PostgreSQL ---------------------------------------------------------------------------------
@@ -201,8 +216,8 @@ def start_redis(folder: Path) -> Service:
 
 
 def start_vllm(folder: Path, spec) -> Service:
-    """A real vLLM OpenAI server on CPU (loraplane.engine builds the command)."""
-    from loraplane import engine
+    """A real vLLM OpenAI server on CPU (devkit.engine builds the command)."""
+    from devkit import engine
 
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "vllm.log"
@@ -289,7 +304,7 @@ def start_agent(folder: Path, *, pool: str, vllm_url: str, registry_url: str, to
 def start_database_and_store(work: Path, running: list[Service], bucket: str) -> tuple[str, Service]:
     """PostgreSQL with a migrated database and an S3 server with a bucket, as the benchmarks run
     them; both are appended to `running` for the caller to stop. Returns (database URL, S3)."""
-    from registry import migrate
+    from migrations import runner
 
     # The benchmark process approves through the registry's own service, so it must sign and key
     # the audit chain with what the registry processes use: the same secret and attestation keys.
@@ -301,7 +316,7 @@ def start_database_and_store(work: Path, running: list[Service], bucket: str) ->
     postgres = start_postgres(work / "postgres")
     running.append(postgres)
     database_url = create_database(postgres.url, "bench")
-    migrate.upgrade(database_url)
+    runner.upgrade(database_url)
     s3 = start_s3(work / "s3")
     running.append(s3)
     s3_client(s3.url).create_bucket(Bucket=bucket)

@@ -7,10 +7,9 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
-import migrations
 from registry.db import prepare_sqlite_folder
 
-SCRIPT_LOCATION = Path(migrations.__file__).parent
+SCRIPT_LOCATION = Path(__file__).parent
 
 
 def alembic_config(database_url: str) -> Config:

@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
-from loraplane.client import checked
-from loraplane.digests import file_sha256
+from loraplane_client.connection import checked
+from signed_digests.digests import file_sha256
 
 SIGNATURE_FILE = "model.sig"
 PEFT_FILES = ("adapter_config.json", "adapter_model.safetensors")

@@ -19,10 +19,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from loraplane.cli_support import console, fail
-from loraplane.client import ClientSettings, RegistryError, checked, connect
-from loraplane.push import push
-from loraplane.stack.seed import DemoSetup
+from devkit.stack.seed import DemoSetup
+from loraplane_client.connection import ClientSettings, RegistryError, checked, connect
+from loraplane_client.push import push
+from loraplane_client.terminal import console, fail
 
 EVALUATION_TIMEOUT_S = 900
 SERVING_TIMEOUT_S = 180

@@ -1,0 +1,16 @@
+"""One console for messages (stderr, so stdout stays parseable), and one way to stop a command."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+console = Console(stderr=True)
+
+
+def fail(message: str, hint: str = "") -> None:
+    console.print(f"[red]error:[/red] {escape(message)}")
+    if hint:
+        console.print(f"[yellow]hint:[/yellow] {escape(hint)}")
+    raise typer.Exit(1)
