@@ -21,12 +21,6 @@ CONTRACTS = [contract["id"] for contract in CONFIG["contracts"]]
 # The suite's own fixtures may import each other round a loop (conftest registers fixtures by
 # importing them); every package that ships, the dev kit and the benchmarks may not.
 CYCLE_FREE = [package for package in CONFIG["root_packages"] if package != "tests"]
-# Placement recomputation and the active set still call each other; issue 20 untangles them. Once
-# it has, this test passes, and the strict xfail fails it until the marker and this set go.
-KNOWN_CYCLE = frozenset({
-    "registry.active_set.changes", "registry.active_set.snapshot", "registry.active_set.watch",
-    "registry.placement.service", "registry.requalification.service",
-    "registry.requalification.settling"})
 
 
 @pytest.mark.parametrize("contract", CONTRACTS)
@@ -39,22 +33,12 @@ def test_import_contract_is_kept(contract):
         pytest.fail(f"contract {contract!r} is broken:\n{result.stdout}{result.stderr}", pytrace=False)
 
 
-class KnownCycleOnly(AssertionError):
-    """The graph's only cycle is KNOWN_CYCLE."""
-
-
-@pytest.mark.xfail(strict=True, raises=KnownCycleOnly,
-                   reason="registry cycle {active_set.changes, active_set.snapshot, active_set.watch, "
-                          "placement.service, requalification.service, requalification.settling} "
-                          "is being removed (issue 20, item 1)")
 def test_the_module_graph_has_no_import_cycle():
     graph = grimp.build_graph(*CYCLE_FREE, cache_dir=None)
     cycles = strongly_connected_sets(graph)
-    report = "\n\n".join(describe(graph, members) for members in cycles)
-    if any(members != KNOWN_CYCLE for members in cycles):
-        pytest.fail(f"import cycles:\n\n{report}", pytrace=False)
     if cycles:
-        raise KnownCycleOnly(f"import cycles:\n\n{report}")
+        report = "\n\n".join(describe(graph, members) for members in cycles)
+        pytest.fail(f"import cycles:\n\n{report}", pytrace=False)
 
 
 def strongly_connected_sets(graph: grimp.ImportGraph) -> list[frozenset[str]]:
