@@ -20,6 +20,9 @@ from registry.auth import tokens as token_service
 from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.tables import Adapter, AdapterVersion, AuditEvent
+# The evaluation stack's session fixtures, shared by every folder.
+from tests.support.eval_stack import eval_engine, eval_worker  # noqa: F401
+from tests.support.names import BUCKET, KIT_BASE
 
 # Every process of one deployment shares LORAPLANE_SECRET_KEY (docs/operations.md): the audit chain
 # and every signature are keyed with it, so the registries, workers, CLIs and this process started
@@ -31,10 +34,8 @@ os.environ.setdefault("LORAPLANE_DATA_DIR", tempfile.mkdtemp(prefix="loraplane-t
 # sign with, and publish, the same keys (docs/security.md, "Attestation keys").
 os.environ.setdefault("LORAPLANE_ATTESTATION_KEY_DIR", tempfile.mkdtemp(prefix="loraplane-test-keys-"))
 
-BUCKET = "loraplane-test"
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024
 BASE_NAME = "tiny-llama"
-KIT_BASE = "tiny-task-llama"
 REPO = Path(__file__).resolve().parents[1]
 SERVING_POOL = "serving"
 OTHER_POOL = "serving-other"  # a second pool, so every pool boundary is crossed in the matrix
@@ -267,8 +268,3 @@ def stored_state(engine: Engine, s3_client) -> Callable[[], dict]:
         return {**counts, "s3_keys": sorted(obj["Key"] for obj in listing.get("Contents", []))}
 
     return snapshot
-
-
-# The evaluation stack's session fixtures, shared by every folder (imported last: it reads this
-# module's constants).
-from tests.support.eval_stack import eval_engine, eval_worker  # noqa: E402, F401

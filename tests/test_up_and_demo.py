@@ -1,7 +1,7 @@
 """`loraplane up` and `loraplane demo` from a clean checkout, end to end, on real vLLM on CPU.
 
-The checkout holds the repository's files and nothing built: no task kit, no state. It runs its
-own code (`python -m loraplane` from its folder). The virtual environments are this suite's:
+The checkout holds the repository's files and no state; of what `up` builds, only the task kit is
+there already (the suite's, trained once per run). It runs its own code (`python -m loraplane` from its folder). The virtual environments are this suite's:
 installing them again would take minutes, and CI installs them from nothing on a fresh clone
 before this test runs.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -26,7 +27,7 @@ import pytest
 from devkit import engine, services
 
 REPO = Path(__file__).resolve().parents[1]
-UP_TIMEOUT_S = 600  # a cold start trains the task kit and starts two engines on two cores
+UP_TIMEOUT_S = 600  # a cold start seeds the demo and starts two engines on two cores
 READY_LINE = re.compile(r"loraplane is up in (\d+) s")
 
 
@@ -82,7 +83,10 @@ def _clean_env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def checkout(tmp_path_factory) -> Path:
+def checkout(tmp_path_factory, task_kit) -> Path:
+    """The repository's files, and the suite's task kit where `loraplane up` keeps its own: the kit
+    is trained once per run (tests/loraplane/test_task_kit.py checks the build and its reuse), and
+    `up` reuses a built kit as it would its own."""
     folder = tmp_path_factory.mktemp("checkout")
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                             cwd=REPO, capture_output=True, check=True).stdout.decode().split("\0")
@@ -94,6 +98,7 @@ def checkout(tmp_path_factory) -> Path:
             target.write_bytes(source.read_bytes())
             target.chmod(source.stat().st_mode)
     assert not (folder / ".loraplane").exists() and not (folder / ".cache").exists()
+    shutil.copytree(task_kit.root, folder / ".loraplane" / "task-kit")
     return folder
 
 
@@ -126,6 +131,7 @@ def complete(url: str, key: str, model: str, prompt: str) -> httpx.Response:
 def test_a_cold_up_builds_what_is_absent_and_seeds_the_demo(first_run: Up, checkout: Path):
     state = checkout / ".loraplane"
     assert (state / "task-kit" / "task_kit.json").is_file()
+    assert not (state / "logs" / "task-kit.log").exists()  # the built kit was reused, not trained again
     assert "created the first admin token" in first_run.output()
     for secret in ("admin.token", "demo.json"):
         assert stat.S_IMODE((state / secret).stat().st_mode) == 0o600

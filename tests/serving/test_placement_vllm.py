@@ -13,11 +13,9 @@ import pytest
 from sqlalchemy import text
 
 from devkit import services
-from devkit.engine import EngineSpec
 from devkit.pipeline_steps import create_suite, promoter
 from devkit.services import wait_for
-from tests.conftest import KIT_BASE
-from tests.support.nodes import issue_token, served_adapters
+from tests.support.nodes import issue_token, pool_adapters
 
 POOL = "spread-pool"
 NODES = ("spread-a", "spread-b")
@@ -41,18 +39,14 @@ def spread_pool(admin, kit_base, task_kit) -> dict:
 
 
 @pytest.fixture(scope="module")
-def stack(service_dir: Path, task_kit, spread_pool, registry) -> Iterator[dict]:
+def stack(service_dir: Path, vllm_pair, spread_pool, registry) -> Iterator[dict]:
+    """The suite's serving pair as spread-a and spread-b, with this pool's agents and a router."""
+    vllms = dict(zip(NODES, (vllm_pair["a"], vllm_pair["b"])))
     running: list[services.Service] = []
-    vllms = {}
     try:
-        for node_id in NODES:
-            folder = service_dir / node_id
-            spec = EngineSpec(model_dir=task_kit.base_dir, served_name=KIT_BASE, port=services.free_port(),
-                              max_loras=1, max_cpu_loras=MAX_CPU_LORAS, max_lora_rank=16)
-            vllms[node_id] = services.start_vllm(folder, spec)
-            running.append(vllms[node_id])
+        for node_id, vllm in vllms.items():
             running.append(services.start_agent(
-                folder / "agent", pool=POOL, vllm_url=vllms[node_id].url, registry_url=registry.url,
+                service_dir / node_id / "agent", pool=POOL, vllm_url=vllm.url, registry_url=registry.url,
                 token=spread_pool["node_tokens"][node_id], node_id=node_id, metrics_port=services.free_port()))
         router = services.start_router(service_dir / "spread-router", pool=POOL, registry_url=registry.url,
                                        token=spread_pool["router_token"],
@@ -63,8 +57,6 @@ def stack(service_dir: Path, task_kit, spread_pool, registry) -> Iterator[dict]:
     finally:
         for service in reversed(running):
             service.stop()
-        for node_id in NODES:
-            services.remove_tree(service_dir / node_id / "cache")
 
 
 def test_more_versions_than_a_node_holds_are_all_served_within_capacity(
@@ -83,7 +75,7 @@ def test_more_versions_than_a_node_holds_are_all_served_within_capacity(
              timeout_s=120, what="both nodes converged")
 
     # What each vLLM really holds: its part, never more than it keeps resident.
-    held = {node_id: set(served_adapters(vllm.url)) for node_id, vllm in stack["vllms"].items()}
+    held = {node_id: pool_adapters(vllm.url) for node_id, vllm in stack["vllms"].items()}
     targets = {node["node_id"]: set(node["targets"]) for node in placement["nodes"]}
     assert held == targets
     assert all(len(names) <= MAX_CPU_LORAS for names in held.values())
@@ -126,7 +118,7 @@ def test_a_database_edit_that_swaps_approved_digests_is_refused_by_every_node(st
         for node_id, node in nodes.items():
             assert node["serving"] == [], node  # nothing answers with the swapped bytes
             assert set(node["drift"]["wrong_digest"]) == before[node_id], node
-            assert set(served_adapters(stack["vllms"][node_id].url)) == before[node_id]
+            assert pool_adapters(stack["vllms"][node_id].url) == before[node_id]
     finally:
         edit_versions(engine, approved)
     wait_for(lambda: admin.get(f"/v1/pools/{POOL}/rollout").json()["nodes_converged"] == 2,

@@ -10,7 +10,7 @@ import pytest
 
 from devkit import services
 from devkit.engine import EngineSpec
-from tests.conftest import BUCKET, KIT_BASE
+from tests.support.names import BUCKET, KIT_BASE
 
 ENGINE_MAX_LORA_RANK = 16
 # Short enough that the fault tests see redelivery and lease expiry within seconds.

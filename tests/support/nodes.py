@@ -3,11 +3,13 @@ its adapters (promotion of kit adapters end to end is devkit.pipeline_steps.prom
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import httpx
 
 from devkit import services
+from serving.agent.entries import SERVED_NAME as SERVED_NAME_PATTERN
 
 
 class Restartable:
@@ -61,6 +63,12 @@ def issue_token(admin: httpx.Client, subject: str, **scope) -> str:
 def served_adapters(vllm_url: str) -> dict[str, str]:
     models = httpx.get(vllm_url + "/v1/models", timeout=10).json()["data"]
     return {m["id"]: m.get("root", "") for m in models if m.get("parent")}
+
+
+def pool_adapters(vllm_url: str) -> set[str]:
+    """What agents loaded into a vLLM: the adapters named as a pool's versions are (tenant/name@N),
+    not those an operator loaded at the engine's start under names of their own."""
+    return {name for name in served_adapters(vllm_url) if re.fullmatch(SERVED_NAME_PATTERN, name)}
 
 
 def complete(vllm_url: str, model: str, prompt: str, max_tokens: int = 16) -> str:

@@ -1,5 +1,5 @@
-"""A serving node: a real vLLM on CPU with the task kit's base, its agent, and a registry process
-of its own (same database) that tests may stop and start again."""
+"""A serving node: the suite's real vLLM on CPU with the task kit's base (tests/serving/conftest.py),
+its agent, and a registry process of its own (same database) that tests may stop and start again."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 
 from devkit import services
-from devkit.engine import EngineSpec
 from devkit.pipeline_steps import create_suite, promoter
-from tests.conftest import KIT_BASE
 from tests.serving.agent.stand_ins import StandInVllm, Store
 from tests.support.nodes import Restartable, issue_token
 
@@ -39,26 +37,15 @@ def node_pool(admin, kit_base, task_kit) -> dict:
 
 
 @pytest.fixture(scope="module")
-def node_vllm(service_dir: Path, task_kit) -> Iterator[Restartable]:
-    port, folder = services.free_port(), service_dir / "node-vllm"
-    spec = EngineSpec(model_dir=task_kit.base_dir, served_name=KIT_BASE, port=port, max_loras=2,
-                      max_cpu_loras=8, max_lora_rank=16,
-                      lora_modules=(("static-reverse", str(task_kit.adapters["reverse_words"])),))
-    node = Restartable(lambda: services.start_vllm(folder, spec))
-    yield node
-    node.stop()
-    shutil.rmtree(folder / "cache", ignore_errors=True)
+def node_vllm(vllm_pair) -> Restartable:
+    """The suite's first serving vLLM; it holds the static adapter "static-reverse", loaded at its
+    start. It runs with max_lora_rank 16."""
+    return vllm_pair["a"]
 
 
 @pytest.fixture(scope="module")
-def second_node_vllm(service_dir: Path, task_kit) -> Iterator[Restartable]:
-    port, folder = services.free_port(), service_dir / "node-vllm-2"
-    spec = EngineSpec(model_dir=task_kit.base_dir, served_name=KIT_BASE, port=port, max_loras=2,
-                      max_cpu_loras=8, max_lora_rank=16)
-    node = Restartable(lambda: services.start_vllm(folder, spec))
-    yield node
-    node.stop()
-    shutil.rmtree(folder / "cache", ignore_errors=True)
+def second_node_vllm(vllm_pair) -> Restartable:
+    return vllm_pair["b"]
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,8 @@
-"""A pool of two real vLLM nodes on CPU, each with its agent, and the router in front, all on
-the session's registry. Adapters of two tenants are promoted once for the module."""
+"""A pool on the suite's two real vLLM nodes on CPU, each with this pool's agent, and the router
+in front, all on the session's registry. Adapters of two tenants are promoted once for the module."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,16 +10,12 @@ import httpx
 import pytest
 
 from devkit import services
-from devkit.engine import EngineSpec
 from devkit.pipeline_steps import create_suite, promoter
 from devkit.services import wait_for
-from tests.conftest import KIT_BASE
 from tests.support.nodes import Restartable, complete, issue_token
 
 POOL = "router-pool"
 NODES = ("node-a", "node-b")
-# The kit's tokenizer has no chat template; this one sends the user's words as the prompt.
-CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 ROUTER_SETTINGS = {"LORAPLANE_ROUTER_MAX_INFLIGHT": "16", "LORAPLANE_ROUTER_BATCH_MAX_INFLIGHT": "2",
                    "LORAPLANE_ROUTER_NODE_COOLDOWN_S": "2", "LORAPLANE_ROUTER_KEY_CACHE_S": "1",
                    "LORAPLANE_ROUTER_LOAD_WAIT_S": "3", "LORAPLANE_ROUTER_NODES_POLL_S": "0.5"}
@@ -44,25 +39,16 @@ def router_pool(admin, kit_base, task_kit) -> dict:
 
 
 @pytest.fixture(scope="module")
-def nodes(service_dir: Path, task_kit, router_pool, registry) -> Iterator[dict[str, Restartable]]:
-    template = service_dir / "chat-template.jinja"
-    template.write_text(CHAT_TEMPLATE)
-    started: dict[str, Restartable] = {}
-    agents = []
-    for node_id in NODES:
-        folder = service_dir / f"router-{node_id}"
-        spec = EngineSpec(model_dir=task_kit.base_dir, served_name=KIT_BASE, port=services.free_port(),
-                          max_loras=2, max_cpu_loras=8, max_lora_rank=16, chat_template=str(template))
-        started[node_id] = Restartable(lambda folder=folder, spec=spec: services.start_vllm(folder, spec))
-        agents.append(services.start_agent(
-            folder / "agent", pool=POOL, vllm_url=started[node_id].url, registry_url=registry.url,
-            token=router_pool["node_tokens"][node_id], node_id=node_id, metrics_port=services.free_port()))
+def nodes(service_dir: Path, vllm_pair, router_pool, registry) -> Iterator[dict[str, Restartable]]:
+    """The suite's serving pair as node-a and node-b, each with this pool's agent."""
+    started = dict(zip(NODES, (vllm_pair["a"], vllm_pair["b"])))
+    agents = [services.start_agent(
+        service_dir / f"router-{node_id}" / "agent", pool=POOL, vllm_url=node.url, registry_url=registry.url,
+        token=router_pool["node_tokens"][node_id], node_id=node_id, metrics_port=services.free_port())
+        for node_id, node in started.items()]
     yield started
     for agent in agents:
         agent.stop()
-    for node_id, node in started.items():
-        node.stop()
-        shutil.rmtree(service_dir / f"router-{node_id}" / "cache", ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

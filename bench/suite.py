@@ -1,0 +1,89 @@
+"""The whole suite from a fresh clone, as CI runs it: `CI=true ./dev test` in a new clone of this
+checkout's HEAD, which installs its own virtual environments first.
+
+Metrics: `pytest_seconds` (pytest's own figure), `tests` (how many passed) and `vllm_starts`
+(every vLLM server the run started, the suite's and `loraplane up`'s alike: the vLLM interpreter
+is a wrapper that counts its server starts). The wall time with installs and the 20 slowest tests
+are kept beside them.
+
+    python -m bench.suite [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import report
+
+REPO = Path(__file__).resolve().parents[1]
+SUMMARY = re.compile(r"=+ (?P<counts>.*?) in (?P<seconds>[\d.]+)s")
+SLOW_LINE = re.compile(r"^(?P<seconds>[\d.]+)s (?P<phase>setup|call|teardown)\s+(?P<test>\S+)$")
+
+
+def counting_wrapper(folder: Path, vllm_python: Path, count_file: Path) -> Path:
+    """An interpreter that notes each vLLM server start, then runs the real one."""
+    wrapper = folder / "vllm-python"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'case " $* " in *vllm.entrypoints.openai.api_server*) echo start >> "{count_file}";; esac\n'
+        f'exec "{vllm_python}" "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def parse(output: str) -> tuple[float, int, list[dict]]:
+    summary = SUMMARY.findall(output)
+    if not summary:
+        raise SystemExit("no pytest summary line in the output")
+    counts, seconds = summary[-1]
+    passed = int(re.search(r"(\d+) passed", counts).group(1))
+    if re.search(r"\d+ (failed|error)", counts):
+        raise SystemExit(f"the suite did not pass: {counts}")
+    slowest = [match.groupdict() for line in output.splitlines()
+               if (match := SLOW_LINE.match(line.strip()))]
+    return float(seconds), passed, slowest[:20]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--keep", action="store_true", help="keep the clone and its log")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="loraplane-suite-"))
+    clone, count_file, log = work / "checkout", work / "vllm-starts", work / "suite.log"
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
+    count_file.touch()
+    env = {**os.environ, "CI": "true",
+           "LORAPLANE_VLLM_PYTHON": str(counting_wrapper(work, clone / ".venv-vllm" / "bin" / "python", count_file))}
+    started = time.monotonic()
+    with log.open("w") as out:
+        result = subprocess.run(["./dev", "test"], cwd=clone, env=env, stdout=out, stderr=subprocess.STDOUT)
+    wall_s = time.monotonic() - started
+    output = log.read_text(errors="replace")
+    if result.returncode != 0:
+        print(output[-6000:], file=sys.stderr)
+        raise SystemExit(f"the suite failed (exit {result.returncode}); the log is {log}")
+    pytest_s, passed, slowest = parse(output)
+    metrics = {"pytest_seconds": pytest_s, "tests": passed,
+               "vllm_starts": len(count_file.read_text().split()),
+               "wall_seconds_with_installs": round(wall_s, 1)}
+    report.write("suite", metrics, {"commit": commit, "command": "CI=true ./dev test (fresh clone)",
+                                    "slowest": slowest})
+    if args.keep:
+        print(f"clone and log kept in {work}", file=sys.stderr)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
