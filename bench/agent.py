@@ -23,7 +23,6 @@ from sqlalchemy.orm import Session
 from bench import report
 from bench.propagation import approve_and_time
 from devkit import services
-from devkit.engine import EngineSpec
 from devkit.pipeline_steps import (
     create_suite, evaluations_of, finish_evaluation, request_promotion, upload_dir,
 )
@@ -57,9 +56,7 @@ def main() -> None:
             **services.registry_env(database_url, s3_server, BUCKET), "LORAPLANE_RETIRE_GRACE_S": "1"},
             "--no-access-log")
         running.append(registry)
-        vllm = services.start_vllm(work / "vllm", EngineSpec(
-            model_dir=kit.base_dir, served_name=BASE, port=services.free_port(), max_loras=2,
-            max_cpu_loras=8, max_lora_rank=16))
+        vllm = services.start_vllm(work / "vllm", services.kit_engine(kit, BASE))
         running.append(vllm)
         engine = make_engine(database_url)
         plain, versions = prepare(work, registry, engine, kit, args.promotions + 1)

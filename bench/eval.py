@@ -143,8 +143,7 @@ def engine_per_version(work: Path, kit, rows: list[dict], max_tokens: int) -> di
     # One folder, so one vLLM cache and temp dir: an untimed start of the base fills what can be
     # shared, so no timed start pays a first-ever cost that a team's later deployments would not.
     folder = work / "vllm-merged"
-    warm = services.start_vllm(folder, EngineSpec(model_dir=kit.base_dir, served_name="warm-up",
-                                                  port=services.free_port(), enable_lora=False))
+    warm = services.start_vllm(folder, services.kit_engine(kit, "warm-up", enable_lora=False))
     asyncio.run(replay(warm.url, "", ["warm-up"], rows, max_tokens))
     services.stop_group(warm)
     total, outputs, starts = 0.0, {}, []
@@ -187,9 +186,7 @@ def main() -> None:
         common = {**services.registry_env(database_url, s3_server, BUCKET), "LORAPLANE_BROKER_URL": redis.url}
         registry = services.start_registry(work / "registry", common)
         running.append(registry)
-        engine = services.start_vllm(work / "vllm", EngineSpec(
-            model_dir=kit.base_dir, served_name=BASE, port=services.free_port(), max_loras=4,
-            max_cpu_loras=8, max_lora_rank=16))
+        engine = services.start_vllm(work / "vllm", services.kit_engine(kit, BASE, max_loras=4))
         db = make_engine(database_url)
         with Session(db) as session, session.begin():
             _, token = tokens.create_token(session, subject="bench", role=Role.ADMIN, tenant=None,

@@ -33,7 +33,6 @@ from bench import report
 from bench.agent import answered, prepare
 from bench.propagation import approve_and_time
 from devkit import services
-from devkit.engine import EngineSpec
 from devkit.pipeline_steps import request_promotion
 from devkit.task_kit import build_task_kit
 from registry.db import make_engine
@@ -143,9 +142,7 @@ def approve_to_serving(work: Path, promotions: int) -> tuple[dict, dict]:
                                   pools={f"node-{mode}": pool for mode, pool in POOLS.items()})
         vllms, nodes = {}, {}
         for mode, pool in POOLS.items():
-            vllms[mode] = services.start_vllm(work / f"vllm-{mode}", EngineSpec(
-                model_dir=kit.base_dir, served_name=BASE, port=services.free_port(), max_loras=2,
-                max_cpu_loras=8, max_lora_rank=16))
+            vllms[mode] = services.start_vllm(work / f"vllm-{mode}", services.kit_engine(kit, BASE))
             running.append(vllms[mode])
         for mode, pool in POOLS.items():
             nodes[mode] = services.start_agent(

@@ -18,7 +18,6 @@ import httpx
 from sqlalchemy.orm import Session
 
 from devkit import services
-from devkit.engine import EngineSpec
 from devkit.pipeline_steps import create_suite, promoter
 from devkit.services import wait_for
 from devkit.task_kit import TaskKit, build_task_kit
@@ -80,9 +79,7 @@ def serving_pool(work: Path, *, nodes: int, max_cpu_loras: int, adapters: int,
         vllms = []
         for index in range(nodes):
             folder = work / f"node-{index}"
-            vllm = services.start_vllm(folder, EngineSpec(
-                model_dir=kit.base_dir, served_name=BASE, port=services.free_port(), max_loras=2,
-                max_cpu_loras=max_cpu_loras, max_lora_rank=16))
+            vllm = services.start_vllm(folder, services.kit_engine(kit, BASE, max_cpu_loras=max_cpu_loras))
             running.append(vllm)
             agent = services.start_agent(folder / "agent", pool=POOL, vllm_url=vllm.url,
                                          registry_url=registry.url, token=scoped[f"node-{index}"],

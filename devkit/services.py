@@ -20,6 +20,8 @@ from pathlib import Path
 
 import httpx
 
+from devkit import engine
+
 VENV_BIN = Path(sys.executable).parent
 S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
                   "AWS_DEFAULT_REGION": "us-east-1"}
@@ -217,8 +219,6 @@ def start_redis(folder: Path) -> Service:
 
 def start_vllm(folder: Path, spec) -> Service:
     """A real vLLM OpenAI server on CPU (devkit.engine builds the command)."""
-    from devkit import engine
-
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "vllm.log"
     process = subprocess.Popen(engine.command(spec), stdout=log.open("wb"), stderr=subprocess.STDOUT,
@@ -234,6 +234,14 @@ def start_vllm(folder: Path, spec) -> Service:
 
     wait_until(ready, timeout_s=240, what="vLLM", log=log)
     return service
+
+
+def kit_engine(kit, served_name: str, **settings):
+    """An engine spec for the task kit's base on a free loopback port. Unless `settings` say
+    otherwise, it is configured like a node of a kit pool: two adapters in a batch, eight kept
+    resident, ranks up to 16."""
+    limits = {"max_loras": 2, "max_cpu_loras": 8, "max_lora_rank": 16}
+    return engine.EngineSpec(model_dir=kit.base_dir, served_name=served_name, port=free_port(), **{**limits, **settings})
 
 
 def stop_group(service: Service, sig: int = 15) -> None:

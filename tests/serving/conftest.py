@@ -17,7 +17,6 @@ import httpx
 import pytest
 
 from devkit import services
-from devkit.engine import EngineSpec
 from tests.support.names import KIT_BASE
 from tests.support.nodes import Restartable, served_adapters
 
@@ -35,9 +34,7 @@ def serving_pair(service_dir: Path, task_kit) -> Iterator[dict[str, Restartable]
 
     def start(name: str, lora_modules: tuple) -> Restartable:
         folder = service_dir / f"serving-vllm-{name}"
-        spec = EngineSpec(model_dir=task_kit.base_dir, served_name=KIT_BASE, port=services.free_port(),
-                          max_loras=2, max_cpu_loras=8, max_lora_rank=16, chat_template=str(template),
-                          lora_modules=lora_modules)
+        spec = services.kit_engine(task_kit, KIT_BASE, chat_template=str(template), lora_modules=lora_modules)
         return Restartable(lambda: services.start_vllm(folder, spec))
 
     # Both at once: a start is mostly one process importing on one core, and there are two.

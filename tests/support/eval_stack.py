@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from devkit import services
-from devkit.engine import EngineSpec
 from tests.support.names import BUCKET, KIT_BASE
 
 ENGINE_MAX_LORA_RANK = 16
@@ -37,8 +36,7 @@ class Worker:
 
 @pytest.fixture(scope="session")
 def eval_engine(service_dir: Path, task_kit) -> Iterator[services.Service]:
-    spec = EngineSpec(model_dir=task_kit.base_dir, served_name=KIT_BASE, port=services.free_port(),
-                      max_loras=4, max_cpu_loras=8, max_lora_rank=ENGINE_MAX_LORA_RANK)
+    spec = services.kit_engine(task_kit, KIT_BASE, max_loras=4, max_lora_rank=ENGINE_MAX_LORA_RANK)
     engine = services.start_vllm(service_dir / "vllm", spec)
     yield engine
     services.stop_group(engine)
