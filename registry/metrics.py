@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 REQUESTS = Counter("loraplane_http_requests_total", "HTTP requests", ["method", "route", "status"])
@@ -14,6 +14,13 @@ LATENCY = Histogram(
 )
 UPLOADS = Counter("loraplane_uploads_total", "Accepted adapter uploads", ["outcome"])
 UPLOAD_REFUSALS = Counter("loraplane_upload_refusals_total", "Refused adapter uploads", ["reason"])
+UPLOADS_IN_PROGRESS = Gauge(
+    "loraplane_uploads_in_progress", "Uploads this process is handling, by stage: awaiting_body "
+    "(headers read, no body yet: no upload slot held) or receiving (an upload slot held)",
+    ["tenant", "stage"],
+)
+LONG_POLLS = Gauge("loraplane_active_set_long_polls",
+                   "Active-set long-polls this process holds, waiting for a change", ["pool"])
 
 
 class MetricsMiddleware:

@@ -12,6 +12,7 @@ from registry.active_set.watch import WATCH
 from registry.auth import tokens
 from registry.auth.principal import Principal, Role
 from registry.db import transaction
+from registry.metrics import LONG_POLLS
 from registry.settings import get_settings
 
 bodies = BodyCache()
@@ -32,7 +33,8 @@ async def answer(pool: str, principal: Principal, known: int | None, wait_s: flo
         WATCH.observe(pool, current)
     if current == known and wait_s > 0:
         revocations, started = WATCH.revocations, time.monotonic()
-        current = await WATCH.wait_beyond(pool, known, wait_s)
+        with LONG_POLLS.labels(pool).track_inprogress():
+            current = await WATCH.wait_beyond(pool, known, wait_s)
         # The token may have been revoked, or have expired, while the request waited: check it
         # again when any revocation was heard of, or when the wait outlived the token cache
         # (a process that hears of revocations late, such as on SQLite).

@@ -17,7 +17,7 @@ from registry.adapters.upload_slots import upload_slots
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal
 from registry.errors import BadRequest, LoraplaneError
-from registry.metrics import UPLOAD_REFUSALS, UPLOADS
+from registry.metrics import UPLOAD_REFUSALS, UPLOADS, UPLOADS_IN_PROGRESS
 from registry.names import NAME_PATTERN, check_name
 from registry.page_query import Paging
 from registry.pagination import Page, PageRequest
@@ -57,8 +57,10 @@ async def upload_version(
         check_name(tenant, "tenant")
         check_name(name, "adapter")
         body = TimedBody(request.stream(), receive_timing())
-        await body.first_bytes()  # a client that sends only headers holds no slot
+        with UPLOADS_IN_PROGRESS.labels(tenant, "awaiting_body").track_inprogress():
+            await body.first_bytes()  # a client that sends only headers holds no slot
         with (upload_slots().hold(tenant),  # before the first byte is spooled
+              UPLOADS_IN_PROGRESS.labels(tenant, "receiving").track_inprogress(),
               tempfile.TemporaryDirectory(prefix="upload-", dir=get_settings().spool_dir()) as workdir):
             received = await receive_upload(request, body, FilePath(workdir), get_store())
             try:

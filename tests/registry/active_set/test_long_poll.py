@@ -17,6 +17,7 @@ from devkit.pipeline_steps import request_promotion
 from registry.auth import tokens as token_service
 from registry.promotions import service as promotions
 from tests.support.asserts import assert_refused
+from tests.support.metrics import wait_for_long_polls
 
 WAKE_LIMIT_S = 0.5  # half the registry's re-read interval (active_set_poll_s, 1 s)
 
@@ -85,13 +86,15 @@ class Waiter(threading.Thread):
         self.client.close()
 
 
-def park_waiters(urls: list[str], token: str, pool: str) -> list[Waiter]:
+def park_waiters(urls: list[str], token: str, pool: str, admin_token: str) -> list[Waiter]:
     with node_client(urls[0], token) as node:
         etag = node.get(f"/v1/pools/{pool}/active-set").headers["etag"]
     waiters = [Waiter(url, token, pool, etag) for url in urls for _ in range(3)]
     for waiter in waiters:
         waiter.start()
-    time.sleep(0.5)  # let every request reach its registry and park
+    for url in urls:  # every request reached its registry and parked there
+        with node_client(url, admin_token) as admin:
+            wait_for_long_polls(admin, pool, 3)
     assert all(w.returned_at is None for w in waiters)
     return waiters
 
@@ -109,7 +112,8 @@ def test_a_commit_outside_both_registry_processes_wakes_their_long_polls_by_noti
     known exactly, and neither registry process made it."""
     for attempt in range(3):
         promotion = request_promotion(uploader, pool, make_ready(f"wakes-{attempt}")).json()
-        waiters = park_waiters([registry.url, second_registry.url], node_token, pool)
+        waiters = park_waiters([registry.url, second_registry.url], node_token, pool,
+                               tokens["global_admin"])
         with Session(engine) as session, session.begin():
             approver = token_service.authenticate(session, tokens["global_admin"])
             promotions.approve(session, approver, promotion["id"], "ok")
@@ -125,7 +129,7 @@ def test_a_promotion_approved_on_one_process_wakes_long_polls_on_the_other(
         registry, second_registry, pool, node_token, make_ready, uploader, tokens):
     approver = node_client(second_registry.url, tokens["global_admin"])
     promotion = request_promotion(uploader, pool, make_ready("cross-process")).json()
-    waiters = park_waiters([registry.url], node_token, pool)
+    waiters = park_waiters([registry.url], node_token, pool, tokens["global_admin"])
 
     sent = time.monotonic()
     approved = approver.post(f"/v1/promotions/{promotion['id']}/approve", json={"comment": "ok"})
@@ -151,7 +155,7 @@ def test_a_token_revoked_during_a_long_poll_gets_no_active_set(registry, pool, a
         etag = node.get(f"/v1/pools/{pool}/active-set").headers["etag"]
     waiter = Waiter(registry.url, issued["token"], pool, etag)
     waiter.start()
-    time.sleep(0.5)  # parked
+    wait_for_long_polls(admin, pool, 1)
     assert admin.post(f"/v1/tokens/{issued['id']}/revoke").json()["revoked_at"] is not None
     promotion = request_promotion(uploader, pool, make_ready("after-revocation")).json()
     with node_client(registry.url, tokens["global_admin"]) as approver:

@@ -16,6 +16,7 @@ from registry.active_set.change import new_generation
 from registry.db import make_engine
 from registry.tables import Pool
 from tests.support.cli import start_up
+from tests.support.metrics import wait_for_long_polls
 
 
 def test_a_change_committed_by_another_process_wakes_a_long_poll_by_polling(tmp_path, tiny_base):
@@ -35,7 +36,7 @@ def test_a_change_committed_by_another_process_wakes_a_long_poll_by_polling(tmp_
 
         with ThreadPoolExecutor(1) as executor:
             waiting = executor.submit(long_poll, node, etag)
-            time.sleep(0.3)  # the long-poll is parked
+            wait_for_long_polls(admin, "edge", 1)
             assert not waiting.done()
             committed = bump_generation(data_dir)
             response, returned = waiting.result(timeout=15)
