@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from devkit import services
+from tests.support.metrics import wait_for_uploads
 
 IDLE_S, MIN_RATE = 2, 1000
 CONFIG, WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
@@ -114,7 +115,8 @@ def test_sockets_that_send_only_headers_hold_no_slot_and_are_answered_408(
                                                              f"{tenant}/x")))
                    for tenant in ("acme", "acme", "acme", "globex")]
         opened = time.monotonic()
-        time.sleep(0.5)  # the registry has read all four requests' headers
+        # The registry has read all four requests' headers and waits for their bodies.
+        wait_for_uploads(client_of("global_admin"), "awaiting_body", {"acme": 3, "globex": 1})
 
         # Every tenant is still served: its upload is checked (and refused for its bad config).
         for tenant in ("globex", "acme"):
@@ -138,7 +140,7 @@ def test_a_body_that_stops_midway_frees_its_slot_and_spool(impatient, tokens, cl
         sockets = [stalled.enter_context(closing(open_upload(
             impatient.url, tokens["acme_uploader"], f"acme/slow-{index}", PART_HEAD + b"\0" * 1000)))
             for index in range(3)]
-        time.sleep(0.5)
+        wait_for_uploads(client_of("global_admin"), "receiving", {"acme": 3})
         busy = client_of("acme_uploader").post("/v1/adapters/acme/other/versions", files=BAD_UPLOAD)
         assert busy.status_code == 429, busy.text
 

@@ -5,14 +5,15 @@ it answers 429 with Retry-After once the body begins, before spooling it, and st
 from __future__ import annotations
 
 import socket
-import time
 from contextlib import ExitStack, closing
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
+from devkit.services import wait_for
 from tests.support.asserts import assert_refused
+from tests.support.metrics import metric, wait_for_uploads
 
 CONFIG, WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 
@@ -30,47 +31,38 @@ def start_slow_upload(registry_url: str, token: str, adapter: str) -> socket.soc
     return sock
 
 
-def refused_while_full(client: httpx.Client, adapter: str, files) -> httpx.Response:
-    """Post an upload the registry would refuse anyway (a bad config) until the stalled uploads
-    hold their slots: until then it gets its own 422, and nothing can be stored either way."""
-    # The stalled uploads are received first: a probe among them could take one's slot itself.
-    time.sleep(0.5)
-    deadline = time.monotonic() + 20
-    while True:
-        response = client.post(f"/v1/adapters/{adapter}/versions", files=files)
-        if response.status_code == 429 or time.monotonic() > deadline:
-            return response
-        assert response.status_code == 422, response.text
-        time.sleep(0.1)
+def refused_while_full(admin: httpx.Client, held: dict[str, int], client: httpx.Client, adapter: str,
+                       files) -> httpx.Response:
+    """Post an upload the registry would refuse anyway (a bad config) once the stalled uploads
+    hold their slots (`held`, by tenant): a probe among them could take one's slot itself."""
+    wait_for_uploads(admin, "receiving", held)
+    return client.post(f"/v1/adapters/{adapter}/versions", files=files)
 
 
-def wait_for_free_slots(client_for, files) -> None:
+def wait_for_free_slots(admin: httpx.Client) -> None:
     """Stalled uploads give their slots back once the registry sees their clients hang up."""
-    deadline = time.monotonic() + 20
-    for tenant in ("acme", "globex"):
-        while client_for(f"{tenant}_uploader").post(f"/v1/adapters/{tenant}/probe/versions",
-                                                    files=files).status_code == 429:
-            assert time.monotonic() < deadline, "the slots were never given back"
-            time.sleep(0.1)
+    wait_for(lambda: metric(admin, "loraplane_uploads_in_progress", stage="receiving") == 0,
+             timeout_s=20, what="every upload slot to be given back")
 
 
 @pytest.fixture
-def bad_upload(client_for):
+def bad_upload(admin):
     files = [("file", (CONFIG, b'{"peft_type": "LORA"}')), ("file", (WEIGHTS, b"\0" * 16))]
-    wait_for_free_slots(client_for, files)
+    wait_for_free_slots(admin)
     yield files
-    wait_for_free_slots(client_for, files)  # leave every slot free for the tests that follow
+    wait_for_free_slots(admin)  # leave every slot free for the tests that follow
 
 
 def test_a_tenant_past_its_share_is_told_to_retry_and_nothing_is_stored(
-        registry, tokens, client_for, stored_state, bad_upload):
+        registry, tokens, client_for, admin, stored_state, bad_upload):
     before = stored_state()
     with ExitStack() as stalled:
         for index in range(3):
             stalled.enter_context(closing(start_slow_upload(registry.url, tokens["acme_uploader"],
                                                             f"acme/slow-{index}")))
 
-        response = refused_while_full(client_for("acme_uploader"), "acme/one-more", bad_upload)
+        response = refused_while_full(admin, {"acme": 3}, client_for("acme_uploader"), "acme/one-more",
+                                      bad_upload)
 
         assert_refused(response, 429, "too_many_uploads",
                        "tenant 'acme' is already uploading 3 adapters at once, its share")
@@ -83,15 +75,16 @@ def test_a_tenant_past_its_share_is_told_to_retry_and_nothing_is_stored(
     assert client_for("acme_uploader").get("/readyz").status_code == 200
 
 
-def test_the_process_past_its_limit_tells_everyone_to_retry(registry, tokens, client_for, stored_state,
-                                                            bad_upload):
+def test_the_process_past_its_limit_tells_everyone_to_retry(registry, tokens, client_for, admin,
+                                                            stored_state, bad_upload):
     before = stored_state()
     with ExitStack() as stalled:
         for tenant, index in (("acme", 0), ("acme", 1), ("acme", 2), ("globex", 0)):
             stalled.enter_context(closing(start_slow_upload(registry.url, tokens[f"{tenant}_uploader"],
                                                             f"{tenant}/slow-{index}")))
 
-        response = refused_while_full(client_for("globex_uploader"), "globex/one-more", bad_upload)
+        response = refused_while_full(admin, {"acme": 3, "globex": 1}, client_for("globex_uploader"),
+                                      "globex/one-more", bad_upload)
 
         assert_refused(response, 429, "too_many_uploads",
                        "this registry is already receiving 4 uploads, its limit")
@@ -99,13 +92,14 @@ def test_the_process_past_its_limit_tells_everyone_to_retry(registry, tokens, cl
     assert stored_state() == before
 
 
-def test_slots_come_back_when_stalled_uploads_end(registry, tokens, client_for, bad_upload):
+def test_slots_come_back_when_stalled_uploads_end(registry, tokens, client_for, admin, bad_upload):
     """A client that hangs up frees its slot: the next uploads are checked as usual."""
     with ExitStack() as stalled:
         for index in range(3):
             stalled.enter_context(closing(start_slow_upload(registry.url, tokens["acme_uploader"],
                                                             f"acme/slow-{index}")))
-        assert refused_while_full(client_for("acme_uploader"), "acme/after", bad_upload).status_code == 429
-    wait_for_free_slots(client_for, bad_upload)
+        assert refused_while_full(admin, {"acme": 3}, client_for("acme_uploader"), "acme/after",
+                                  bad_upload).status_code == 429
+    wait_for_free_slots(admin)
     response = client_for("acme_uploader").post("/v1/adapters/acme/after/versions", files=bad_upload)
     assert response.status_code == 422, response.text
