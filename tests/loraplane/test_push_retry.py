@@ -17,6 +17,7 @@ import pytest
 from devkit import services
 from loraplane_client.connection import RegistryError
 from loraplane_client.push import push
+from tests.support.metrics import wait_for_uploads
 
 CONFIG, WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 BAD_UPLOAD = [("file", (CONFIG, b'{"peft_type": "LORA"}')), ("file", (WEIGHTS, b"\0" * 16))]
@@ -44,28 +45,35 @@ def client(one_at_a_time: services.Service, tokens: dict[str, str]) -> httpx.Cli
         yield client
 
 
-def hold_the_slot(registry_url: str, token: str, client: httpx.Client) -> socket.socket:
+@pytest.fixture
+def admin_of(one_at_a_time: services.Service, tokens: dict[str, str]) -> httpx.Client:
+    """A global admin's client of that registry, which reads its /metrics."""
+    with httpx.Client(base_url=one_at_a_time.url, timeout=60,
+                      headers={"Authorization": f"Bearer {tokens['global_admin']}"}) as admin:
+        yield admin
+
+
+def hold_the_slot(registry_url: str, token: str, client: httpx.Client,
+                  admin: httpx.Client) -> socket.socket:
     """An upload whose body began and then stalled; returns once it holds acme's one slot."""
     address = urlsplit(registry_url)
     head = (f"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{WEIGHTS}\"\r\n\r\n"
             ).encode()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        sock = socket.create_connection((address.hostname, address.port))
-        sock.sendall((f"POST /v1/adapters/acme/stalled/versions HTTP/1.1\r\nHost: {address.netloc}\r\n"
-                      f"Authorization: Bearer {token}\r\nContent-Length: {1024 * 1024}\r\n"
-                      "Content-Type: multipart/form-data; boundary=b\r\n\r\n").encode() + head + b"\0" * 1024)
-        time.sleep(0.3)  # received before the probe, which would otherwise take the slot itself
-        if client.post("/v1/adapters/acme/probe/versions", files=BAD_UPLOAD).status_code == 429:
-            return sock
-        sock.close()
-    raise AssertionError("the stalled upload never took the slot")
+    sock = socket.create_connection((address.hostname, address.port))
+    sock.sendall((f"POST /v1/adapters/acme/stalled/versions HTTP/1.1\r\nHost: {address.netloc}\r\n"
+                  f"Authorization: Bearer {token}\r\nContent-Length: {1024 * 1024}\r\n"
+                  "Content-Type: multipart/form-data; boundary=b\r\n\r\n").encode() + head + b"\0" * 1024)
+    # Received before the probe, which would otherwise take the slot itself.
+    wait_for_uploads(admin, "receiving", {"acme": 1})
+    probe = client.post("/v1/adapters/acme/probe/versions", files=BAD_UPLOAD)
+    assert probe.status_code == 429, probe.text
+    return sock
 
 
-def test_push_waits_for_the_slot_then_uploads(one_at_a_time, tokens, client, make_adapter, base_model,
-                                              capsys):
+def test_push_waits_for_the_slot_then_uploads(one_at_a_time, tokens, client, admin_of, make_adapter,
+                                              base_model, capsys):
     folder = make_adapter(seed=41)
-    stalled = hold_the_slot(one_at_a_time.url, tokens["acme_uploader"], client)
+    stalled = hold_the_slot(one_at_a_time.url, tokens["acme_uploader"], client, admin_of)
     # The other upload ends a second later; push's first attempt is refused before that.
     threading.Timer(1.0, stalled.close).start()
     started = time.monotonic()
@@ -78,10 +86,10 @@ def test_push_waits_for_the_slot_then_uploads(one_at_a_time, tokens, client, mak
 
 
 def test_push_gives_up_after_its_attempts_with_the_registrys_reason(
-        one_at_a_time, tokens, client, make_adapter, base_model, stored_state, capsys):
+        one_at_a_time, tokens, client, admin_of, make_adapter, base_model, stored_state, capsys):
     folder = make_adapter(seed=42)
     before = stored_state()
-    with closing(hold_the_slot(one_at_a_time.url, tokens["acme_uploader"], client)):
+    with closing(hold_the_slot(one_at_a_time.url, tokens["acme_uploader"], client, admin_of)):
         started = time.monotonic()
         with pytest.raises(RegistryError) as refused:
             push(client, folder, "acme", "given-up", show_progress=False, max_attempts=2)

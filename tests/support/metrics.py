@@ -29,7 +29,7 @@ def wait_for_uploads(admin: httpx.Client, stage: str, by_tenant: dict[str, int])
     """Until the process has exactly these uploads at `stage` (awaiting_body, or receiving:
     holding an upload slot), per tenant."""
     def reached() -> bool:
-        return all(metric(admin, "loraplane_uploads_in_progress", tenant=tenant, stage=stage) == count
-                   for tenant, count in by_tenant.items())
+        return all(metric(admin, "loraplane_uploads_in_progress", tenant=t, stage=stage) == count
+                   for t, count in by_tenant.items())
 
     wait_for(reached, timeout_s=20, what=f"uploads {stage}: {by_tenant}")

@@ -31,8 +31,8 @@ def start_slow_upload(registry_url: str, token: str, adapter: str) -> socket.soc
     return sock
 
 
-def refused_while_full(admin: httpx.Client, held: dict[str, int], client: httpx.Client, adapter: str,
-                       files) -> httpx.Response:
+def refused_while_full(admin: httpx.Client, held: dict[str, int], client: httpx.Client,
+                       adapter: str, files) -> httpx.Response:
     """Post an upload the registry would refuse anyway (a bad config) once the stalled uploads
     hold their slots (`held`, by tenant): a probe among them could take one's slot itself."""
     wait_for_uploads(admin, "receiving", held)
@@ -61,8 +61,8 @@ def test_a_tenant_past_its_share_is_told_to_retry_and_nothing_is_stored(
             stalled.enter_context(closing(start_slow_upload(registry.url, tokens["acme_uploader"],
                                                             f"acme/slow-{index}")))
 
-        response = refused_while_full(admin, {"acme": 3}, client_for("acme_uploader"), "acme/one-more",
-                                      bad_upload)
+        response = refused_while_full(admin, {"acme": 3}, client_for("acme_uploader"),
+                                      "acme/one-more", bad_upload)
 
         assert_refused(response, 429, "too_many_uploads",
                        "tenant 'acme' is already uploading 3 adapters at once, its share")
@@ -83,8 +83,8 @@ def test_the_process_past_its_limit_tells_everyone_to_retry(registry, tokens, cl
             stalled.enter_context(closing(start_slow_upload(registry.url, tokens[f"{tenant}_uploader"],
                                                             f"{tenant}/slow-{index}")))
 
-        response = refused_while_full(admin, {"acme": 3, "globex": 1}, client_for("globex_uploader"),
-                                      "globex/one-more", bad_upload)
+        response = refused_while_full(admin, {"acme": 3, "globex": 1},
+                                      client_for("globex_uploader"), "globex/one-more", bad_upload)
 
         assert_refused(response, 429, "too_many_uploads",
                        "this registry is already receiving 4 uploads, its limit")
