@@ -211,11 +211,14 @@ class HealthProbe:
 
     def __enter__(self) -> "HealthProbe":
         self.thread.start()
-        time.sleep(0.1)  # polling before the request starts
+        # Polling before the request starts: one answer in, the next probe follows at once.
+        services.wait_for(lambda: self.seconds, timeout_s=60, what="the first /healthz answer")
         return self
 
     def __exit__(self, *_) -> None:
-        time.sleep(0.1)
+        answered = len(self.seconds)  # and one more probe answered after the request
+        services.wait_for(lambda: len(self.seconds) > answered, timeout_s=60,
+                          what="a /healthz answer after the request")
         self.stop.set()
         self.thread.join()
 

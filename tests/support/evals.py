@@ -25,7 +25,7 @@ def wait_finished(client: httpx.Client, evaluation_id: int, *, timeout_s: float 
         body = client.get(f"/v1/evaluations/{evaluation_id}", params=params).json()
         if body["state"] in ("passed", "failed"):
             return body
-        time.sleep(0.5)
+        time.sleep(0.5)  # an evaluation takes seconds: no need to ask more often
     raise AssertionError(f"evaluation {evaluation_id} still {body['state']} after {timeout_s}s: {body}")
 
 
@@ -42,5 +42,5 @@ def wait_idle(engine: Engine, base_model: str, *, timeout_s: float = 300) -> Non
                 .where(BaseModel.name == base_model, Evaluation.state.in_(("queued", "running"))))
         if not busy:
             return
-        time.sleep(0.5)
+        time.sleep(0.5)  # the poll interval: evaluations take seconds
     raise AssertionError("evaluations still queued or running")

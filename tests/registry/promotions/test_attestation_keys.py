@@ -112,7 +112,7 @@ def test_rotation_keeps_old_attestations_valid_through_the_overlap(rotating, tin
 
     deadline = time.monotonic() + OVERLAP_S + 10
     while body["retired_key_id"] in bundle(rotating).keys and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(0.2)  # the overlap has to run out; the bundle says when it has
     after = provenance.TrustBundle.parse(httpx.get(rotating["server"].url + BUNDLE).json(),
                                          trusted_by=during)
     assert set(after.keys) == {body["key_id"]}

@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from devkit import services
+from devkit.services import wait_for
 from devkit.pipeline_steps import request_promotion
 from registry.webhooks import signing
 from tests.support.asserts import assert_refused
@@ -53,16 +54,6 @@ def housekeeper(service_dir, registry):
     services.stop_group(worker)
 
 
-def wait_for(check, timeout_s: float = 30):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("timed out")
-
-
 def test_a_promotion_event_is_delivered_signed_after_retries(housekeeper, client_for, promo_pools,
                                                             make_ready, uploader):
     receiver = Receiver(failures=2)
@@ -76,7 +67,7 @@ def test_a_promotion_event_is_delivered_signed_after_retries(housekeeper, client
 
     promotion = request_promotion(uploader, promo_pools["open"], make_ready("hooked")).json()
 
-    wait_for(lambda: len(receiver.requests) >= 3)
+    wait_for(lambda: len(receiver.requests) >= 3, what="three delivery attempts")
     headers, body, _ = receiver.requests[-1]
     payload = json.loads(body)
     assert payload["event"] == "promotion.requested"
@@ -88,7 +79,7 @@ def test_a_promotion_event_is_delivered_signed_after_retries(housekeeper, client
     gaps = [b[2] - a[2] for a, b in zip(receiver.requests, receiver.requests[1:])]
     assert gaps[0] >= 0.3 and gaps[1] >= 0.6, gaps  # the backoff doubles: 0.3 s, then 0.6 s
     delivery = wait_for(lambda: next((d for d in acme_admin.get(f"/v1/webhooks/{hook['id']}/deliveries").json()
-                                      if d["state"] == "delivered"), None))
+                                      if d["state"] == "delivered"), None), what="the delivery")
     assert delivery["attempts"] == 3 and delivery["last_status"] == 204
     receiver.close()
     assert acme_admin.delete(f"/v1/webhooks/{hook['id']}").status_code == 204
@@ -102,10 +93,12 @@ def test_a_receiver_that_keeps_failing_is_given_up_with_the_reason(housekeeper, 
     request_promotion(uploader, promo_pools["open"], make_ready("unheard"))
 
     delivery = wait_for(lambda: next((d for d in admin.get(f"/v1/webhooks/{hook['id']}/deliveries").json()
-                                      if d["state"] == "failed"), None))
+                                      if d["state"] == "failed"), None), what="the delivery to be given up")
     assert delivery["attempts"] == 3 and delivery["last_status"] == 500
     assert delivery["last_error"].startswith("HTTP 500")
-    time.sleep(1)
+    # Nothing can be waited on here: no fourth attempt is the point. A retry would come after the
+    # next backoff, 0.3 s * 2**2 = 1.2 s; watch a little longer than that.
+    time.sleep(1.5)
     assert len(receiver.requests) == 3
     receiver.close()
     admin.delete(f"/v1/webhooks/{hook['id']}")
