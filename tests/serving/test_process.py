@@ -27,8 +27,14 @@ def test_a_failing_loop_is_logged_and_started_again(caplog):
 
 def test_cancelling_the_loop_stops_it_at_once():
     async def scenario() -> None:
-        task = asyncio.create_task(keep_running("waiting", asyncio.Event().wait))
-        await asyncio.sleep(0.01)
+        started = asyncio.Event()
+
+        async def waiting_loop() -> None:
+            started.set()
+            await asyncio.Event().wait()
+
+        task = asyncio.create_task(keep_running("waiting", waiting_loop))
+        await started.wait()  # the loop runs: the cancellation reaches it, not the task's start
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         assert task.cancelled()

@@ -32,7 +32,7 @@ def run_agent(registry: StandInRegistry, vllm: StandInVllm, state_dir: Path,
         running = asyncio.create_task(Agent(settings).run(stop))
         deadline = time.monotonic() + timeout_s
         while not until() and time.monotonic() < deadline and not running.done():
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # the poll interval; the agent runs meanwhile
         stop.set()
         await running
 

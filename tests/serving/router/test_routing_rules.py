@@ -13,6 +13,7 @@ from serving.router.admission import Admission
 from serving.router.catalog import Catalog
 from serving.router.errors import RouterError
 from serving.router.fleet import Fleet
+from tests.support.until import until
 
 ENTRIES = [
     {"tenant": "acme", "adapter": "chat", "served_name": "acme/chat@1",
@@ -92,13 +93,13 @@ def test_interactive_requests_are_admitted_before_queued_batch_ones():
                 await release.wait()
 
         tasks = [asyncio.create_task(request("batch", "b1"))]
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one turn of the loop: each request is in line before the next
         tasks += [asyncio.create_task(request("batch", "b2"))]  # over the batch cap: waits
         await asyncio.sleep(0)
         tasks += [asyncio.create_task(request("interactive", "i1"))]  # the free slot is its
         await asyncio.sleep(0)
         tasks += [asyncio.create_task(request("interactive", "i2"))]  # total cap: waits
-        await asyncio.sleep(0.01)
+        await until(lambda: len(admission.waiting["interactive"]) == 1, what="i2 to wait in line")
         assert order == ["b1", "i1"] and admission.inflight == {"interactive": 1, "batch": 1}
         release.set()
         await asyncio.gather(*tasks)
@@ -131,11 +132,11 @@ def test_one_tenant_cannot_fill_the_line_for_the_others():
                     await release.wait()
 
         acme = [asyncio.create_task(request("acme")) for _ in range(3)]  # 2 forwarded, 1 waiting
-        await asyncio.sleep(0.01)
+        await until(lambda: len(admission.waiting["interactive"]) == 1, what="the third to wait")
         with pytest.raises(RouterError) as refused:
             await request("acme")
         globex = asyncio.create_task(request("globex"))  # waits in line, not refused
-        await asyncio.sleep(0.01)
+        await until(lambda: len(admission.waiting["interactive"]) == 2, what="globex to wait in line")
         assert (refused.value.status, refused.value.code, refused.value.retry_after_s) == (429, "tenant_busy", 1)
         assert refused.value.message == "tenant acme already has 3 requests in flight here"
         assert admission.by_tenant == {"acme": 3, "globex": 1} and not globex.done()

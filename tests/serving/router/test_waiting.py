@@ -23,6 +23,7 @@ from serving.router.catalog import Catalog
 from serving.router.fleet import Fleet
 from serving.router.forward import Forwarder
 from tests.serving.router.stand_in_node import StandInNode
+from tests.support.until import until
 
 KEY = "Bearer lpt_" + "k" * 43
 NAMES = ("acme/chat@1", "acme/new@1")
@@ -79,13 +80,6 @@ class Client:
         return self.sent[0]["status"]
 
 
-async def until(condition, timeout_s: float = 5) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.005)
-
-
 def test_a_client_that_hangs_up_while_in_line_never_reaches_a_node():
     async def scenario() -> None:
         async with StandInNode() as node, aiohttp.ClientSession() as http:
@@ -114,7 +108,8 @@ def test_a_request_waiting_for_a_node_to_load_its_name_holds_no_slot():
             fleet = fleet_serving(node, "acme/chat@1")  # acme/new@1 is loaded nowhere yet
             app = make_app(http, fleet, load_wait_s=10)
             waiting = Client(app, "acme/new")
-            await asyncio.sleep(0.05)
+            # Past its key check and counted for its tenant: from there it waits for a holder.
+            await until(lambda: app.admission.by_tenant["acme"] == 1, what="the request to wait")
             assert not waiting.task.done() and node.received == 0
 
             assert await asyncio.wait_for(Client(app, "acme/chat").status(), 5) == 200  # not held back
