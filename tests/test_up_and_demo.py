@@ -51,7 +51,7 @@ class Up:
         while not (ready := READY_LINE.search(self.output())):
             assert self.process.poll() is None, f"loraplane up exited:\n{self.output()[-4000:]}"
             assert time.monotonic() < deadline, f"loraplane up not ready:\n{self.output()[-4000:]}"
-            time.sleep(1)
+            time.sleep(1)  # the poll interval: a start takes minutes
         self.children = psutil.Process(self.process.pid).children(recursive=True)
         return int(ready.group(1))
 

@@ -9,10 +9,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from devkit.services import wait_for
 
 
-def metric(admin: httpx.Client, name: str, **labels: str) -> float:
-    """The sum of a metric's samples whose labels include `labels`; `admin` is a global admin's
-    client of the process asked."""
-    response = admin.get("/metrics")
+def metric(client: httpx.Client, name: str, **labels: str) -> float:
+    """The sum of a metric's samples whose labels include `labels`, from the /metrics of the
+    process `client` reaches (a registry's answers a global admin only)."""
+    response = client.get("/metrics")
     assert response.status_code == 200, response.text
     return sum(sample.value for family in text_string_to_metric_families(response.text)
                for sample in family.samples

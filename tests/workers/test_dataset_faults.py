@@ -143,7 +143,7 @@ def test_a_worker_that_dies_on_every_attempt_gives_up_once_the_attempts_are_spen
             if row.state == "running":
                 break
             assert time.monotonic() < deadline, "the worker never claimed the evaluation"
-            time.sleep(0.1)
+            time.sleep(0.1)  # the poll interval
 
         worker.restart()  # SIGKILL first: as if the evaluation took the worker down
         result = wait_finished(uploader, evaluation_id, timeout_s=90)

@@ -13,10 +13,12 @@ from sqlalchemy.orm import Session
 
 from devkit import services
 from devkit.pipeline_steps import create_suite, upload_dir
+from devkit.services import wait_for
 from registry.tables import AuditEvent, Evaluation, EvaluationExample
 from tests.conftest import register_base
 from tests.support.eval_stack import KIT_BASE, Worker, worker_env
 from tests.support.evals import request_evaluation, wait_finished, wait_idle
+from tests.support.metrics import metric
 
 
 def evaluation_row(engine, evaluation_id: int) -> Evaluation:
@@ -25,7 +27,7 @@ def evaluation_row(engine, evaluation_id: int) -> Evaluation:
 
 
 def test_a_worker_killed_mid_evaluation_is_redelivered_and_records_one_result(
-        admin, uploader, kit_base, task_kit, engine, eval_worker):
+        admin, uploader, kit_base, task_kit, engine, eval_worker, eval_engine):
     # Long outputs (64 tokens, past eos) keep the evaluation running for seconds.
     create_suite(admin, "digits-long", kit_base, task_kit.suites["digits_to_words"],
                  {"exact_match": {"min": 0.0}, "parity": {"max_logprob_diff": 1e-3}},
@@ -36,8 +38,10 @@ def test_a_worker_killed_mid_evaluation_is_redelivered_and_records_one_result(
     deadline = time.monotonic() + 60
     while evaluation_row(engine, evaluation_id).state != "running":
         assert time.monotonic() < deadline, "the worker never claimed the evaluation"
-        time.sleep(0.05)
-    time.sleep(0.5)
+        time.sleep(0.05)  # the poll interval
+    with httpx.Client(base_url=eval_engine.url) as vllm:  # mid-evaluation: the engine generates
+        wait_for(lambda: metric(vllm, "vllm:num_requests_running") > 0, timeout_s=60,
+                 what="the engine to run the evaluation's requests")
 
     eval_worker.kill()  # SIGKILL to the whole worker: no chance to acknowledge or clean up
 

@@ -132,7 +132,7 @@ def test_a_name_loaded_nowhere_gets_503_with_retry_after_never_another_adapter(r
     app = client(router, tokens["acme_app"])
     deadline = time.monotonic() + 20
     while "acme/r-too-wide" not in {m.id for m in app.models.list()} and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(0.2)  # the poll interval
     before = forwarded(router)
 
     refused = ask(router, tokens["acme_app"], "acme/r-too-wide", served["prompt"])
@@ -149,7 +149,10 @@ def test_a_canary_split_follows_its_weight(router, served, promote, tokens, task
     wait_until_served(admin, {"acme/r-digits@2"})
     answers = {**served["answers"], "acme/r-digits@2": complete(nodes["node-a"].url, "acme/r-digits@2", served["prompt"])}
     app = client(router, tokens["acme_app"])
-    time.sleep(1)  # the router reads the same reports
+    # The router follows the canary's generation, and reads the nodes' reports again with it.
+    generation = admin.get(f"/v1/pools/{POOL}/active-set").json()["generation"]
+    wait_for(lambda: httpx.get(router.url + "/healthz").json()["generation"] >= generation,
+             what="the router to follow the canary")
 
     picks = [app.completions.create(model="acme/r-digits", prompt=served["prompt"], max_tokens=16,
                                     temperature=0) for _ in range(40)]
@@ -207,18 +210,27 @@ def test_swapping_an_alias_under_traffic_never_answers_with_the_wrong_version(
     traffic = threading.Thread(target=lambda: results.extend(
         send_traffic(router, tokens["acme_app"], ["acme/r-swap"], prompt, stop)))
     traffic.start()
-    time.sleep(1.5)
+    try:  # a wait that fails must not leave the traffic running
+        wait_for(lambda: router_metric(router, "loraplane_router_requests_total",
+                                       served_name="acme/r-swap@1") >= 8,
+                 timeout_s=60, what="traffic on version 1")
 
-    promote("r-swap", task_kit.adapters["reverse_words"])  # version 2 takes production
-    generation = admin.get(f"/v1/pools/{POOL}/active-set").json()["generation"]
-    wait_for(lambda: httpx.get(router.url + "/healthz").json()["generation"] >= generation,
-             what="the router to follow the swap")
-    switched = time.monotonic()
-    wait_until_served(admin, {"acme/r-swap@2"})
-    answers["acme/r-swap@2"] = complete(nodes["node-a"].url, "acme/r-swap@2", prompt)
-    time.sleep(2)
-    stop.set()
-    traffic.join()
+        promote("r-swap", task_kit.adapters["reverse_words"])  # version 2 takes production
+        generation = admin.get(f"/v1/pools/{POOL}/active-set").json()["generation"]
+        wait_for(lambda: httpx.get(router.url + "/healthz").json()["generation"] >= generation,
+                 what="the router to follow the swap")
+        switched = time.monotonic()
+        on_v2 = router_metric(router, "loraplane_router_requests_total", served_name="acme/r-swap@2")
+        wait_until_served(admin, {"acme/r-swap@2"})
+        answers["acme/r-swap@2"] = complete(nodes["node-a"].url, "acme/r-swap@2", prompt)
+        # Traffic after the switch: of 8 more answers, at most the 4 workers' in-flight ones
+        # predate it.
+        wait_for(lambda: router_metric(router, "loraplane_router_requests_total",
+                                       served_name="acme/r-swap@2") >= on_v2 + 8,
+                 timeout_s=60, what="traffic on version 2")
+    finally:
+        stop.set()
+        traffic.join()
 
     assert answers["acme/r-swap@1"] != answers["acme/r-swap@2"]  # outputs that can be told apart
     assert results and all(r[0] == 200 for r in results), {r[0] for r in results}
@@ -232,16 +244,23 @@ def test_swapping_an_alias_under_traffic_never_answers_with_the_wrong_version(
 def test_a_node_killed_under_traffic_costs_no_request(router, served, tokens, nodes, admin):
     prompt, answers = served["prompt"], served["answers"]
     retries_before = router_metric(router, "loraplane_router_retries_total")
+    answered = forwarded(router)
     stop, results = threading.Event(), []
     traffic = threading.Thread(target=lambda: results.extend(send_traffic(
         router, tokens["acme_app"], ["acme/r-digits@1", "acme/r-reverse@1"], prompt, stop, stream_every=10**6)))
     traffic.start()
-    time.sleep(1.5)
+    try:  # a wait that fails must not leave the traffic running
+        wait_for(lambda: forwarded(router) >= answered + 8, timeout_s=60, what="traffic before the kill")
 
-    services.stop_group(nodes["node-b"].service, sig=9)  # SIGKILL: no goodbye to anyone
-    time.sleep(3)
-    stop.set()
-    traffic.join()
+        services.stop_group(nodes["node-b"].service, sig=9)  # SIGKILL: no goodbye to anyone
+        # Time itself: traffic goes on past the router's cooldown of the dead node (2 s here),
+        # after which it is tried again; and at least one request met the dead node and was retried.
+        time.sleep(3)
+        wait_for(lambda: router_metric(router, "loraplane_router_retries_total") > retries_before,
+                 timeout_s=60, what="a request retried on the other node")
+    finally:
+        stop.set()
+        traffic.join()
 
     assert results and all(r[0] == 200 for r in results), [r for r in results if r[0] != 200][:3]
     assert all(text == answers[name] for _, name, text, _ in results)
@@ -271,7 +290,7 @@ def test_batch_traffic_is_capped_and_metrics_are_kept_per_version(router, served
                    for _ in range(6)]
         while not all(p.done() for p in pending):
             peak = max(peak, router_metric(router, "loraplane_router_inflight", tier="batch"))
-            time.sleep(0.02)
+            time.sleep(0.02)  # sampling the gauge often, while the requests last
         interactive = ask(router, tokens["acme_app"], "acme/r-digits@1", served["prompt"])
     assert all(p.result().status_code == 200 for p in pending) and interactive.status_code == 200
     assert 1 <= peak <= 2  # LORAPLANE_ROUTER_BATCH_MAX_INFLIGHT
@@ -305,7 +324,7 @@ def test_a_revoked_app_key_stops_working_within_the_key_cache_time(router, serve
     while (answer := ask(router, key, "acme/r-digits@1", prompt)).status_code == 200:
         assert time.monotonic() < deadline, "the revoked key still works"
         before += 1
-        time.sleep(0.2)
+        time.sleep(0.2)  # the poll interval, well under the key cache time
 
     assert answer.status_code == 401 and answer.json()["error"]["code"] == "invalid_api_key"
     assert forwarded(router) == before  # the refused request reached no node
