@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import secrets
 import shutil
@@ -54,27 +53,6 @@ PRINCIPALS = {
     "globex_admin": (Role.ADMIN, "globex", None),
     "globex_uploader": (Role.UPLOADER, "globex", None),
 }
-
-
-# Fixtures that cost minutes to make (the task kit, vLLM engines) or hold a shared folder (the
-# dashboard's screenshots).
-ENGINE_FIXTURES = frozenset({"task_kit", "eval_engine", "serving_pair", "browser"})
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Group the tests for pytest-xdist (`--dist loadgroup`, in pyproject's addopts): every module
-    that needs the task kit or an engine runs on one worker, so each engine starts once per run,
-    and every other module runs whole on whichever worker is free, so its module fixtures are
-    made once. Each worker has its own Postgres, Redis, S3 and registries."""
-    by_module: dict[str, list[pytest.Item]] = {}
-    for item in items:
-        by_module.setdefault(item.nodeid.split("::")[0], []).append(item)
-    for module, module_items in by_module.items():
-        needs_engine = any(ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())) for item in module_items)
-        group = "engines" if needs_engine else module
-        for item in module_items:
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
@@ -218,16 +196,11 @@ def task_kit():
     from devkit.task_kit import build_task_kit
 
     root = REPO / ".cache" / "task-kit"
-    root.parent.mkdir(exist_ok=True)
-    # One builder at a time (pytest-xdist workers, or two runs in one checkout); the others
-    # wait and reuse what it built.
-    with open(root.parent / "task-kit.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            return build_task_kit(root, base_model_name=KIT_BASE)
-        except FileExistsError:  # a kit from an older recipe: the cache is ours to replace
-            shutil.rmtree(root)
-            return build_task_kit(root, base_model_name=KIT_BASE)
+    try:
+        return build_task_kit(root, base_model_name=KIT_BASE)
+    except FileExistsError:  # a kit from an older recipe: the cache is ours to replace
+        shutil.rmtree(root)
+        return build_task_kit(root, base_model_name=KIT_BASE)
 
 
 def register_base(admin: httpx.Client, name: str, base_dir: Path) -> str:

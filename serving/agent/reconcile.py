@@ -160,8 +160,8 @@ class Reconciler:
             kind = KINDS.get(type(error), "internal")
             if kind == "internal":
                 log.exception("could not load %s", name)
-            else:
-                log.warning("could not load %s: %s", name, error)
+            else:  # vLLM's and the disk's words may hold terminal escapes or unencodable text
+                log.warning("could not load %s: %s", name, _reportable(str(error)))
             reason = str(error) or type(error).__name__
             self.failures[name] = Failure(reason, kind, time.monotonic())
             metrics.FAILURES.labels(kind).inc()

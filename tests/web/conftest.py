@@ -23,8 +23,10 @@ METRICS = {"exact_match": {"min": 0.8}, "contains": {"min": 0.8}, "reference_log
            "serving": {"min_throughput_ratio": 0.05}}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """Chromium for one module: Playwright's sync API keeps an event loop running in this thread
+    while it is open, which would break asyncio.run() in whatever tests the worker runs next."""
     from playwright.sync_api import sync_playwright
 
     chromium = shutil.which("chromium") or "/usr/bin/chromium"

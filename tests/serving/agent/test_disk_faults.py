@@ -65,7 +65,7 @@ def test_a_half_deleted_folder_or_a_file_in_its_place_is_replaced_by_a_verified_
     assert accepted_by_the_registry(status).loaded[0].served_name == "acme/blocked@1"
 
 
-def test_vllms_words_in_a_refusal_are_made_safe_to_report(store, vllm, tmp_path):
+def test_vllms_words_in_a_refusal_are_made_safe_to_report(store, vllm, tmp_path, caplog):
     vllm.refusal = (500, "CUDA error:\x1b[31m out of memory\x00\ud800 (rank 64 > 16)")
     wanted = entry(store, "small", SMALL)
 
@@ -74,3 +74,6 @@ def test_vllms_words_in_a_refusal_are_made_safe_to_report(store, vllm, tmp_path)
     assert status["failures"][0]["reason"] == (
         "vLLM refused the load (HTTP 500): CUDA error:?[31m out of memory?? (rank 64 > 16)")
     assert accepted_by_the_registry(status).failures[0].served_name == "acme/small@1"
+    logged = [record.getMessage() for record in caplog.records if "could not load" in record.getMessage()]
+    assert logged == ["could not load acme/small@1: vLLM refused the load (HTTP 500): "
+                      "CUDA error:?[31m out of memory?? (rank 64 > 16)"]  # and to log
