@@ -20,7 +20,6 @@ from registry.adapters.endpoints import router as adapters
 from registry.attestations import upkeep as attestation_upkeep
 from registry.attestations.endpoints import router as attestations
 from registry.audit.endpoints import router as audit
-from registry.auth.endpoints import router as auth
 from registry.base_models.endpoints import router as base_models
 from registry.errors import LoraplaneError
 from registry.eval_suites.endpoints import router as eval_suites
@@ -38,6 +37,7 @@ from registry.signing_keys.endpoints import router as signing_keys
 from registry.sizing.endpoints import router as sizing
 from registry.storage import get_store
 from registry.storage.endpoints import router as artifacts
+from registry.tokens.endpoints import router as auth
 from registry.webhooks.endpoints import router as webhooks
 
 
