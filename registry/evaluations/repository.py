@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from registry.evaluations import rules
 from registry.pagination import fetch_page
-from registry.tables import BaseModel, EvalSuite, Evaluation, EvaluationExample
+from registry.tables import BaseModel, EvalSuite, Evaluation, EvaluationExample, Pool
 
 
 def lock_evaluation(session: Session, evaluation_id: int) -> Evaluation | None:
@@ -90,3 +90,7 @@ def evaluations_by_suite(session: Session, version_id: int) -> list[tuple[str, E
 def latest_evaluations(session: Session, version_id: int) -> dict[str, Evaluation]:
     rows = evaluations_by_suite(session, version_id)
     return {suite: evaluation for suite, evaluation in rows}  # later rows win
+
+
+def pools_on_base(session: Session, base_model_id: int) -> list[Pool]:
+    return list(session.scalars(select(Pool).where(Pool.base_model_id == base_model_id)))
