@@ -11,7 +11,8 @@ from sqlalchemy.orm import Session
 
 from registry.settings import get_settings
 from registry.tables import (
-    Adapter, AdapterVersion, Attestation, NodeStatus, Pool, PoolAlias, PoolRetirement, Tenant,
+    Adapter, AdapterVersion, Attestation, NodeStatus, Pool, PoolAlias, PoolRetirement,
+    Requalification, Tenant,
 )
 
 
@@ -125,3 +126,12 @@ def current_attestations(session: Session, pool_id: int,
     rows = session.execute(select(Attestation.version_id, Attestation.envelope)
                            .where(Attestation.id.in_(newest))).all()
     return {version_id: envelope for version_id, envelope in rows}
+
+
+def requalify_policy(session: Session, pool_id: int) -> str:
+    return session.scalar(select(Pool.requalify_policy).where(Pool.id == pool_id))
+
+
+def marked_version_ids(session: Session, pool_id: int) -> set[int]:
+    return set(session.scalars(select(Requalification.version_id).where(
+        Requalification.pool_id == pool_id, Requalification.cleared_at.is_(None))))

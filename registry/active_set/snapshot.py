@@ -8,10 +8,10 @@ from sqlalchemy.orm import Session
 
 from registry.active_set import repository
 from registry.active_set.schemas import ActiveEntry, ActiveSet, AliasWeight, ArtifactFile
+from registry.active_set.suspension import suspended_version_ids
 from registry.adapters import artifact
 from registry.errors import NotFound
 from registry.placement.stored import from_stored
-from registry.requalification.repository import suspended_version_ids
 from registry.settings import RegistrySettings
 from registry.storage.base import ArtifactStore
 from registry.tables import Adapter, AdapterVersion, BaseModel, Pool, PoolAlias, Tenant
