@@ -14,9 +14,8 @@ import pytest
 from sqlalchemy.orm import Session
 
 from devkit.pipeline_steps import request_promotion
-from registry.auth import tokens as auth_tokens
+from registry.auth import tokens as token_service
 from registry.promotions import service as promotions
-from registry.tokens import issuing as token_service
 from tests.support.asserts import assert_refused
 from tests.support.metrics import wait_for_long_polls
 
@@ -116,7 +115,7 @@ def test_a_commit_outside_both_registry_processes_wakes_their_long_polls_by_noti
         waiters = park_waiters([registry.url, second_registry.url], node_token, pool,
                                tokens["global_admin"])
         with Session(engine) as session, session.begin():
-            approver = auth_tokens.authenticate(session, tokens["global_admin"])
+            approver = token_service.authenticate(session, tokens["global_admin"])
             promotions.approve(session, approver, promotion["id"], "ok")
         committed = time.monotonic()
 
