@@ -41,9 +41,9 @@ from bench import report
 from devkit import services
 from devkit.engine import EngineSpec
 from devkit.task_kit import build_task_kit
-from registry.auth import tokens
 from registry.auth.principal import Role
 from registry.db import make_engine
+from registry.tokens import issuing as tokens
 
 REPO = Path(__file__).resolve().parent.parent
 BUCKET = "bench"

@@ -33,10 +33,10 @@ from bench import report
 from bench.hostile_corpus import Attack, synthesize_adapter
 from bench.hostile_corpus.grid import grid
 from devkit import services
-from registry.auth import tokens
 from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.tables import Adapter, AdapterVersion
+from registry.tokens import issuing as tokens
 
 BUCKET = "bench-hostile"
 MiB = 1024 * 1024

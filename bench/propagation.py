@@ -37,6 +37,7 @@ from registry.auth import tokens
 from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.promotions import service as promotions
+from registry.tokens import issuing
 
 BUCKET, BASE, POOL = "bench", "bench-base", "fleet"
 
@@ -185,8 +186,8 @@ def prepare(work: Path, registry: services.Service, engine) -> tuple[dict, list[
     plain = {}
     with Session(engine) as session, session.begin():
         for name, role, tenant in (("admin", Role.ADMIN, None), ("uploader", Role.UPLOADER, "acme")):
-            _, plain[name] = tokens.create_token(session, subject=f"bench-{name}", role=role,
-                                                 tenant=tenant, actor="bench")
+            _, plain[name] = issuing.create_token(session, subject=f"bench-{name}", role=role,
+                                                  tenant=tenant, actor="bench")
     admin = httpx.Client(base_url=registry.url, headers={"Authorization": f"Bearer {plain['admin']}"},
                          timeout=60)
     uploader = httpx.Client(base_url=registry.url, timeout=60,
@@ -201,9 +202,9 @@ def prepare(work: Path, registry: services.Service, engine) -> tuple[dict, list[
     with Session(engine) as session, session.begin():
         # One token read by every simulated node: reads only, of the whole set (every node
         # holds everything here), which is what each node's own part would be.
-        _, plain["node"] = tokens.create_token(session, subject="bench-nodes", role=Role.NODE,
-                                               tenant=None, pool=POOL, instance_id="bench-nodes",
-                                               actor="bench")
+        _, plain["node"] = issuing.create_token(session, subject="bench-nodes", role=Role.NODE,
+                                                tenant=None, pool=POOL, instance_id="bench-nodes",
+                                                actor="bench")
     versions = []
     for seed in (1, 2):
         folder = build_adapter(base_dir, work / f"adapter-{seed}", seed=seed, base_model_name=BASE)

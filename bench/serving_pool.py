@@ -22,9 +22,9 @@ from devkit.pipeline_steps import create_suite, promoter
 from devkit.services import wait_for
 from devkit.task_kit import TaskKit, build_task_kit
 from devkit.tiny_model import build_adapter
-from registry.auth import tokens
 from registry.auth.principal import Role
 from registry.db import make_engine
+from registry.tokens import issuing as tokens
 
 REPO = Path(__file__).resolve().parents[1]
 BUCKET, BASE, POOL, TENANT = "bench", "tiny-task-llama", "bench-serving", "acme"

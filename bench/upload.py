@@ -33,10 +33,10 @@ from bench import report
 from devkit import services
 from loraplane_client.push import push
 from registry.adapters.part_pump import PARTS_IN_FLIGHT
-from registry.auth import tokens
 from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.storage.s3 import PART_SIZE
+from registry.tokens import issuing as tokens
 
 BUCKET = "bench"
 MB = 1_000_000

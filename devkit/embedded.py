@@ -62,10 +62,11 @@ def bootstrap_admin() -> str | None:
     from registry.auth import tokens
     from registry.auth.principal import Role
     from registry.db import transaction
+    from registry.tokens import issuing
 
     with transaction() as session:
         if tokens.has_admin(session):
             return None
-        _, plain = tokens.create_token(session, subject="bootstrap-admin", role=Role.ADMIN,
-                                       tenant=None, actor=OPERATOR)
+        _, plain = issuing.create_token(session, subject="bootstrap-admin", role=Role.ADMIN,
+                                        tenant=None, actor=OPERATOR)
     return plain

@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from registry.evaluations import claims
+from registry.requalification import service as requalification
 
 PEFT_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
@@ -50,7 +51,8 @@ def finish_evaluation(engine: Engine, evaluation_id: int, *, passed: bool = True
         outcome = claims.Outcome(passed=not failing, reason=None if not failing else "thresholds",
                                  failing_metrics=failing, metrics=metrics, engine=None, timings=None,
                                  examples=[])
-        assert claims.record(session, claim.token, evaluation_id, outcome)
+        assert claims.record(session, claim.token, evaluation_id, outcome,
+                             after_outcome=requalification.after_evaluation)
 
 
 def evaluations_of(client: httpx.Client, version: dict) -> list[dict]:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from registry.auth import tokens
 from registry.auth.principal import Role
 from registry.db import transaction
 from registry.errors import Unprocessable
+from registry.tokens import issuing as tokens
 
 OPERATOR = "operator (cli)"
 
@@ -29,8 +29,8 @@ def list_tokens(*, tenant: str | None, include_revoked: bool) -> list[dict]:
     """Every token (or a tenant's), as the API's global admin sees them: secrets are never shown."""
     from sqlalchemy import select
 
-    from registry.auth.service import to_out
     from registry.tables import ApiToken, Tenant
+    from registry.tokens.service import to_out
 
     query = select(ApiToken).order_by(ApiToken.id)
     if tenant is not None:

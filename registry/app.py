@@ -15,12 +15,12 @@ from starlette.exceptions import HTTPException
 from registry import log_redaction
 from registry.active_set.endpoints import router as active_set
 from registry.active_set.fast_path import ActiveSetFastPath
+from registry.active_set.placement_endpoints import router as placement
 from registry.active_set.watch import WATCH
 from registry.adapters.endpoints import router as adapters
 from registry.attestations import upkeep as attestation_upkeep
 from registry.attestations.endpoints import router as attestations
 from registry.audit.endpoints import router as audit
-from registry.auth.endpoints import router as auth
 from registry.base_models.endpoints import router as base_models
 from registry.errors import LoraplaneError
 from registry.eval_suites.endpoints import router as eval_suites
@@ -30,7 +30,6 @@ from registry.limits import BodySizeLimitMiddleware
 from registry.metrics import MetricsMiddleware
 from registry.nodes.endpoints import router as nodes
 from registry.ops.endpoints import router as ops
-from registry.placement.endpoints import router as placement
 from registry.pools.endpoints import router as pools
 from registry.promotions.endpoints import router as promotions
 from registry.settings import get_settings
@@ -38,6 +37,8 @@ from registry.signing_keys.endpoints import router as signing_keys
 from registry.sizing.endpoints import router as sizing
 from registry.storage import get_store
 from registry.storage.endpoints import router as artifacts
+from registry.tokens.endpoints import router as auth
+from registry.uploads.endpoints import router as uploads
 from registry.webhooks.endpoints import router as webhooks
 
 
@@ -66,8 +67,9 @@ def create_app() -> FastAPI:
         description="Validated LoRA adapters, base models and serving pools for multi-LoRA vLLM.",
         lifespan=lifespan,
     )
-    for router in (auth, signing_keys, base_models, pools, eval_suites, adapters, evaluations, promotions,
-                   active_set, nodes, placement, sizing, webhooks, audit, attestations, artifacts, ops):
+    for router in (auth, signing_keys, base_models, pools, eval_suites, adapters, uploads,
+                   evaluations, promotions, active_set, nodes, placement, sizing, webhooks, audit,
+                   attestations, artifacts, ops):
         app.include_router(router)
     app.add_middleware(BodySizeLimitMiddleware, max_upload_bytes=get_settings().max_upload_bytes)
     app.add_middleware(ControlCharacterGuard)

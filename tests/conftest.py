@@ -16,10 +16,10 @@ from sqlalchemy.orm import Session
 
 from devkit import services
 from migrations import runner
-from registry.auth import tokens as token_service
 from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.tables import Adapter, AdapterVersion, AuditEvent
+from registry.tokens import issuing as token_service
 # The evaluation stack's session fixtures, shared by every folder.
 from tests.support.eval_stack import eval_engine, eval_worker  # noqa: F401
 from tests.support.names import BUCKET, KIT_BASE

@@ -1,16 +1,18 @@
 """Queries behind each pool's active set: its generation, aliases and retirements, what its
-nodes report, and the served names of its versions."""
+nodes report, the served names of its versions, and the attestations it ships with them."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import delete, select, text, update
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.orm import Session
 
 from registry.settings import get_settings
 from registry.tables import (
-    Adapter, AdapterVersion, NodeStatus, Pool, PoolAlias, PoolRetirement, Tenant,
+    Adapter, AdapterVersion, Attestation, NodeStatus, Pool, PoolAlias, PoolRetirement,
+    Requalification, Tenant,
 )
 
 
@@ -113,3 +115,23 @@ def node_statuses(session: Session, pool_id: int) -> list[NodeStatus]:
 def node_status(session: Session, pool_id: int, node_id: str) -> NodeStatus | None:
     return session.scalar(select(NodeStatus).where(NodeStatus.pool_id == pool_id,
                                                    NodeStatus.node_id == node_id))
+
+
+def current_attestations(session: Session, pool_id: int,
+                         version_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """version id -> the envelope of its newest attestation in the pool."""
+    newest = (select(func.max(Attestation.id)).where(Attestation.pool_id == pool_id,
+                                                     Attestation.version_id.in_(version_ids))
+              .group_by(Attestation.version_id))
+    rows = session.execute(select(Attestation.version_id, Attestation.envelope)
+                           .where(Attestation.id.in_(newest))).all()
+    return {version_id: envelope for version_id, envelope in rows}
+
+
+def requalify_policy(session: Session, pool_id: int) -> str:
+    return session.scalar(select(Pool.requalify_policy).where(Pool.id == pool_id))
+
+
+def marked_version_ids(session: Session, pool_id: int) -> set[int]:
+    return set(session.scalars(select(Requalification.version_id).where(
+        Requalification.pool_id == pool_id, Requalification.cleared_at.is_(None))))

@@ -8,11 +8,10 @@ from sqlalchemy.orm import Session
 
 from registry.active_set import repository
 from registry.active_set.schemas import ActiveEntry, ActiveSet, AliasWeight, ArtifactFile
+from registry.active_set.suspension import suspended_version_ids
 from registry.adapters import artifact
-from registry.attestations import repository as attestations
 from registry.errors import NotFound
 from registry.placement.stored import from_stored
-from registry.requalification.repository import suspended_version_ids
 from registry.settings import RegistrySettings
 from registry.storage.base import ArtifactStore
 from registry.tables import Adapter, AdapterVersion, BaseModel, Pool, PoolAlias, Tenant
@@ -43,7 +42,7 @@ def read(session: Session, pool_name: str, store: ArtifactStore,
             alias=alias.alias, weight=_weight(alias, canary_weight.get(alias.adapter_id, 0))))
     # Versions waiting to qualify on a new engine, under the pool's `suspend` policy.
     version_ids = sorted((set(by_version) | retiring) - suspended_version_ids(session, pool.id))
-    proofs = attestations.current(session, pool.id, version_ids)
+    proofs = repository.current_attestations(session, pool.id, version_ids)
     entries = [_entry(session, session.get(AdapterVersion, vid), by_version.get(vid, []),
                       store, settings, proofs.get(vid)) for vid in version_ids]
     spread = from_stored(pool.placement)

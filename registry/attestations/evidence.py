@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from registry.promotions.gates import latest_evaluations
+from registry.evaluations.repository import latest_evaluations
 from registry.tables import Adapter, AdapterVersion, BaseModel, Identity, Pool, Promotion, Tenant
 from signed_digests.provenance import canonical
 

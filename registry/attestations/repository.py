@@ -1,25 +1,12 @@
-"""The attestations' queries: those the active set needs, and those of the upkeep that re-signs
-and backfills. This module imports only the tables, so the active set can read attestations
-without depending on signing, which reads promotions and evaluations."""
+"""The queries of the attestation upkeep that re-signs and backfills. (The active set reads the
+attestations it ships with its own query, in registry/active_set/repository.py.)"""
 
 from __future__ import annotations
 
-from typing import Any
-
-from sqlalchemy import func, select, text
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from registry.tables import Attestation, AuditEvent, PoolAlias, PoolRetirement, Promotion
-
-
-def current(session: Session, pool_id: int, version_ids: list[int]) -> dict[int, dict[str, Any]]:
-    """version id -> the envelope of its newest attestation in the pool."""
-    newest = (select(func.max(Attestation.id)).where(Attestation.pool_id == pool_id,
-                                                     Attestation.version_id.in_(version_ids))
-              .group_by(Attestation.version_id))
-    rows = session.execute(select(Attestation.version_id, Attestation.envelope)
-                           .where(Attestation.id.in_(newest))).all()
-    return {version_id: envelope for version_id, envelope in rows}
 
 
 def of_version(session: Session, version_id: int) -> list[Attestation]:

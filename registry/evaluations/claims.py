@@ -9,6 +9,7 @@ expires, and the next task for any evaluation on the same base takes it over.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,7 +20,6 @@ from registry import audit
 from registry.adapters import service as adapters
 from registry.evaluations import repository, rules
 from registry.evaluations.service import sync_version_state
-from registry.requalification import service as requalification
 from registry.tables import Adapter, AdapterVersion, EvalSuite, Evaluation, EvaluationExample
 
 
@@ -126,9 +126,12 @@ class Outcome:
     examples: list[dict[str, Any]]
 
 
-def record(session: Session, token: str, evaluation_id: int, outcome: Outcome) -> bool:
+def record(session: Session, token: str, evaluation_id: int, outcome: Outcome, *,
+           after_outcome: Callable[[Session, int], None]) -> bool:
     """Write the outcome if this claim still holds the evaluation; False means another worker
-    took it over (this one was too slow), and nothing was written."""
+    took it over (this one was too slow), and nothing was written. `after_outcome(session,
+    version_id)` runs once the outcome is written: the caller passes re-qualification's, since a
+    mark may clear with this result and re-qualification builds on evaluations, not under them."""
     held = repository.lock_held(session, token, [evaluation_id])
     if not held:
         return False
@@ -146,7 +149,7 @@ def record(session: Session, token: str, evaluation_id: int, outcome: Outcome) -
                     for position, example in enumerate(outcome.examples))
     version = session.get(AdapterVersion, evaluation.version_id)
     sync_version_state(session, version)
-    requalification.after_evaluation(session, version.id)  # a mark may clear with this result
+    after_outcome(session, version.id)
     audit.record(session, actor="worker", action=f"evaluation.{evaluation.state}",
                  subject=adapters.version_out(session, version).served_name,
                  tenant_id=session.get(Adapter, version.adapter_id).tenant_id,

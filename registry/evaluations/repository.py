@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from registry.evaluations import rules
 from registry.pagination import fetch_page
-from registry.tables import BaseModel, EvalSuite, Evaluation, EvaluationExample
+from registry.tables import BaseModel, EvalSuite, Evaluation, EvaluationExample, Pool
 
 
 def lock_evaluation(session: Session, evaluation_id: int) -> Evaluation | None:
@@ -78,3 +78,19 @@ def page_of_version(session: Session, version_id: int, *, limit: int,
                     cursor: str | None) -> tuple[list[Evaluation], str | None]:
     return fetch_page(session, select(Evaluation).where(Evaluation.version_id == version_id),
                       Evaluation.id, limit=limit, cursor=cursor)
+
+
+def evaluations_by_suite(session: Session, version_id: int) -> list[tuple[str, Evaluation]]:
+    """(suite name, evaluation) of the version, oldest first."""
+    return [tuple(row) for row in session.execute(
+        select(EvalSuite.name, Evaluation).join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
+        .where(Evaluation.version_id == version_id).order_by(Evaluation.id)).all()]
+
+
+def latest_evaluations(session: Session, version_id: int) -> dict[str, Evaluation]:
+    rows = evaluations_by_suite(session, version_id)
+    return {suite: evaluation for suite, evaluation in rows}  # later rows win
+
+
+def pools_on_base(session: Session, base_model_id: int) -> list[Pool]:
+    return list(session.scalars(select(Pool).where(Pool.base_model_id == base_model_id)))

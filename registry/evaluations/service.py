@@ -14,7 +14,6 @@ from registry.eval_suites import service as suites
 from registry.evaluations import repository, rules
 from registry.evaluations.schemas import EvaluationOut, ExampleOut, MetricResult
 from registry.pagination import Page
-from registry.pools import repository as pools
 from registry.tables import Adapter, AdapterVersion, BaseModel, EvalSuite, Evaluation, Tenant
 from registry.task_queue import enqueue_evaluations
 
@@ -47,7 +46,7 @@ def request_required(session: Session, tenant: str, name: str, number: int, *,
     """Evaluations of a new version against every suite its base's pools require: their ids."""
     version = adapters.find_version(session, tenant, name, number)
     adapter = session.get(Adapter, version.adapter_id)
-    names = sorted({suite for pool in pools.pools_on_base(session, adapter.base_model_id)
+    names = sorted({suite for pool in repository.pools_on_base(session, adapter.base_model_id)
                     for suite in pool.required_suites})
     return [create(session, version, suites.get_row(session, suite), actor=actor).id
             for suite in names]

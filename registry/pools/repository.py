@@ -25,7 +25,3 @@ def lock_pool(session: Session, name: str) -> Pool | None:
 def page_of_pools(session: Session, *, limit: int,
                   cursor: str | None) -> tuple[list[Pool], str | None]:
     return fetch_page(session, select(Pool), Pool.id, limit=limit, cursor=cursor)
-
-
-def pools_on_base(session: Session, base_model_id: int) -> list[Pool]:
-    return list(session.scalars(select(Pool).where(Pool.base_model_id == base_model_id)))

@@ -12,6 +12,7 @@ from registry.active_set.snapshot import CANARY, PRODUCTION
 from registry.auth import lineage
 from registry.auth.principal import Principal
 from registry.evaluations import rules as evaluation_rules
+from registry.evaluations.repository import latest_evaluations
 from registry.placement.rules import capacity as node_capacity
 from registry.promotions import repository
 from registry.tables import Adapter, AdapterVersion, BaseModel, Evaluation, Pool, Promotion
@@ -81,10 +82,6 @@ def _alias(session: Session, t: Target) -> Gate:
                     "Canary a different version.")
     return Gate("alias", True, f"canary at {t.weight}% beside production")
 
-
-def latest_evaluations(session: Session, version_id: int) -> dict[str, Evaluation]:
-    rows = repository.evaluations_by_suite(session, version_id)
-    return {suite: evaluation for suite, evaluation in rows}  # later rows win
 
 
 def _required_suites(t: Target, evaluations: dict[str, Evaluation]) -> Gate:

@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 
 from registry.pagination import fetch_page
 from registry.promotions.rules import ACTIVE
-from registry.tables import Adapter, EvalSuite, Evaluation, PoolAlias, Promotion, Tenant
+from registry.tables import Adapter, PoolAlias, Promotion, Tenant
 
 
 def promotion_for_update(session: Session, promotion_id: int) -> Promotion | None:
@@ -55,10 +55,3 @@ def alias_targets(session: Session, pool_id: int) -> list[tuple[int, str, int]]:
     return [tuple(row) for row in session.execute(
         select(PoolAlias.adapter_id, PoolAlias.alias, PoolAlias.version_id)
         .where(PoolAlias.pool_id == pool_id)).all()]
-
-
-def evaluations_by_suite(session: Session, version_id: int) -> list[tuple[str, Evaluation]]:
-    """(suite name, evaluation) of the version, oldest first."""
-    return [tuple(row) for row in session.execute(
-        select(EvalSuite.name, Evaluation).join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
-        .where(Evaluation.version_id == version_id).order_by(Evaluation.id)).all()]

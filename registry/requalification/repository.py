@@ -10,7 +10,6 @@ from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
 from registry.evaluations import rules as evaluation_rules
-from registry.requalification.rules import SUSPEND
 from registry.tables import (
     Adapter, AdapterVersion, EvalSuite, Evaluation, Pool, PoolAlias, PoolRetirement,
     Requalification, Tenant,
@@ -31,12 +30,6 @@ def lock_pool(session: Session, pool: Pool) -> None:
 
 def pools_on_base(session: Session, base_model_id: int) -> list[Pool]:
     return list(session.scalars(select(Pool).where(Pool.base_model_id == base_model_id)))
-
-
-def suspended_version_ids(session: Session, pool_id: int) -> set[int]:
-    """Versions the pool's active set must leave out: marked, under the `suspend` policy."""
-    policy = session.scalar(select(Pool.requalify_policy).where(Pool.id == pool_id))
-    return open_version_ids(session, pool_id) if policy == SUSPEND else set()
 
 
 def active_version_ids(session: Session, pool_id: int) -> set[int]:
@@ -64,11 +57,6 @@ def round_open(session: Session, pool_id: int, cause: str, target_sha256: str) -
     return session.scalar(select(exists().where(
         Requalification.pool_id == pool_id, Requalification.cause == cause,
         Requalification.target_sha256 == target_sha256, Requalification.cleared_at.is_(None))))
-
-
-def open_version_ids(session: Session, pool_id: int) -> set[int]:
-    return set(session.scalars(select(Requalification.version_id).where(
-        Requalification.pool_id == pool_id, Requalification.cleared_at.is_(None))))
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Policies, causes, and the state machine of a mark. Every change to a mark goes through `clear`.
+"""Causes, and the state machine of a mark (the policies are the active set's, registry/
+active_set/suspension.py). Every change to a mark goes through `clear`.
 
 open -> requalified   every required suite passed an evaluation that finished after the mark
 open -> left_pool     the version no longer serves in the pool (rolled back, replaced, retired)
@@ -12,8 +13,6 @@ from datetime import datetime
 from registry.errors import Conflict
 from registry.tables import Requalification
 
-KEEP_SERVING, SUSPEND = "keep_serving", "suspend"
-POLICIES = (KEEP_SERVING, SUSPEND)
 ENGINE, BASE_CONFIG = "engine", "base_config"
 REQUALIFIED, LEFT_POOL, SUPERSEDED = "requalified", "left_pool", "superseded"
 OUTCOMES = frozenset({REQUALIFIED, LEFT_POOL, SUPERSEDED})

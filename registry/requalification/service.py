@@ -12,14 +12,14 @@ from sqlalchemy.orm import Session
 from registry import audit
 from registry.active_set.change import new_generation
 from registry.active_set.snapshot import pool_by_name
+from registry.active_set.suspension import SUSPEND, suspended_version_ids
 from registry.auth.principal import Principal
 from registry.clock import aware
 from registry.evaluations import rules as evaluation_rules
 from registry.requalification import marking, repository, settling
-from registry.requalification.repository import suspended_version_ids
 from registry.requalification.fingerprints import config_digest, engine_record
 from registry.requalification.reasons import public_change, reason_text
-from registry.requalification.rules import BASE_CONFIG, ENGINE, SUSPEND
+from registry.requalification.rules import BASE_CONFIG, ENGINE
 from registry.requalification.schemas import (
     EngineOut, MarkOut, RequalificationsOut, SuiteProgress, VersionMarkOut,
 )

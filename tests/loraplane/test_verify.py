@@ -20,9 +20,9 @@ from sqlalchemy.orm import Session
 from devkit.pipeline_steps import (
     create_suite, evaluations_of, finish_evaluation, request_promotion, upload_dir,
 )
-from registry.auth import tokens as token_service
 from registry.auth.principal import Role
 from registry.tables import Adapter, AdapterVersion, Attestation, AuditEvent, Pool, Tenant
+from registry.tokens import issuing as token_service
 from signed_digests import provenance
 from tests.support.cli import cli
 

@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy.orm import Session
 
 from devkit.pipeline_steps import create_suite, evaluations_of, finish_evaluation, upload_dir
-from registry.auth import tokens as token_service
 from registry.auth.principal import Role
+from registry.tokens import issuing as token_service
 
 PROMO_BASE = "promo-base"
 seeds = itertools.count(100)

@@ -11,8 +11,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from sqlalchemy.orm import Session
 
-from registry.auth import tokens as token_service
 from registry.auth.principal import Role
+from registry.tokens import issuing as token_service
 
 PEFT_FILES = ("adapter_config.json", "adapter_model.safetensors")
 

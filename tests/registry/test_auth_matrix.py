@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.auth import tokens as token_service
 from registry.tables import ApiToken
+from registry.tokens import issuing as token_service
 
 from tests.conftest import PRINCIPALS
 

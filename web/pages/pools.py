@@ -9,9 +9,9 @@ from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
+from registry.active_set import placement_reading as placement
 from registry.auth.principal import Role
 from registry.nodes import service as nodes
-from registry.placement import reading as placement
 from registry.pools import service as pools
 from registry.promotions import service as promotions
 from registry.request_session import RequestSession

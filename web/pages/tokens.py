@@ -7,8 +7,8 @@ from fastapi import APIRouter, Depends, Form, Path, Request
 from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
-from registry.auth import service
 from registry.request_session import RequestSession
+from registry.tokens import service
 from web.rendering import PageRoute, page, see_other
 from web.session import Visit, check_csrf, viewer
 

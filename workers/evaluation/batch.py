@@ -21,6 +21,7 @@ from registry.db import transaction
 from registry.errors import NotFound, Unprocessable
 from registry.eval_suites import service as suites
 from registry.evaluations import claims
+from registry.requalification import service as requalification
 from registry.storage import get_store
 from registry.tables import EvalSuite
 from workers.evaluation import artifacts, faults, parity, scoring
@@ -77,7 +78,8 @@ def _record(token: str, outcomes: dict[int, claims.Outcome], note: str = "") -> 
     recorded = []
     for evaluation_id, outcome in outcomes.items():
         with transaction() as session:
-            if claims.record(session, token, evaluation_id, outcome):
+            if claims.record(session, token, evaluation_id, outcome,
+                             after_outcome=requalification.after_evaluation):
                 recorded.append(evaluation_id)
     return TaskResult(recorded=tuple(recorded), note=note)
 

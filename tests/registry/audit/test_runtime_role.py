@@ -16,9 +16,9 @@ from sqlalchemy.orm import Session
 
 from devkit import services
 from migrations import runner
-from registry.auth import tokens as token_service
 from registry.auth.principal import Role
 from registry.db import make_engine
+from registry.tokens import issuing as token_service
 from tests.registry.audit.tools import head_file_setting
 
 SECURITY_DOC = Path(__file__).resolve().parents[3] / "docs" / "security.md"

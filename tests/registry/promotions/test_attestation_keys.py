@@ -21,9 +21,9 @@ from devkit.pipeline_steps import create_suite, finish_evaluation, request_promo
 from devkit.services import wait_for
 from devkit.tiny_model import build_adapter
 from migrations import runner
-from registry.auth import tokens as token_service
 from registry.auth.principal import Role
 from registry.db import make_engine
+from registry.tokens import issuing as token_service
 from signed_digests import provenance
 from tests.support.asserts import assert_refused
 from tests.support.evals import request_evaluation

@@ -8,8 +8,8 @@ from typing import get_args
 import pytest
 from sqlalchemy.orm import Session
 
+from registry.active_set.suspension import POLICIES
 from registry.pools.schemas import RequalifyPolicy
-from registry.requalification.rules import POLICIES
 from registry.requalification.service import suspended_version_ids
 from tests.registry.requalification.support import (
     RQ_BASE, RQ_SUITE, audit_count, make_pool, marks, pool_row, report, version_id,

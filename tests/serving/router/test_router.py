@@ -309,7 +309,7 @@ def test_batch_traffic_is_capped_and_metrics_are_kept_per_version(router, served
 def test_a_revoked_app_key_stops_working_within_the_key_cache_time(router, served, admin, engine):
     from sqlalchemy.orm import Session
 
-    from registry.auth import tokens as token_service
+    from registry.tokens import issuing as token_service
 
     created = admin.post("/v1/tokens", json={"subject": "short-lived-app", "role": "app", "tenant": "acme"})
     key, prompt = created.json()["token"], served["prompt"]

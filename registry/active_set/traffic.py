@@ -1,5 +1,5 @@
 """Take routers' traffic reports, which size each adapter's replicas. Where adapters live is
-kept current by every change to the active set (registry/active_set/change.py)."""
+kept current by every change to the active set (change.py)."""
 
 from __future__ import annotations
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from registry.auth import repository, tokens
+from registry.auth import repository
 from registry.auth.principal import Principal, Role
-from registry.auth.schemas import TokenCreate, TokenCreated, TokenOut
 from registry.errors import Forbidden, NotFound
 from registry.tables import ApiToken, Identity, Pool, Tenant
+from registry.tokens import issuing as tokens
+from registry.tokens.schemas import TokenCreate, TokenCreated, TokenOut
 
 
 def issue(session: Session, principal: Principal, spec: TokenCreate) -> TokenCreated:

@@ -3,14 +3,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Path, Query
 from sqlalchemy.orm import Session
 
-from registry.auth import service
 from registry.auth.dependencies import any_token, authenticated
 from registry.auth.principal import Principal
-from registry.auth.schemas import TokenCreate, TokenCreated, TokenOut, TokenPage, WhoAmI
 from registry.names import NAME_PATTERN
 from registry.page_query import paging
 from registry.pagination import PageRequest
 from registry.request_session import RequestSession
+from registry.tokens import service
+from registry.tokens.schemas import TokenCreate, TokenCreated, TokenOut, TokenPage, WhoAmI
 
 router = APIRouter(prefix="/v1", tags=["auth"])
 TokenId = Path(ge=1, le=2**31 - 1)

@@ -3,11 +3,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Path
 from sqlalchemy.orm import Session
 
+from registry.active_set import placement_reading as reading
+from registry.active_set import traffic
+from registry.active_set.placement_schemas import PlacementOut, TrafficReport
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal
 from registry.names import NAME_PATTERN
-from registry.placement import reading, service
-from registry.placement.schemas import PlacementOut, TrafficReport
 from registry.request_session import RequestSession
 
 router = APIRouter(prefix="/v1/pools", tags=["placement"])
@@ -25,4 +26,4 @@ def report_traffic(body: TrafficReport, pool: str,
                    router_id: str = Path(max_length=64, pattern=NAME_PATTERN.pattern),
                    principal: Principal = Depends(authenticated), session: Session = RequestSession):
     """A router's recent requests per second by served name; placement sizes replicas by it."""
-    service.record_traffic(session, principal, pool, router_id, body.requests_per_s)
+    traffic.record_traffic(session, principal, pool, router_id, body.requests_per_s)
