@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from registry.tables import Adapter, AdapterVersion, AuditEvent
 from registry.tokens import issuing as token_service
 # The evaluation stack's session fixtures, shared by every folder.
 from tests.support.eval_stack import eval_engine, eval_worker  # noqa: F401
+from tests.support import head_start
 from tests.support.names import BUCKET, KIT_BASE
 
 # Every process of one deployment shares LORAPLANE_SECRET_KEY (docs/operations.md): the audit chain
@@ -190,17 +190,23 @@ def uploader(client_for) -> httpx.Client:
     return client_for("acme_uploader")
 
 
-@pytest.fixture(scope="session")
-def task_kit():
-    """A trained base and adapters (about 90 s to build), cached in the checkout's .cache."""
-    from devkit.task_kit import build_task_kit
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items[:] = head_start.light_modules_first(items)
 
-    root = REPO / ".cache" / "task-kit"
-    try:
-        return build_task_kit(root, base_model_name=KIT_BASE)
-    except FileExistsError:  # a kit from an older recipe: the cache is ours to replace
-        shutil.rmtree(root)
-        return build_task_kit(root, base_model_name=KIT_BASE)
+
+@pytest.fixture(scope="session", autouse=True)
+def session_head_start(request: pytest.FixtureRequest, service_dir: Path) -> Iterator[head_start.HeadStart]:
+    """Trains the kit and starts the engines the run will use while the first modules run."""
+    wanted = set().union(*(item.fixturenames for item in request.session.items))
+    started = head_start.HeadStart(REPO / ".cache" / "task-kit", service_dir, wanted)
+    yield started
+    started.close()
+
+
+@pytest.fixture(scope="session")
+def task_kit(session_head_start: head_start.HeadStart):
+    """A trained base and adapters (about a minute to build), cached in the checkout's .cache."""
+    return session_head_start.kit()
 
 
 def register_base(admin: httpx.Client, name: str, base_dir: Path) -> str:

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from devkit import services
+from tests.support import head_start
 from tests.support.names import KIT_BASE
 from tests.support.nodes import Restartable, served_adapters
 
@@ -26,24 +27,32 @@ STATIC_ADAPTER = "static-reverse"
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 
 
-@pytest.fixture(scope="session")
-def serving_pair(service_dir: Path, task_kit) -> Iterator[dict[str, Restartable]]:
+@head_start.starter("serving_pair")
+def start_serving_pair(service_dir: Path, kit) -> dict[str, Restartable]:
     template = service_dir / "chat-template.jinja"
     template.write_text(CHAT_TEMPLATE)
-    static = ((STATIC_ADAPTER, str(task_kit.adapters["reverse_words"])),)
+    static = ((STATIC_ADAPTER, str(kit.adapters["reverse_words"])),)
 
     def start(name: str, lora_modules: tuple) -> Restartable:
         folder = service_dir / f"serving-vllm-{name}"
-        spec = services.kit_engine(task_kit, KIT_BASE, chat_template=str(template), lora_modules=lora_modules)
+        spec = services.kit_engine(kit, KIT_BASE, chat_template=str(template), lora_modules=lora_modules)
         return Restartable(lambda: services.start_vllm(folder, spec))
 
     # Both at once: a start is mostly one process importing on one core, and there are two.
     with ThreadPoolExecutor(2) as starting:
         started = {"a": starting.submit(start, "a", static), "b": starting.submit(start, "b", ())}
     pair = {name: future.result() for name, future in started.items() if future.exception() is None}
+    if len(pair) < len(started):  # a start that failed fails the fixture, once the other is stopped
+        for node in pair.values():
+            node.stop()
+        next(future for future in started.values() if future.exception()).result()
+    return pair
+
+
+@pytest.fixture(scope="session")
+def serving_pair(service_dir: Path, session_head_start, task_kit) -> Iterator[dict[str, Restartable]]:
+    pair = session_head_start.take("serving_pair")  # started while the first modules ran
     try:
-        for future in started.values():
-            future.result()  # a start that failed fails the fixture, once the other is stopped
         yield pair
     finally:
         for name, node in pair.items():

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from devkit import services
+from tests.support import head_start
 from tests.support.names import BUCKET, KIT_BASE
 
 ENGINE_MAX_LORA_RANK = 16
@@ -34,10 +35,15 @@ class Worker:
         services.stop_group(self.service)
 
 
+@head_start.starter("eval_engine")
+def start_eval_engine(service_dir: Path, kit) -> services.Service:
+    spec = services.kit_engine(kit, KIT_BASE, max_loras=4, max_lora_rank=ENGINE_MAX_LORA_RANK)
+    return services.start_vllm(service_dir / "vllm", spec)
+
+
 @pytest.fixture(scope="session")
-def eval_engine(service_dir: Path, task_kit) -> Iterator[services.Service]:
-    spec = services.kit_engine(task_kit, KIT_BASE, max_loras=4, max_lora_rank=ENGINE_MAX_LORA_RANK)
-    engine = services.start_vllm(service_dir / "vllm", spec)
+def eval_engine(service_dir: Path, session_head_start, task_kit) -> Iterator[services.Service]:
+    engine = session_head_start.take("eval_engine")  # started while the first modules ran
     yield engine
     services.stop_group(engine)
     services.remove_tree(service_dir / "vllm" / "cache")

@@ -1,0 +1,138 @@
+"""A head start for the suite's slowest session resources: the task kit is trained, and the
+engines that evaluate and serve it are started, in the background while the tests that need
+none of them run first.
+
+Training takes about a minute on one core, and an engine start half a minute. The tests that need
+neither (most of the registry's) keep one core of two busy and leave the other idle, so the
+suite runs the modules that need no kit first (`light_modules_first`), and the session begins a
+`HeadStart` at its first test. A session fixture then `take`s what the head start made, waiting
+if it is not ready yet, or starts it itself when no head start began it (a run of one test).
+
+The kit trains in a process of its own, and the engines are started as their fixtures would start
+them, by the starter each fixture registers. Both run at low priority while they start, so the
+tests keep their core; an engine goes back to normal priority once it is ready.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from devkit.task_kit import TaskKit, build_task_kit
+from tests.support.names import KIT_BASE
+
+KIT_FIXTURE = "task_kit"
+# name of a session fixture -> how to start what it holds, given the session's service folder and
+# the kit. Filled by @starter where each fixture is defined.
+STARTERS: dict[str, Callable[[Path, TaskKit], object]] = {}
+
+
+def starter(fixture_name: str):
+    """Register how the session fixture `fixture_name` starts its resource, so a head start can
+    start it early, e.g. @starter("eval_engine") def start_eval_engine(folder, kit) -> Service."""
+    def register(start: Callable[[Path, TaskKit], object]):
+        STARTERS[fixture_name] = start
+        return start
+    return register
+
+
+def needs_kit(item: pytest.Item) -> bool:
+    return KIT_FIXTURE in getattr(item, "fixturenames", ())
+
+
+def light_modules_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The items of modules that need no kit, then the rest, each group in collection order.
+    Whole modules move, so module fixtures are still set up once."""
+    heavy_modules = {item.module for item in items if needs_kit(item)}
+    return sorted(items, key=lambda item: item.module in heavy_modules)
+
+
+def build_kit(root: Path, log: Path) -> TaskKit:
+    """The kit in root: loaded at once when built, else trained in a low-priority process."""
+    if root.is_dir() and any(root.iterdir()):
+        try:
+            return build_task_kit(root, base_model_name=KIT_BASE)
+        except FileExistsError:  # a kit from an older recipe: the cache is ours to replace
+            shutil.rmtree(root)
+    with log.open("wb") as output:
+        trained = subprocess.run(
+            [sys.executable, "-m", "devkit.task_kit", str(root), "--base-model-name", KIT_BASE],
+            stdout=output, stderr=subprocess.STDOUT)
+    if trained.returncode != 0:
+        raise RuntimeError(f"training the task kit failed ({trained.returncode}):\n{log.read_text()[-4000:]}")
+    return build_task_kit(root, base_model_name=KIT_BASE)
+
+
+class HeadStart:
+    """The kit and the registered resources, made in background threads in that order."""
+
+    def __init__(self, kit_root: Path, folder: Path, wanted: set[str]) -> None:
+        """Begin with the fixtures in `wanted` (every fixture the session's tests use); nothing
+        begins when they need no kit."""
+        self.kit_root, self.folder = kit_root, folder
+        self._threads = ThreadPoolExecutor(max_workers=1 + len(STARTERS), thread_name_prefix="head-start",
+                                           initializer=_lower_this_threads_priority)
+        self._kit: Future | None = None
+        self._started: dict[str, Future] = {}
+        if KIT_FIXTURE in wanted:
+            self._kit = self._threads.submit(build_kit, kit_root, folder / "task-kit.log")
+            self._started = {name: self._threads.submit(_start_in_background, start, folder, self.kit)
+                             for name, start in STARTERS.items() if name in wanted}
+
+    def kit(self) -> TaskKit:
+        if self._kit is None:
+            self._kit = self._threads.submit(build_kit, self.kit_root, self.folder / "task-kit.log")
+        return self._kit.result()
+
+    def take(self, fixture_name: str):
+        """What the head start made for this fixture (waiting for it), or a fresh one when it was
+        not wanted at the start. The caller owns it from now on."""
+        started = self._started.pop(fixture_name, None)
+        if started is None:
+            return STARTERS[fixture_name](self.folder, self.kit())
+        return started.result()
+
+    def close(self) -> None:
+        """Wait for the threads, and stop what no fixture took (a run cut short)."""
+        self._threads.shutdown(wait=True)
+        for started in self._started.values():
+            if started.exception() is None:
+                _stop(started.result())
+        self._started.clear()
+
+
+BACKGROUND_NICENESS = 10
+
+
+def _lower_this_threads_priority() -> None:
+    # Linux keeps a niceness per thread, and a process inherits the one of the thread that
+    # started it: everything a head-start thread starts runs at low priority.
+    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICENESS)
+
+
+def _start_in_background(start: Callable[[Path, TaskKit], object], folder: Path, kit: Callable[[], TaskKit]):
+    resource = start(folder, kit())
+    for service in _services(resource):
+        try:  # ready: back to normal priority, which only a privileged user may set
+            os.setpriority(os.PRIO_PGRP, service.process.pid, 0)
+        except PermissionError:
+            pass
+    return resource
+
+
+def _services(resource) -> list:
+    members = resource.values() if isinstance(resource, dict) else (resource,)
+    return [getattr(member, "service", member) for member in members]  # a Restartable holds one
+
+
+def _stop(resource) -> None:
+    for member in resource.values() if isinstance(resource, dict) else (resource,):
+        member.stop()
