@@ -101,10 +101,11 @@ class HeadStart:
         return started.result()
 
     def close(self) -> None:
-        """Wait for the threads, and stop what no fixture took (a run cut short)."""
-        self._threads.shutdown(wait=True)
+        """Stop what no fixture took (a run cut short): what has not begun never will, and what
+        is starting is stopped once it has started."""
+        self._threads.shutdown(wait=True, cancel_futures=True)
         for started in self._started.values():
-            if started.exception() is None:
+            if not started.cancelled() and started.exception() is None:
                 _stop(started.result())
         self._started.clear()
 
@@ -120,19 +121,19 @@ def _lower_this_threads_priority() -> None:
 
 def _start_in_background(start: Callable[[Path, TaskKit], object], folder: Path, kit: Callable[[], TaskKit]):
     resource = start(folder, kit())
-    for service in _services(resource):
+    for member in _members(resource):
         try:  # ready: back to normal priority, which only a privileged user may set
-            os.setpriority(os.PRIO_PGRP, service.process.pid, 0)
+            os.setpriority(os.PRIO_PGRP, getattr(member, "service", member).process.pid, 0)
         except PermissionError:
             pass
     return resource
 
 
-def _services(resource) -> list:
-    members = resource.values() if isinstance(resource, dict) else (resource,)
-    return [getattr(member, "service", member) for member in members]  # a Restartable holds one
+def _members(resource) -> list:
+    """The services a starter made: one, or a dict of them (a Restartable holds its service)."""
+    return list(resource.values()) if isinstance(resource, dict) else [resource]
 
 
 def _stop(resource) -> None:
-    for member in resource.values() if isinstance(resource, dict) else (resource,):
+    for member in _members(resource):
         member.stop()
