@@ -64,6 +64,8 @@ def main() -> None:
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
     count_file.touch()
     env = {**os.environ, "CI": "true",
+           # vLLM's shared cache (what it learned of each model class) starts empty, as on a new machine.
+           "VLLM_CACHE_ROOT": str(work / "vllm-cache"),
            "LORAPLANE_VLLM_PYTHON": str(counting_wrapper(work, clone / ".venv-vllm" / "bin" / "python", count_file))}
     started = time.monotonic()
     with log.open("w") as out:

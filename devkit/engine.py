@@ -53,12 +53,39 @@ def command(spec: EngineSpec) -> list[str]:
     return args
 
 
+def shared_modelinfo_dir() -> Path:
+    """Where vLLM itself keeps what it learned of each model class: VLLM_CACHE_ROOT, else
+    $XDG_CACHE_HOME/vllm, else ~/.cache/vllm."""
+    root = os.environ.get("VLLM_CACHE_ROOT") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm"
+    return Path(root) / "modelinfos"
+
+
+def share_modelinfo_cache(cache_dir: Path) -> None:
+    """Link a private cache folder's `modelinfos` to vLLM's shared one.
+
+    Before it loads a model, vLLM inspects the model's class in a subprocess that imports torch
+    (about 10 s here), unless `modelinfos` holds the answer: one JSON file per class, keyed by the
+    hash of the class's source and written atomically. Shared, only the first start of each
+    architecture on a machine pays for it; the rest of the cache stays private to the engine."""
+    link, shared = cache_dir / "modelinfos", shared_modelinfo_dir()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() or link.exists():
+        return
+    try:
+        shared.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(shared, target_is_directory=True)
+    except OSError:  # no shared cache to be had (a read-only home): the engine keeps its own
+        pass
+
+
 def environment(spec: EngineSpec, cache_dir: Path | None = None, sockets_dir: Path | None = None) -> dict[str, str]:
-    """vLLM's settings: runtime LoRA updates on, no hub, caches and sockets in a private folder.
+    """vLLM's settings: runtime LoRA updates on, no hub, caches and sockets in a private folder
+    (but for the model-class cache, which every engine shares: `share_modelinfo_cache`).
 
     Its ZMQ sockets (and vllm_dist_* files) go to `sockets_dir`, else into the cache folder. A
     socket's path must stay under 108 bytes, so a deep cache folder needs a short sockets_dir."""
     cache_dir = cache_dir or Path(tempfile.mkdtemp(prefix="vllm-cache-"))
+    share_modelinfo_cache(cache_dir)
     return {
         **os.environ,
         "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
