@@ -10,7 +10,8 @@ console = Console(stderr=True)
 
 
 def fail(message: str, hint: str = "") -> None:
-    console.print(f"[red]error:[/red] {escape(message)}")
+    # Never wrapped here: a path or a command split over two lines cannot be copied.
+    console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     if hint:
-        console.print(f"[yellow]hint:[/yellow] {escape(hint)}")
+        console.print(f"[yellow]hint:[/yellow] {escape(hint)}", soft_wrap=True)
     raise typer.Exit(1)

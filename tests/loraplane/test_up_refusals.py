@@ -24,7 +24,7 @@ def test_up_refuses_a_port_in_use_before_touching_the_data_folder(tmp_path):
 
 
 def test_up_refuses_a_data_folder_another_up_is_using(tmp_path):
-    data_dir = tmp_path / "state"
+    data_dir = tmp_path / ("state-of-a-long-named-deployment-" * 3)  # longer than a line: never wrapped
     data_dir.mkdir()
     with (data_dir / "up.lock").open("a+") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running `loraplane up` holds it
