@@ -21,18 +21,22 @@ from registry.tables import Adapter, AdapterVersion, AuditEvent
 from registry.tokens import issuing as token_service
 # The evaluation stack's session fixtures, shared by every folder.
 from tests.support.eval_stack import eval_engine, eval_worker  # noqa: F401
-from tests.support import head_start
+from tests.support import head_start, lanes
 from tests.support.names import BUCKET, KIT_BASE
 
 # Every process of one deployment shares LORAPLANE_SECRET_KEY (docs/operations.md): the audit chain
 # and every signature are keyed with it, so the registries, workers, CLIs and this process started
 # by the tests all hold the same one. This process keeps its own state (audit heads) in a
 # temporary folder, not the user's ~/.loraplane.
+# Each worker of a run with workers has services of its own (tests/support/lanes.py), so it takes
+# folders of its own even where the run that started it set them.
 os.environ.setdefault("LORAPLANE_SECRET_KEY", secrets.token_urlsafe(32))
-os.environ.setdefault("LORAPLANE_DATA_DIR", tempfile.mkdtemp(prefix="loraplane-test-process-"))
+if lanes.worker() or "LORAPLANE_DATA_DIR" not in os.environ:
+    os.environ["LORAPLANE_DATA_DIR"] = tempfile.mkdtemp(prefix="loraplane-test-process-")
 # Likewise one attestation key folder: the registries that share the session's database must
 # sign with, and publish, the same keys (docs/security.md, "Attestation keys").
-os.environ.setdefault("LORAPLANE_ATTESTATION_KEY_DIR", tempfile.mkdtemp(prefix="loraplane-test-keys-"))
+if lanes.worker() or "LORAPLANE_ATTESTATION_KEY_DIR" not in os.environ:
+    os.environ["LORAPLANE_ATTESTATION_KEY_DIR"] = tempfile.mkdtemp(prefix="loraplane-test-keys-")
 
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024
 BASE_NAME = "tiny-llama"
@@ -190,15 +194,25 @@ def uploader(client_for) -> httpx.Client:
     return client_for("acme_uploader")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist names each item's lane from its mark
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items[:] = head_start.light_modules_first(items)
+    lanes.arrange(items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if lanes.worker():
+        lanes.check_lanes_held(session.items)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def session_head_start(request: pytest.FixtureRequest, service_dir: Path) -> Iterator[head_start.HeadStart]:
-    """Trains the kit and starts the engines the run will use while the first modules run."""
-    wanted = set().union(*(item.fixturenames for item in request.session.items))
-    started = head_start.HeadStart(REPO / ".cache" / "task-kit", service_dir, wanted)
+    """Trains the kit and starts the engines its tests use: without workers, at once and at low
+    priority while the modules that need no kit run; in a worker, when its lane first asks for
+    the kit (only the kit's lane does)."""
+    alone = lanes.worker() is None
+    started = head_start.HeadStart(REPO / ".cache" / "task-kit", service_dir,
+                                   lanes.lane_fixtures(request.session.items), begin_now=alone,
+                                   niceness=head_start.BACKGROUND_NICENESS if alone else 0)
     yield started
     started.close()
 

@@ -1,16 +1,17 @@
 """A head start for the suite's slowest session resources: the task kit is trained, and the
-engines that evaluate and serve it are started, in the background while the tests that need
-none of them run first.
+engines that evaluate and serve it are started, in the background while other tests run.
 
-Training takes about a minute on one core, and an engine start half a minute. The tests that need
-neither (most of the registry's) keep one core of two busy and leave the other idle, so the
-suite runs the modules that need no kit first (`light_modules_first`), and the session begins a
-`HeadStart` at its first test. A session fixture then `take`s what the head start made, waiting
-if it is not ready yet, or starts it itself when no head start began it (a run of one test).
+Training takes about a minute on one core, and an engine start half a minute. In a run without
+workers, the tests that need neither (most of the registry's) keep one core of two busy and leave
+the other idle, so the suite runs the modules that need no kit first (tests/support/lanes.py), and
+the session begins a `HeadStart` at its first test. In a run with workers (`pytest -n 2`), the
+kit's lane begins it when its first test asks for the kit, and the engines start while the tests
+that need only the kit run. A session fixture then `take`s what the head start made, waiting if it
+is not ready yet, or starts it itself when no head start began it (a run of one test).
 
 The kit trains in a process of its own, and the engines are started as their fixtures would start
-them, by the starter each fixture registers. Both run at low priority while they start, so the
-tests keep their core; an engine goes back to normal priority once it is ready.
+them, by the starter each fixture registers. Without workers, both run at low priority while they
+start, so the tests keep their core; an engine goes back to normal priority once it is ready.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from devkit.task_kit import TaskKit, build_task_kit
 from tests.support.names import KIT_BASE
 
 KIT_FIXTURE = "task_kit"
+BACKGROUND_NICENESS = 10  # beside the tests of a run without workers
 # name of a session fixture -> how to start what it holds, given the session's service folder and
 # the kit. Filled by @starter where each fixture is defined.
 STARTERS: dict[str, Callable[[Path, TaskKit], object]] = {}
@@ -46,13 +48,6 @@ def starter(fixture_name: str):
 
 def needs_kit(item: pytest.Item) -> bool:
     return KIT_FIXTURE in getattr(item, "fixturenames", ())
-
-
-def light_modules_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """The items of modules that need no kit, then the rest, each group in collection order.
-    Whole modules move, so module fixtures are still set up once."""
-    heavy_modules = {item.module for item in items if needs_kit(item)}
-    return sorted(items, key=lambda item: item.module in heavy_modules)
 
 
 def build_kit(root: Path, log: Path) -> TaskKit:
@@ -74,22 +69,27 @@ def build_kit(root: Path, log: Path) -> TaskKit:
 class HeadStart:
     """The kit and the registered resources, made in background threads in that order."""
 
-    def __init__(self, kit_root: Path, folder: Path, wanted: set[str]) -> None:
-        """Begin with the fixtures in `wanted` (every fixture the session's tests use); nothing
-        begins when they need no kit."""
-        self.kit_root, self.folder = kit_root, folder
+    def __init__(self, kit_root: Path, folder: Path, wanted: set[str], *, begin_now: bool = True,
+                 niceness: int = BACKGROUND_NICENESS) -> None:
+        """Make the kit, then the starters' resources among `wanted` (the fixtures of the tests
+        that need the kit): now, or when the kit is first asked for (`begin_now=False`). Nothing
+        begins now when `wanted` needs no kit."""
+        self.kit_root, self.folder, self.wanted = kit_root, folder, wanted
         self._threads = ThreadPoolExecutor(max_workers=1 + len(STARTERS), thread_name_prefix="head-start",
-                                           initializer=_lower_this_threads_priority)
+                                           initializer=_set_this_threads_priority, initargs=(niceness,))
         self._kit: Future | None = None
         self._started: dict[str, Future] = {}
-        if KIT_FIXTURE in wanted:
-            self._kit = self._threads.submit(build_kit, kit_root, folder / "task-kit.log")
-            self._started = {name: self._threads.submit(_start_in_background, start, folder, self.kit)
-                             for name, start in STARTERS.items() if name in wanted}
+        if begin_now and KIT_FIXTURE in wanted:
+            self._begin()
+
+    def _begin(self) -> None:
+        self._kit = self._threads.submit(build_kit, self.kit_root, self.folder / "task-kit.log")
+        self._started = {name: self._threads.submit(_start_in_background, start, self.folder, self.kit)
+                         for name, start in STARTERS.items() if name in self.wanted}
 
     def kit(self) -> TaskKit:
         if self._kit is None:
-            self._kit = self._threads.submit(build_kit, self.kit_root, self.folder / "task-kit.log")
+            self._begin()
         return self._kit.result()
 
     def take(self, fixture_name: str):
@@ -110,13 +110,11 @@ class HeadStart:
         self._started.clear()
 
 
-BACKGROUND_NICENESS = 10
 
-
-def _lower_this_threads_priority() -> None:
+def _set_this_threads_priority(niceness: int) -> None:
     # Linux keeps a niceness per thread, and a process inherits the one of the thread that
-    # started it: everything a head-start thread starts runs at low priority.
-    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICENESS)
+    # started it: everything a head-start thread starts runs at this priority.
+    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
 
 
 def _start_in_background(start: Callable[[Path, TaskKit], object], folder: Path, kit: Callable[[], TaskKit]):
