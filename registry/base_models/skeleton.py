@@ -1,0 +1,105 @@
+"""Every module and parameter a LoRA can target in a base, read from its real architecture.
+
+Runs as its own process (`python -m registry.base_models.skeleton < config.json`), because it
+imports torch and transformers: the registry's request path never does (module_table.py starts
+it, bounded in time and memory). transformers builds the model from the config alone on the meta
+device: no weights, no memory for them, and never code from the config (no trust_remote_code).
+
+It writes one JSON object to stdout: {"transformers": version, "architecture": class name,
+"modules": [...]} (module_table.ModuleEntry's fields), or {"error": message, "transformers":
+version} with exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections import defaultdict
+
+LAYER = re.compile(r"\.(\d+)\.")  # the first number in a name is its decoder layer
+
+
+def describe(config: dict) -> dict:
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.pytorch_utils import Conv1D
+
+    model_type = config.get("model_type") or _model_type_of(config.get("architectures"))
+    settings = {key: value for key, value in config.items() if key not in ("model_type", "auto_map")}
+    built = AutoConfig.for_model(model_type, **settings)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(built, trust_remote_code=False)
+
+    found: dict[tuple, list[int]] = defaultdict(list)
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            entry = ("linear", module.in_features, module.out_features, None)
+        elif isinstance(module, Conv1D):  # GPT-2 style: the weight is (in, out)
+            entry = ("linear", module.weight.shape[0], module.weight.shape[1], None)
+        elif isinstance(module, torch.nn.Embedding):
+            entry = ("embedding", module.num_embeddings, module.embedding_dim, None)
+        else:
+            continue
+        _add(found, name, entry)
+    for name, parameter in model.named_parameters():
+        if parameter.dim() == 3:  # experts fused into one parameter: (experts, out, in)
+            experts, out_features, in_features = parameter.shape
+            _add(found, name, ("expert_parameter", in_features, out_features, experts))
+    modules = [{"name": name, "kind": kind, "in_features": int(in_f), "out_features": int(out_f),
+                "experts": None if experts is None else int(experts), "layers": layers}
+               for (name, kind, in_f, out_f, experts), layers in sorted(found.items())]
+    return {"transformers": transformers.__version__, "architecture": type(model).__name__,
+            "modules": modules}
+
+
+def _model_type_of(architectures) -> str:
+    """The model type whose causal-LM class config.json names, for a config saved without it."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if isinstance(architectures, list) and architectures:
+        for model_type, class_name in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items():
+            if class_name == architectures[0]:
+                return model_type
+    raise ValueError(f"config.json has no 'model_type', and its architectures {architectures!r} name "
+                     "no causal language model transformers knows")
+
+
+def _add(found: dict, name: str, entry: tuple) -> None:
+    """One row per module of the same shape in every layer: model.layers.*.self_attn.q_proj."""
+    match = LAYER.search(name)
+    if match is None:
+        found[(name, *entry)] = []
+        return
+    pattern = name[:match.start()] + ".*." + name[match.end():]
+    found[(pattern, *entry)].append(int(match.group(1)))
+
+
+def main() -> None:
+    try:
+        config = json.load(sys.stdin)
+        if not isinstance(config, dict):
+            raise ValueError("config.json is not a JSON object")
+        print(json.dumps(describe(config)))
+    except Exception as error:  # any refusal of the config, reported to the registry
+        print(json.dumps({"error": _first_sentence(str(error)), "transformers": _version()}))
+        sys.exit(2)
+
+
+def _first_sentence(message: str, limit: int = 300) -> str:
+    """transformers' messages can list every known model type: keep what says what is wrong."""
+    first = message.strip().split("\n", 1)[0].split(". ", 1)[0]
+    return first if len(first) <= limit else first[:limit] + "..."
+
+
+def _version() -> str:
+    try:
+        import transformers
+    except ImportError:
+        return "not installed"
+    return transformers.__version__
+
+
+if __name__ == "__main__":
+    main()
