@@ -25,8 +25,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 
+from devkit.services import free_port
 from devkit.task_kit import TaskKit, build_task_kit
 from tests.support.names import KIT_BASE
 
@@ -83,6 +85,7 @@ class HeadStart:
             self._begin()
 
     def _begin(self) -> None:
+        _first_connection_here()
         self._kit = self._threads.submit(build_kit, self.kit_root, self.folder / "task-kit.log")
         self._started = {name: self._threads.submit(_start_in_background, start, self.folder, self.kit)
                          for name, start in STARTERS.items() if name in self.wanted}
@@ -109,6 +112,18 @@ class HeadStart:
                 _stop(started.result())
         self._started.clear()
 
+
+
+def _first_connection_here() -> None:
+    """pytest walks logging's table of loggers at every test phase, without a lock, and httpcore
+    adds its loggers to that table on its first connection. Made from a background thread (an
+    engine's readiness poll), that first connection once failed a test with "dictionary changed
+    size during iteration"; made here, in the tests' thread, it adds them before any thread
+    starts."""
+    try:
+        httpx.get(f"http://127.0.0.1:{free_port()}/", timeout=1)  # nothing listens: refused at once
+    except httpx.HTTPError:
+        pass
 
 
 def _set_this_threads_priority(niceness: int) -> None:
