@@ -59,8 +59,15 @@ def dns(monkeypatch) -> Answers:
 @pytest.fixture
 def receivers() -> Iterator[tuple[Receiver, Receiver]]:
     """The receiver at PUBLIC, and an internal service on loopback at the same port."""
-    public = Receiver(PUBLIC)
-    internal = Receiver("127.0.0.1", public.port)
+    for _ in range(20):  # the port free at PUBLIC may be taken on loopback (by another test's service)
+        public = Receiver(PUBLIC)
+        try:
+            internal = Receiver("127.0.0.1", public.port)
+            break
+        except OSError:
+            public.close()
+    else:
+        pytest.fail("no port was free at both addresses in 20 tries")
     yield public, internal
     public.close()
     internal.close()

@@ -18,7 +18,10 @@ POOL = "router-pool"
 NODES = ("node-a", "node-b")
 ROUTER_SETTINGS = {"LORAPLANE_ROUTER_MAX_INFLIGHT": "16", "LORAPLANE_ROUTER_BATCH_MAX_INFLIGHT": "2",
                    "LORAPLANE_ROUTER_NODE_COOLDOWN_S": "2", "LORAPLANE_ROUTER_KEY_CACHE_S": "1",
-                   "LORAPLANE_ROUTER_LOAD_WAIT_S": "3", "LORAPLANE_ROUTER_NODES_POLL_S": "0.5"}
+                   "LORAPLANE_ROUTER_LOAD_WAIT_S": "3", "LORAPLANE_ROUTER_NODES_POLL_S": "0.5",
+                   # Batch requests queue behind a cap of 2 on engines that share two cores with
+                   # the rest of the suite; 30 s (the default) was once too short for the last.
+                   "LORAPLANE_ROUTER_QUEUE_TIMEOUT_S": "120"}
 
 
 @pytest.fixture(scope="module")
