@@ -1,14 +1,14 @@
 """A base's module table: every module and parameter a LoRA can target, with its kind and shape,
 derived from the real architecture by transformers (skeleton.py, in a process of its own).
 
-The registry never imports torch: `derive` starts that process, bounded in time, memory and
-output, and reads its JSON. The table is computed once per base and stored with it.
+The registry never imports torch: `derive` starts that process (which bounds its own memory and
+CPU time), bounded in wall time and output, and reads its JSON. The table is computed once per base and stored with it.
 """
 
 from __future__ import annotations
 
 import json
-import resource
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -18,7 +18,6 @@ from registry.errors import Unavailable, Unprocessable
 
 Kind = Literal["linear", "embedding", "expert_parameter"]
 DERIVE_TIMEOUT_S = 120  # the first import of torch and transformers takes seconds; a build, less
-DERIVE_MEMORY_BYTES = 4 * 1024**3  # a skeleton holds no weights: far less than this
 MAX_OUTPUT_BYTES = 4 * 1024**2
 MAX_CONFIG_BYTES = 256 * 1024
 
@@ -59,8 +58,8 @@ def derive(config: dict, *, python: str = sys.executable) -> ModuleTable:
                             code="invalid_base_config", hint="Send the model's config.json as it was saved.")
     try:
         done = subprocess.run([python, "-m", "registry.base_models.skeleton"], input=text.encode(),
-                              capture_output=True, timeout=DERIVE_TIMEOUT_S, preexec_fn=_bounded,
-                              env=_offline_environment())
+                              capture_output=True, timeout=DERIVE_TIMEOUT_S,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     except subprocess.TimeoutExpired:
         raise Unprocessable(f"building the model from config.json took over {DERIVE_TIMEOUT_S} s",
                             code="invalid_base_config",
@@ -87,14 +86,3 @@ def _answer(done: subprocess.CompletedProcess) -> dict:
                           f"{done.stderr.decode(errors='replace')[-500:]}", code="derivation_failed",
                           hint="Check that torch and transformers are installed beside the registry.")
     return answer
-
-
-def _bounded() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (DERIVE_MEMORY_BYTES, DERIVE_MEMORY_BYTES))
-    resource.setrlimit(resource.RLIMIT_CPU, (DERIVE_TIMEOUT_S, DERIVE_TIMEOUT_S))
-
-
-def _offline_environment() -> dict[str, str]:
-    import os
-
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -14,9 +14,14 @@ from __future__ import annotations
 
 import json
 import re
+import resource
 import sys
 from collections import defaultdict
 
+# A skeleton holds no weights, so it needs far less than this; the limits are set here, in the
+# process itself, since a preexec_fn is unsafe in a threaded server such as the registry.
+MEMORY_BYTES = 4 * 1024**3
+CPU_SECONDS = 120
 LAYER = re.compile(r"\.(\d+)\.")  # the first number in a name is its decoder layer
 
 
@@ -77,6 +82,8 @@ def _add(found: dict, name: str, entry: tuple) -> None:
 
 
 def main() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
     try:
         config = json.load(sys.stdin)
         if not isinstance(config, dict):

@@ -113,7 +113,6 @@ class HeadStart:
         self._started.clear()
 
 
-
 def _first_connection_here() -> None:
     """pytest walks logging's table of loggers at every test phase, without a lock, and httpcore
     adds its loggers to that table on its first connection. Made from a background thread (an
