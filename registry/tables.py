@@ -97,13 +97,21 @@ class BaseModel(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     architecture: Mapped[str] = mapped_column(String(100))
     hidden_size: Mapped[int] = mapped_column(Integer)
-    intermediate_size: Mapped[int] = mapped_column(Integer)
-    num_attention_heads: Mapped[int] = mapped_column(Integer)
-    num_key_value_heads: Mapped[int] = mapped_column(Integer)
-    head_dim: Mapped[int] = mapped_column(Integer)
     num_layers: Mapped[int] = mapped_column(Integer)
     vocab_size: Mapped[int] = mapped_column(Integer)
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = created_at_column()
+
+
+class ModuleTableRow(Base):
+    """A base's module table (base_models/module_table.py), derived once per config: bases
+    registered from the same config.json share it."""
+
+    __tablename__ = "module_tables"
+    config_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    architecture: Mapped[str] = mapped_column(String(200))
+    transformers: Mapped[str] = mapped_column(String(40))
+    table: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = created_at_column()
 
 

@@ -1,134 +1,253 @@
-"""Match every tensor to a real projection of the base, with the shapes vLLM will expect."""
+"""Match every tensor to a module or expert parameter in the base's module table, with the shapes
+vLLM will expect, and refuse what vLLM would not serve, naming the module and the reason.
+
+The table comes from the base's real architecture (base_models/module_table.py); what vLLM
+does with each module, from vLLM's own classes (base_models/vllm_support.py). A tensor for a
+module the base does not have is refused: vLLM would load it and silently never apply it.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
+from registry.adapters import tensor_names
 from registry.adapters.peft_config import LoraSpec
+from registry.adapters.peft_targets import Targets
 from registry.adapters.safetensors_check import TensorInfo, refuse
-from registry.base_models.shapes import BaseShape
+from registry.adapters.tensor_names import TensorName
+from registry.base_models import vllm_support
+from registry.base_models.module_table import ModuleEntry, ModuleTable
+from registry.base_models.vllm_support import LoraFacts
 
-# The layer is taken loosely here and checked by CANONICAL_LAYER, for a message that names it.
-TENSOR_NAME = re.compile(
-    r"base_model\.model\.model\.layers\.(?P<layer>[^.]{1,20})\.(?P<parent>\w+)\.(?P<module>\w+)"
-    r"\.lora_(?P<side>[AB])\.weight", re.ASCII,
-)
-# As PEFT writes it: ASCII digits, no leading zero. int() would also read "00" or "\u0660" as 0,
-# and two tensors for one module would then pass with only one of them checked.
-CANONICAL_LAYER = re.compile(r"0|[1-9][0-9]{0,5}", re.ASCII)
+BASE_LAYER = ".base_layer"
+PER_EXPERT = re.compile(r"(?P<owner>.+)\.(?P<expert>[0-9]+)\.(?P<projection>[A-Za-z_]\w*)")
+# Per-expert projection names (transformers 4 and vLLM's checkpoints) -> the 3-D parameter that
+# holds them in the table, and which of its halves.
+EXPERT_PROJECTIONS = {"gate_proj": ("gate_up_proj", 0), "w1": ("gate_up_proj", 0),
+                      "up_proj": ("gate_up_proj", 1), "w3": ("gate_up_proj", 1),
+                      "down_proj": ("down_proj", None), "w2": ("down_proj", None)}
 
 
 @dataclass(frozen=True)
 class LoraLayout:
     rank: int
-    modules: tuple[str, ...]  # module names that carry weights, e.g. ("q_proj", "v_proj")
+    modules: tuple[str, ...]  # short names of the modules with weights, e.g. ("q_proj", "v_proj")
     dtype: str
     tensor_count: int
 
 
-def check_layout(tensors: list[TensorInfo], spec: LoraSpec, base: BaseShape) -> LoraLayout:
-    pairs: dict[str, dict[str, TensorInfo]] = {}
-    projections = base.projections()
+@dataclass(frozen=True)
+class Site:
+    """What one lora_A / lora_B pair is the LoRA of."""
+    key: str  # the module's path, or the expert parameter's
+    entry: ModuleEntry
+    form: str  # linear | embedding | experts_3d | expert_slice
+    out_features: int  # the entry's, or one half of a fused gate_up parameter
+    expert: tuple[int, str] | None = None  # an expert_slice's expert and projection
+
+
+def check_layout(tensors: list[TensorInfo], spec: LoraSpec, table: ModuleTable) -> LoraLayout:
+    targets = spec.targets()
+    facts = vllm_support.facts_for(table.architecture)
+    pairs: dict[str, tuple[Site, dict[str, TensorInfo]]] = {}
     for tensor in tensors:
-        module_path, side = _locate(tensor, base, projections)
-        pair = pairs.setdefault(module_path, {})
-        if side in pair:
+        name = tensor_names.read(tensor)
+        site = _site(name, tensor, table, targets)
+        _check_served(site, tensor, table, facts)
+        _, pair = pairs.setdefault(site.key, (site, {}))
+        if name.side in pair:
             raise refuse(
-                f"tensors {pair[side].name!r} and {tensor.name!r} are both lora_{side} of module "
-                f"{module_path!r}", code="duplicate_module",
-                hint="Save each module's lora_A and lora_B once (peft's save_pretrained does).",
-            )
-        pair[side] = tensor
-    targeted = spec.target_matcher()
-    for path, pair in sorted(pairs.items()):
-        _check_pair(path, pair, spec, projections, targeted)
-    _check_targets_covered(spec, pairs)
+                f"tensors {pair[name.side].name!r} and {tensor.name!r} are both lora_{name.side} of "
+                f"{site.key!r}", code="duplicate_module",
+                hint="Save each module's lora_A and lora_B once (peft's save_pretrained does).")
+        pair[name.side] = tensor
+        if not _targeted(site, name, table, targets):
+            raise refuse(f"tensor {tensor.name!r} is for a module that target_modules does not target",
+                         code="untargeted_module", hint="Add the module to target_modules, or drop it.")
+    for site, pair in pairs.values():
+        _check_pair(site, pair, spec.r)
+    _check_experts_complete([site for site, _ in pairs.values() if site.form == "expert_slice"])
+    _check_targets_covered(table, targets, pairs)
     dtypes = sorted({t.dtype for t in tensors})
     if len(dtypes) > 1:
         raise refuse(f"tensors mix dtypes {', '.join(dtypes)}", code="mixed_dtypes",
                      hint="Save every LoRA tensor in one dtype.")
-    return LoraLayout(
-        rank=spec.r,
-        modules=tuple(sorted({path.rsplit(".", 1)[1] for path in pairs})),
-        dtype=dtypes[0],
-        tensor_count=len(tensors),
-    )
+    return LoraLayout(rank=spec.r, modules=tuple(sorted({site.entry.short_name for site, _ in pairs.values()})),
+                      dtype=dtypes[0], tensor_count=len(tensors))
 
 
-def _locate(tensor: TensorInfo, base: BaseShape, projections: dict) -> tuple[str, str]:
-    match = TENSOR_NAME.fullmatch(tensor.name)
-    if match is None:
-        raise refuse(
-            f"tensor {tensor.name!r} is not a LoRA weight of a decoder-layer projection",
-            code="unknown_tensor",
-            hint="Expected names like base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight.",
-        )
-    if CANONICAL_LAYER.fullmatch(match["layer"]) is None:
-        raise refuse(
-            f"tensor {tensor.name!r} writes its layer number as {match['layer']!r}",
-            code="invalid_layer_number",
-            hint="Write layer numbers in ASCII digits without leading zeros, as peft saves them.",
-        )
-    layer, parent, module = int(match["layer"]), match["parent"], match["module"]
-    if module not in projections or base.module_parent(module) != parent:
-        raise refuse(
-            f"tensor {tensor.name!r} targets {parent}.{module}, which {base.architecture} does not have",
-            code="unknown_module",
-            hint=f"Target modules of this base: {', '.join(projections)}.",
-        )
-    if layer >= base.num_layers:
-        raise refuse(
-            f"tensor {tensor.name!r} is for layer {layer}, but the base has {base.num_layers} layers",
-            code="layer_out_of_range",
-            hint="The adapter was trained on a different base model.",
-        )
-    return f"model.layers.{layer}.{parent}.{module}", match["side"]
+def _site(name: TensorName, tensor: TensorInfo, table: ModuleTable, targets: Targets) -> Site:
+    entry = table.entry(name.pattern)
+    if entry is not None and entry.kind == ("embedding" if name.weight == "embedding" else "linear"):
+        _check_layer(name, tensor, entry)
+        return Site(name.module, entry, name.weight if name.weight == "embedding" else "linear",
+                    entry.out_features)
+    if name.weight == "lora":
+        owner, hops = _unnest(name.pattern)
+        parameters = table.expert_parameters(owner)
+        if parameters:
+            return _expert_parameter(name, tensor, owner, hops, parameters, targets)
+        if (slice_ := PER_EXPERT.fullmatch(name.pattern)) and table.expert_parameters(slice_["owner"]):
+            return _expert_slice(name, tensor, slice_, table)
+    modules = sorted({e.short_name for e in table.modules})
+    raise refuse(
+        f"tensor {tensor.name!r} is for module {name.module!r}, which {table.architecture} does not "
+        f"have{' as an embedding' if entry is not None else ''}; vLLM would load it and never apply it",
+        code="unknown_module",
+        hint=f"Modules of this base: {', '.join(modules[:40])}{' ...' if len(modules) > 40 else ''}.")
 
 
-def _check_pair(path: str, pair: dict[str, TensorInfo], spec: LoraSpec, projections: dict,
-                targeted: Callable[[str], bool]) -> None:
+def _unnest(pattern: str) -> tuple[str, int]:
+    """peft nests one wrapper per targeted parameter of a module: `experts.base_layer` is the
+    one targeted first."""
+    hops = 0
+    while pattern.endswith(BASE_LAYER):
+        pattern, hops = pattern[:-len(BASE_LAYER)], hops + 1
+    return pattern, hops
+
+
+def _expert_parameter(name: TensorName, tensor: TensorInfo, owner: str, hops: int,
+                      parameters: list[ModuleEntry], targets: Targets) -> Site:
+    module = name.module[:len(name.module) - hops * len(BASE_LAYER)]
+    targeted = [p for p in parameters if targets.parameter(f"{module}.{p.short_name}")]
+    if not targeted:
+        raise refuse(f"tensor {tensor.name!r} is for the expert parameters of {module!r}, which "
+                     "target_parameters does not list", code="untargeted_module",
+                     hint=f"List them in target_parameters ({', '.join(p.short_name for p in parameters)}).")
+    if hops >= len(targeted):
+        raise refuse(f"tensor {tensor.name!r} nests {hops} base_layer wrappers, but target_parameters "
+                     f"targets {len(targeted)} parameter(s) of {module!r}", code="unknown_module",
+                     hint="Save the adapter with peft's save_pretrained.")
+    entry = targeted[len(targeted) - 1 - hops]  # the one targeted last is outermost
+    _check_layer(name, tensor, entry)
+    return Site(f"{module}.{entry.short_name}", entry, "experts_3d", entry.out_features)
+
+
+def _expert_slice(name: TensorName, tensor: TensorInfo, found: re.Match, table: ModuleTable) -> Site:
+    parameter, half = EXPERT_PROJECTIONS.get(found["projection"], (None, None))
+    entry = table.entry(f"{found['owner']}.{parameter}") if parameter else None
+    if entry is None or int(found["expert"]) >= (entry.experts or 0):
+        raise refuse(f"tensor {tensor.name!r} is for expert module {name.module!r}, which "
+                     f"{table.architecture} does not have", code="unknown_module",
+                     hint="Expert projections are gate_proj, up_proj and down_proj (or w1, w3, w2), "
+                          "numbered from 0 below the number of experts.")
+    _check_layer(name, tensor, entry)
+    out_features = entry.out_features // 2 if half is not None else entry.out_features
+    projection = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}.get(found["projection"],
+                                                                              found["projection"])
+    return Site(name.module, entry, "expert_slice", out_features, (int(found["expert"]), projection))
+
+
+def _check_layer(name: TensorName, tensor: TensorInfo, entry: ModuleEntry) -> None:
+    if name.layer is not None and name.layer not in entry.layers:
+        where = (f"{len(entry.layers)} layers" if entry.layers == tuple(range(len(entry.layers)))
+                 else f"{entry.short_name} only in layers {', '.join(map(str, entry.layers))}")
+        raise refuse(f"tensor {tensor.name!r} is for layer {name.layer}, but the base has {where}",
+                     code="layer_out_of_range", hint="The adapter was trained on a different base model.")
+
+
+def _check_served(site: Site, tensor: TensorInfo, table: ModuleTable, facts: LoraFacts | None) -> None:
+    """What vLLM's class for this architecture refuses, or would load and never apply."""
+    if facts is None:
+        return  # an architecture vLLM's facts do not cover: the pool's engine judges it
+    short = site.entry.short_name
+    why = None
+    output_embedding = (site.form == "linear" and not site.entry.layers
+                        and site.entry.out_features == table.vocab_size)
+    if (site.form == "embedding" or output_embedding) and short not in facts.embedding_modules:
+        why = f"vLLM {vllm_support.version()} serves no LoRA on {short} for {table.architecture}"
+    elif site.form == "linear" and short in facts.packed_modules and short not in facts.packed_modules[short]:
+        parts = ", ".join(facts.packed_modules[short])
+        why = f"vLLM {vllm_support.version()} builds {short} from {parts} and takes their LoRAs, not {short}'s"
+    elif site.form == "experts_3d" and not facts.experts_3d:
+        why = (f"vLLM {vllm_support.version()} takes expert LoRAs for {table.architecture} one "
+               "expert at a time (experts.N.gate_proj, up_proj, down_proj), not as 3-D tensors")
+    if why:
+        raise refuse(f"tensor {tensor.name!r}: {why}", code="module_not_served",
+                     hint="Train without this module; docs/families.md lists what vLLM serves per family.")
+
+
+def _targeted(site: Site, name: TensorName, table: ModuleTable, targets: Targets) -> bool:
+    if site.form == "experts_3d":
+        return True  # _expert_parameter found it in target_parameters
+    if targets.module(name.module) or (site.form == "linear" and targets.parameter(f"{name.module}.weight")):
+        return True
+    return targets.all_linear and site.form == "linear" and not _is_output(site.entry, table)
+
+
+def _is_output(entry: ModuleEntry, table: ModuleTable) -> bool:
+    return not entry.layers and entry.out_features == table.vocab_size
+
+
+def _check_pair(site: Site, pair: dict[str, TensorInfo], rank: int) -> None:
     if set(pair) != {"A", "B"}:
         missing = "lora_B" if "A" in pair else "lora_A"
-        raise refuse(f"module {path!r} has no {missing} tensor", code="incomplete_pair")
+        raise refuse(f"module {site.key!r} has no {missing} tensor", code="incomplete_pair")
     a, b = pair["A"], pair["B"]
-    if not targeted(path):
-        raise refuse(f"tensor {a.name!r} is for a module that target_modules does not list",
-                     code="untargeted_module", hint="Add the module to target_modules, or drop it.")
     if len(a.shape) != 2 or len(b.shape) != 2:
-        raise refuse(f"module {path!r}: lora_A and lora_B must be 2-D, got {a.shape} and {b.shape}",
+        raise refuse(f"module {site.key!r}: lora_A and lora_B must be 2-D, got {a.shape} and {b.shape}",
                      code="shape_mismatch")
+    experts = site.entry.experts if site.form == "experts_3d" else 1
     if a.shape[0] != b.shape[1]:
+        raise refuse(f"module {site.key!r}: lora_A has rank {a.shape[0]} but lora_B has rank {b.shape[1]}",
+                     code="rank_mismatch")
+    if a.shape[0] != rank * experts:
+        stored = a.shape[0] / experts
         raise refuse(
-            f"module {path!r}: lora_A has rank {a.shape[0]} but lora_B has rank {b.shape[1]}",
-            code="rank_mismatch",
-        )
-    expected_rank = spec.r
-    if a.shape[0] != expected_rank:
-        raise refuse(
-            f"module {path!r} has rank {a.shape[0]} but adapter_config.json says {expected_rank}; "
-            "vLLM would scale it wrongly",
-            code="config_rank_mismatch",
-            hint="Fix r in adapter_config.json to match the weights.",
-        )
-    in_features, out_features = projections[path.rsplit(".", 1)[1]]
+            f"module {site.key!r} has rank {stored:g} but adapter_config.json says {rank}; "
+            "vLLM would scale it wrongly", code="config_rank_mismatch",
+            hint="Fix r in adapter_config.json to match the weights.")
+    in_features, out_features = site.entry.in_features, site.out_features
+    width = rank * experts
     if a.shape[1] != in_features or b.shape[0] != out_features:
+        what = f"{site.entry.kind} of {experts} experts" if experts > 1 else site.entry.kind
         raise refuse(
-            f"module {path!r}: expected lora_A ({expected_rank}, {in_features}) and lora_B "
-            f"({out_features}, {expected_rank}), got {a.shape} and {b.shape}",
-            code="shape_mismatch",
-            hint="The adapter was trained on a base with other dimensions.",
-        )
+            f"module {site.key!r} ({what}): expected lora_A ({width}, {in_features}) and lora_B "
+            f"({out_features}, {width}), got {a.shape} and {b.shape}", code="shape_mismatch",
+            hint="The adapter was trained on a base with other dimensions.")
 
 
-def _check_targets_covered(spec: LoraSpec, pairs: dict) -> None:
-    if isinstance(spec.target_modules, str):
-        return  # a regex has matched at least one module, or _check_pair would have refused
-    for target in spec.target_modules:
-        if not any(path == target or path.endswith("." + target) for path in pairs):
+def _check_experts_complete(slices: list[Site]) -> None:
+    """vLLM stacks per-expert LoRAs into one tensor: every expert needs all three projections."""
+    by_owner: dict[str, set[tuple[int, str]]] = {}
+    owners: dict[str, Site] = {}
+    for site in slices:
+        owner = site.key.rsplit(".", 2)[0]
+        by_owner.setdefault(owner, set()).add(site.expert)
+        owners[owner] = site
+    for owner, found in sorted(by_owner.items()):
+        experts = owners[owner].entry.experts or 0
+        needed = {(e, p) for e in range(experts) for p in ("gate_proj", "up_proj", "down_proj")}
+        missing = sorted(needed - found)
+        if missing:
+            expert, projection = missing[0]
             raise refuse(
-                f"target_modules lists {target!r} but no tensor is saved for it",
-                code="target_without_tensors",
-                hint="Save the adapter again, or remove the module from target_modules.",
-            )
+                f"{owner!r} has LoRAs for some experts but none for expert {expert}'s {projection} "
+                f"({len(missing)} missing); vLLM needs gate_proj, up_proj and down_proj for every one "
+                f"of the {experts} experts", code="incomplete_experts",
+                hint="Target every expert projection, as peft does for target_modules naming them.")
+
+
+def _check_targets_covered(table: ModuleTable, targets: Targets, pairs: dict) -> None:
+    """What the config targets, peft saves: a targeted module without tensors means the config
+    and the weights disagree (layers_to_transform, most often)."""
+    for entry in table.modules:
+        for layer in entry.layers or (None,):
+            path = entry.name if layer is None else entry.name.replace(".*.", f".{layer}.", 1)
+            if entry.kind == "expert_parameter":
+                targeted = targets.parameter(path)
+            else:
+                targeted = targets.module(path) or (targets.all_linear and entry.kind == "linear"
+                                                    and not _is_output(entry, table))
+            if targeted and path not in pairs:
+                raise refuse(
+                    f"adapter_config.json targets {path!r}, but no tensor is saved for it",
+                    code="target_without_tensors",
+                    hint="Save the adapter again, or correct target_modules, target_parameters or "
+                         "layers_to_transform to the modules it was trained on.")
+    for target in targets.listed:
+        if not any(key == target or key.endswith("." + target) for key in pairs):
+            raise refuse(f"target_modules lists {target!r} but no tensor is saved for it",
+                         code="target_without_tensors",
+                         hint="Save the adapter again, or remove the module from target_modules.")

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from registry.adapters import config_json, peft_keys, target_regex
+from registry.adapters import config_json, peft_keys, peft_targets, target_regex
 from registry.errors import Unprocessable
 
 FILE = "adapter_config.json"
@@ -18,8 +17,6 @@ UNSUPPORTED_OPTIONS = {
     "lora_bias": ("LoRA bias", "lora_bias_unsupported"),
     "use_qalora": ("QALoRA", "qalora_unsupported"),
     "modules_to_save": ("modules_to_save", "modules_to_save_unsupported"),
-    "target_parameters": ("target_parameters", "target_parameters_unsupported"),
-    "layers_to_transform": ("layers_to_transform", "layers_to_transform_unsupported"),
 }
 
 
@@ -31,13 +28,12 @@ class LoraSpec:
     base_model_name: str
     raw: dict[str, Any] = field(default_factory=dict)
 
-    def target_matcher(self) -> Callable[[str], bool]:
-        """PEFT's rule: a list matches by dotted suffix, a string is a full regex match. One
-        matcher serves one upload: a regex gets a time budget for all its module paths."""
-        if isinstance(self.target_modules, str):
-            return target_regex.Matcher(self.target_modules, refuse)
-        targets = self.target_modules
-        return lambda path: any(path == t or path.endswith("." + t) for t in targets)
+    def targets(self) -> peft_targets.Targets:
+        """PEFT's rule for which modules and expert parameters this config targets. One
+        instance serves one upload: a regex gets a time budget for all its module paths."""
+        matcher = (target_regex.Matcher(self.target_modules, refuse)
+                   if isinstance(self.target_modules, str) else None)
+        return peft_targets.Targets(self.target_modules, self.raw, regex_match=matcher)
 
 
 def refuse(message: str, *, code: str = "invalid_config", hint: str = "") -> Unprocessable:

@@ -93,6 +93,24 @@ def _module_names(value: Any) -> str | None:
     return "it must be null or a list of up to 64 module names (letters, digits, '_' and '.')"
 
 
+def _layer_numbers(value: Any) -> str | None:
+    """A layer number or a list of them: the layers PEFT applies name-suffix targets to."""
+    numbers = [value] if isinstance(value, int) and not isinstance(value, bool) else value
+    if value is None or (isinstance(numbers, list) and len(numbers) <= 1024 and all(
+            isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 20 for n in numbers)):
+        return None
+    return "it must be null, a layer number, or a list of up to 1024 layer numbers"
+
+
+def _layers_pattern(value: Any) -> str | None:
+    """The name of the layer list (`layers`, `h`): PEFT puts it in a regex, so only a name."""
+    names = [value] if isinstance(value, str) else value
+    if value is None or (isinstance(names, list) and len(names) <= 16
+                         and all(isinstance(n, str) and MODULE_NAME.fullmatch(n) for n in names)):
+        return None
+    return "it must be null, or a module name or list of up to 16 (letters, digits, '_' and '.')"
+
+
 def _pattern_keys(value: Any) -> str | None:
     """rank_pattern / alpha_pattern: parse_config checks their values; PEFT matches their keys as
     regexes against every module name, so only plain module names are accepted as keys."""
@@ -146,9 +164,8 @@ CHECKS: dict[str, Check] = {
     "use_rslora": _boolean,
     "modules_to_save": _inert(None, [], because="vLLM serves only the LoRA weights"),
     "init_lora_weights": _inert(True, False, because=INITIALISES),
-    "layers_to_transform": _inert(None, [], because="vLLM applies an adapter to every layer it "
-                                                    "has weights for"),
-    "layers_pattern": _inert(None, because="it only matters with layers_to_transform"),
+    "layers_to_transform": _layer_numbers,
+    "layers_pattern": _layers_pattern,
     "rank_pattern": _pattern_keys,
     "alpha_pattern": _pattern_keys,
     "megatron_config": _inert(None, because=f"{LOADS}: it builds Megatron layers"),
@@ -167,7 +184,7 @@ CHECKS: dict[str, Check] = {
     "layer_replication": _inert(None, because=f"{LOADS}: it changes the base model's layers"),
     "runtime_config": _inert(None, {}, {"ephemeral_gpu_offload": False}, because=LOADS),
     "lora_bias": _inert(False, because=VARIANT),
-    "target_parameters": _inert(None, [], because=VARIANT),
+    "target_parameters": _module_names,
     "use_bdlora": _inert(None, because=VARIANT),
     "arrow_config": _inert(None, because=VARIANT),
     "kasa_config": _inert(None, because=f"{VARIANT}, and it runs an SVD of each targeted weight"),

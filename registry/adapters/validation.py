@@ -11,15 +11,16 @@ from registry.adapters.lora_layout import LoraLayout
 from registry.adapters.peft_config import LoraSpec
 from registry.adapters.upload_files import AdapterFiles
 from registry.base_models import repository as base_models
-from registry.base_models.service import shape_of
-from registry.base_models.shapes import BaseShape
+from registry.base_models import stored_tables
+from registry.base_models.module_table import ModuleTable
 from registry.errors import Unprocessable
 from registry.names import refuse_control_characters
 from registry.tables import BaseModel
 
 # Parsing JSON costs many times its size in memory (an empty list is 56 bytes for 3 bytes of
-# text), so a header is held to what a LoRA of its base can need: two tensors per projection
-# per layer, each a name of at most 300 characters with its dtype, shape and offsets.
+# text), so a header is held to what a LoRA of its base can need: two tensors per module per
+# layer (module_table.lora_tensor_bound), each a name of at most 300 characters with its dtype,
+# shape and offsets.
 HEADER_BYTES_PER_TENSOR = 512
 HEADER_METADATA_BYTES = 256 * 1024
 
@@ -28,7 +29,7 @@ HEADER_METADATA_BYTES = 256 * 1024
 class TargetBase:
     id: int
     name: str
-    shape: BaseShape
+    table: ModuleTable
 
 
 def resolve_base(session: Session, spec: LoraSpec, requested: str | None) -> TargetBase:
@@ -44,7 +45,7 @@ def resolve_base(session: Session, spec: LoraSpec, requested: str | None) -> Tar
                 hint="Register the base (POST /v1/base-models) with this name as an alias, "
                 "or pass base_model.",
             )
-        return _target(claimed)
+        return _target(session, claimed)
     refuse_control_characters(requested, "base_model")
     target = base_models.by_name(session, requested)
     if target is None:
@@ -57,28 +58,28 @@ def resolve_base(session: Session, spec: LoraSpec, requested: str | None) -> Tar
             code="wrong_base_model",
             hint="Upload the adapter for the base it was trained on, or add the name as an alias.",
         )
-    return _target(target)
+    return _target(session, target)
 
 
-def check_weights(files: AdapterFiles, spec: LoraSpec, base: BaseShape, max_header_bytes: int) -> LoraLayout:
+def check_weights(files: AdapterFiles, spec: LoraSpec, table: ModuleTable, max_header_bytes: int) -> LoraLayout:
     with files.weights.open("rb") as weights:
         tensors = safetensors_check.read_tensors(weights, files.weights_size,
-                                                 header_limit(base, max_header_bytes))
-        layout = lora_layout.check_layout(tensors, spec, base)
+                                                 header_limit(table, max_header_bytes))
+        layout = lora_layout.check_layout(tensors, spec, table)
         for tensor in tensors:
             safetensors_check.check_finite(weights, tensor)
     return layout
 
 
-def header_limit(base: BaseShape, max_header_bytes: int) -> safetensors_check.HeaderLimit:
-    tensors = 2 * len(base.projections()) * base.num_layers
+def header_limit(table: ModuleTable, max_header_bytes: int) -> safetensors_check.HeaderLimit:
+    tensors = table.lora_tensor_bound()
     needed = tensors * HEADER_BYTES_PER_TENSOR + HEADER_METADATA_BYTES
     if needed >= max_header_bytes:
         return safetensors_check.HeaderLimit(max_header_bytes, "LORAPLANE_MAX_HEADER_BYTES on the registry")
     return safetensors_check.HeaderLimit(
-        needed, f"a LoRA of this {base.num_layers}-layer base has at most {tensors} tensors, each with "
+        needed, f"a LoRA of this {table.num_layers}-layer base has at most {tensors} tensors, each with "
                 f"an entry of at most {HEADER_BYTES_PER_TENSOR} bytes")
 
 
-def _target(row: BaseModel) -> TargetBase:
-    return TargetBase(id=row.id, name=row.name, shape=shape_of(row))
+def _target(session: Session, row: BaseModel) -> TargetBase:
+    return TargetBase(id=row.id, name=row.name, table=stored_tables.table_of(session, row))

@@ -11,7 +11,8 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
+from functools import cached_property
 from typing import Literal
 
 from registry.errors import Unavailable, Unprocessable
@@ -32,21 +33,53 @@ class ModuleEntry:
     layers: tuple[int, ...]  # the layers that have it (empty: a module outside the layers)
 
 
+    @property
+    def short_name(self) -> str:
+        return self.name.rsplit(".", 1)[-1]
+
+    def weight_count(self) -> int:
+        """Weights in every layer that has it: what sizing adds up."""
+        count = self.in_features * self.out_features * (self.experts or 1)
+        return count * max(len(self.layers), 1)
+
+
 @dataclass(frozen=True)
 class ModuleTable:
     architecture: str
     transformers: str  # the version that built it
-    modules: tuple[ModuleEntry, ...]
+    hidden_size: int
+    num_layers: int
+    vocab_size: int
+    tied_embeddings: bool
+    modules: tuple[ModuleEntry, ...]  # in the model's order: peft nests expert parameters by it
 
     def to_json(self) -> dict:
-        return {"architecture": self.architecture, "transformers": self.transformers,
-                "modules": [{**entry.__dict__, "layers": list(entry.layers)} for entry in self.modules]}
+        return {**{field.name: getattr(self, field.name) for field in fields(self) if field.name != "modules"},
+                "modules": [{**asdict(entry), "layers": list(entry.layers)} for entry in self.modules]}
 
     @classmethod
     def from_json(cls, data: dict) -> ModuleTable:
-        return cls(architecture=data["architecture"], transformers=data["transformers"],
-                   modules=tuple(ModuleEntry(**{**entry, "layers": tuple(entry["layers"])})
-                                 for entry in data["modules"]))
+        return cls(**{**data, "modules": tuple(ModuleEntry(**{**entry, "layers": tuple(entry["layers"])})
+                                               for entry in data["modules"])})
+
+    def entry(self, pattern: str) -> ModuleEntry | None:
+        """The module at this name, with `*` for its layer number."""
+        return self._by_name.get(pattern)
+
+    def expert_parameters(self, owner: str) -> list[ModuleEntry]:
+        """The 3-D parameters a module holds, in the order the model registers them."""
+        return [entry for entry in self.modules
+                if entry.kind == "expert_parameter" and entry.name.rsplit(".", 1)[0] == owner]
+
+    def lora_tensor_bound(self) -> int:
+        """The most tensors a LoRA of this base can hold: two for every module in every layer,
+        and for every expert's gate, up and down projections where they are saved one by one."""
+        return 2 * sum(max(len(entry.layers), 1) * (3 * entry.experts if entry.experts else 1)
+                       for entry in self.modules)
+
+    @cached_property
+    def _by_name(self) -> dict[str, ModuleEntry]:
+        return {entry.name: entry for entry in self.modules}
 
 
 def derive(config: dict, *, python: str = sys.executable) -> ModuleTable:

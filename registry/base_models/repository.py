@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import or_, select
+from sqlalchemy.dialects.postgresql import insert as postgres_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from registry.pagination import fetch_page
-from registry.tables import BaseModel, BaseModelAlias
+from registry.tables import BaseModel, BaseModelAlias, ModuleTableRow
 
 
 def by_name(session: Session, name: str) -> BaseModel | None:
@@ -31,3 +35,17 @@ def name_taken(session: Session, names: list[str]) -> str | None:
 def page_of_base_models(session: Session, *, limit: int,
                         cursor: str | None) -> tuple[list[BaseModel], str | None]:
     return fetch_page(session, select(BaseModel), BaseModel.id, limit=limit, cursor=cursor)
+
+
+def stored_table(session: Session, config_sha256: str) -> dict[str, Any] | None:
+    row = session.get(ModuleTableRow, config_sha256)
+    return None if row is None else row.table
+
+
+def store_table(session: Session, config_sha256: str, table: dict[str, Any]) -> None:
+    """Keep a derived table; a racing registration that stored it first wins, as they agree."""
+    insert = postgres_insert if session.bind.dialect.name == "postgresql" else sqlite_insert
+    session.execute(insert(ModuleTableRow).values(
+        config_sha256=config_sha256, architecture=table["architecture"],
+        transformers=table["transformers"], table=table,
+    ).on_conflict_do_nothing(index_elements=["config_sha256"]))

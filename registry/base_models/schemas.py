@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,16 +17,24 @@ class BaseModelCreate(BaseModel):
     )
 
 
+class ModuleOut(BaseModel):
+    name: str = Field(description="Qualified, with `*` for the layer number: "
+                                  "model.layers.*.self_attn.q_proj.")
+    kind: Literal["linear", "embedding", "expert_parameter"]
+    in_features: int
+    out_features: int
+    experts: int | None = Field(description="The experts a 3-D expert parameter holds; null otherwise.")
+    layers: int = Field(description="How many layers have the module; 0 for one outside the layers.")
+
+
 class BaseModelOut(BaseModel):
     name: str
     aliases: list[str]
     architecture: str
     hidden_size: int
-    intermediate_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
     num_layers: int
     vocab_size: int
-    projections: dict[str, tuple[int, int]]
+    tied_embeddings: bool
+    transformers: str = Field(description="The transformers version that derived the module table.")
+    modules: list[ModuleOut] = Field(description="Every module and parameter a LoRA can target.")
     created_at: datetime

@@ -6,8 +6,9 @@ it, bounded in time and memory). transformers builds the model from the config a
 device: no weights, no memory for them, and never code from the config (no trust_remote_code).
 
 It writes one JSON object to stdout: {"transformers": version, "architecture": class name,
-"modules": [...]} (module_table.ModuleEntry's fields), or {"error": message, "transformers":
-version} with exit status 2.
+"hidden_size", "num_layers", "vocab_size", "tied_embeddings", "modules": [...]}
+(module_table.ModuleTable's fields; modules in the model's own order, which names the expert
+parameters peft nests), or {"error": message, "transformers": version} with exit status 2.
 """
 
 from __future__ import annotations
@@ -48,14 +49,25 @@ def describe(config: dict) -> dict:
         else:
             continue
         _add(found, name, entry)
+    layers_with_weights = (torch.nn.Linear, Conv1D, torch.nn.Embedding)
     for name, parameter in model.named_parameters():
+        owner_name, _, parameter_name = name.rpartition(".")
         if parameter.dim() == 3:  # experts fused into one parameter: (experts, out, in)
             experts, out_features, in_features = parameter.shape
             _add(found, name, ("expert_parameter", in_features, out_features, experts))
+        elif (parameter.dim() == 2 and parameter_name == "weight"
+              and not isinstance(model.get_submodule(owner_name), layers_with_weights)):
+            # A router that holds its (experts, hidden) weight itself: peft targets it as a linear.
+            _add(found, owner_name, ("linear", parameter.shape[1], parameter.shape[0], None))
     modules = [{"name": name, "kind": kind, "in_features": int(in_f), "out_features": int(out_f),
                 "experts": None if experts is None else int(experts), "layers": layers}
-               for (name, kind, in_f, out_f, experts), layers in sorted(found.items())]
+               for (name, kind, in_f, out_f, experts), layers in found.items()]
+    text = built.get_text_config()
+    output, embedding = model.get_output_embeddings(), model.get_input_embeddings()
     return {"transformers": transformers.__version__, "architecture": type(model).__name__,
+            "hidden_size": int(text.hidden_size), "num_layers": int(text.num_hidden_layers),
+            "vocab_size": int(text.vocab_size),
+            "tied_embeddings": output is not None and output.weight is embedding.weight,
             "modules": modules}
 
 

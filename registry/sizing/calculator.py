@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from registry.base_models.shapes import BaseShape
+from registry.base_models.module_table import ModuleEntry, ModuleTable
 from registry.pools.schemas import VLLM_MAX_LORA_RANKS
 from registry.sizing.schemas import (
     ActiveSetFigures, Assumptions, Comparison, Deployment, Figure, LoraSlots, RankWaste,
@@ -27,7 +27,7 @@ DEFAULT_WEIGHTS_FRACTION = 0.5
 class PoolFacts:
     pool: str
     base_model: str
-    shape: BaseShape
+    table: ModuleTable
     tied_embeddings: bool
     max_loras: int
     max_cpu_loras: int
@@ -47,23 +47,27 @@ class Fleet:
         return self.replicas * self.gpus_per_replica
 
 
-def lora_slot_bytes(shape: BaseShape, *, slots: int, rank: int, dtype_bytes: int) -> int:
-    # vLLM preallocates the A (in x r) and B (r x out) buffers of every module it supports, for
-    # each of max_loras slots at max_lora_rank, whatever modules the loaded adapters target: so
-    # every projection counts, not only the adapters' target_modules.
-    per_layer = sum(n_in + n_out for n_in, n_out in shape.projections().values())
-    return slots * per_layer * rank * dtype_bytes * shape.num_layers
+def lora_slot_bytes(table: ModuleTable, *, slots: int, rank: int, dtype_bytes: int) -> int:
+    # vLLM preallocates the A (in x r) and B (r x out) buffers of every module in the layers that
+    # it supports (each expert's, for expert parameters), for each of max_loras slots at
+    # max_lora_rank, whatever modules the loaded adapters target: so every one counts.
+    per_rank = sum((entry.in_features + entry.out_features) * (entry.experts or 1) * len(entry.layers)
+                   for entry in table.modules if entry.layers)
+    return slots * per_rank * rank * dtype_bytes
 
 
-def base_weight_bytes(shape: BaseShape, *, tied_embeddings: bool, dtype_bytes: int) -> int:
-    embeddings = shape.vocab_size * shape.hidden_size
-    lm_head = 0 if tied_embeddings else embeddings
-    # The projections, and two RMSNorm vectors (input, post-attention). Biases (Qwen2's q/k/v)
-    # and rotary caches are left out: well under 0.1% of the weights.
-    projections = sum(n_in * n_out for n_in, n_out in shape.projections().values())
-    per_layer = projections + 2 * shape.hidden_size
-    final_norm = shape.hidden_size
-    return (embeddings + lm_head + shape.num_layers * per_layer + final_norm) * dtype_bytes
+def base_weight_bytes(table: ModuleTable, *, tied_embeddings: bool, dtype_bytes: int) -> int:
+    # Every module's weights from the table (embeddings, linears, experts), an output embedding
+    # tied to the input one counted once, and two norm vectors per layer and a final one.
+    # Biases (Qwen2's q/k/v) and rotary caches are left out: well under 0.1% of the weights.
+    weights = sum(entry.weight_count() for entry in table.modules
+                  if not (tied_embeddings and _is_output_embedding(table, entry)))
+    norms = (2 * table.num_layers + 1) * table.hidden_size
+    return (weights + norms) * dtype_bytes
+
+
+def _is_output_embedding(table: ModuleTable, entry: ModuleEntry) -> bool:
+    return entry.kind == "linear" and not entry.layers and entry.out_features == table.vocab_size
 
 
 def recommended_rank(largest: int) -> int | None:
@@ -134,14 +138,14 @@ def _active_set(facts: PoolFacts) -> ActiveSetFigures:
 
 
 def _lora_slots(facts: PoolFacts, dtype_bytes: Figure) -> LoraSlots:
-    one = lora_slot_bytes(facts.shape, slots=1, rank=facts.max_lora_rank,
+    one = lora_slot_bytes(facts.table, slots=1, rank=facts.max_lora_rank,
                           dtype_bytes=dtype_bytes.value)
     return LoraSlots(
         max_loras=_measured(facts.max_loras, "slots", "the pool's --max-loras"),
         max_lora_rank=_measured(facts.max_lora_rank, "rank", "the pool's --max-lora-rank"),
         dtype_bytes=dtype_bytes,
-        per_slot=_measured(one, "bytes", "sum over every projection of (in + out) x max_lora_rank "
-                                         "x layers: vLLM preallocates all of them"),
+        per_slot=_measured(one, "bytes", "sum over every module in the layers (each expert's too) of "
+                                         "(in + out) x max_lora_rank: vLLM preallocates all of them"),
         total=_measured(facts.max_loras * one, "bytes", "max_loras x one slot, on each replica"))
 
 
@@ -151,7 +155,7 @@ def _rank_waste(facts: PoolFacts, dtype_bytes: Figure) -> RankWaste:
         why = "no active adapters: no rank to compare max_lora_rank with"
         return RankWaste(wasted=_measured(None, "bytes", why),
                          recommended_max_lora_rank=_measured(None, "rank", why))
-    wasted = lora_slot_bytes(facts.shape, slots=facts.max_loras,
+    wasted = lora_slot_bytes(facts.table, slots=facts.max_loras,
                              rank=max(0, facts.max_lora_rank - largest),
                              dtype_bytes=dtype_bytes.value)
     return RankWaste(
@@ -189,11 +193,12 @@ def _assumptions(inputs: SizingInputs, active_versions: int) -> Assumptions:
 
 def _comparison(facts: PoolFacts, a: Assumptions, dtype_bytes: Figure,
                 slot_total: Figure) -> Comparison:
-    base_bytes = base_weight_bytes(facts.shape, tied_embeddings=facts.tied_embeddings,
+    base_bytes = base_weight_bytes(facts.table, tied_embeddings=facts.tied_embeddings,
                                    dtype_bytes=dtype_bytes.value)
     lm_head = "lm_head tied to them" if facts.tied_embeddings else "lm_head"
     base = _measured(base_bytes, "bytes",
-                     f"embeddings, {lm_head}, per layer 7 projections and 2 norms, final norm")
+                     f"every module in the base's module table ({lm_head}), "
+                     "2 norms per layer, final norm")
     with_slots = _derived(base_bytes + slot_total.value, "bytes", "base weights + LoRA slots",
                           base, slot_total)
     budget = _derived(a.gpu_memory_gib.value * GIB * a.weights_fraction.value, "bytes",

@@ -1,11 +1,11 @@
-"""Read what a pool's sizing needs: its limits, its base's shape and its active set."""
+"""Read what a pool's sizing needs: its limits, its base's module table and its active set."""
 
 from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
 from registry.active_set.snapshot import pool_by_name
-from registry.base_models.service import shape_of
+from registry.base_models import stored_tables
 from registry.sizing import calculator, repository
 from registry.sizing.schemas import SizingInputs, SizingOut
 from registry.tables import BaseModel
@@ -15,10 +15,9 @@ def size_pool(session: Session, pool_name: str, inputs: SizingInputs) -> SizingO
     pool = pool_by_name(session, pool_name)
     base = session.get(BaseModel, pool.base_model_id)
     active = repository.active_ranks_and_sizes(session, pool.id)
+    table = stored_tables.table_of(session, base)
     facts = calculator.PoolFacts(
-        pool=pool.name, base_model=base.name, shape=shape_of(base),
-        # Hugging Face's default for the Llama family is untied: only an explicit true ties them.
-        tied_embeddings=(base.config or {}).get("tie_word_embeddings") is True,
+        pool=pool.name, base_model=base.name, table=table, tied_embeddings=table.tied_embeddings,
         max_loras=pool.max_loras, max_cpu_loras=pool.max_cpu_loras,
         max_lora_rank=pool.max_lora_rank, dtype=pool.dtype,
         active_ranks=tuple(row.rank for row in active),

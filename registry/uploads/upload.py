@@ -30,7 +30,7 @@ def upload_version(store: ArtifactStore, settings: RegistrySettings, *, principa
                                        base_model=received.fields.get(BASE_MODEL_FIELD))
     signature = upload_signature.check(files.signature, _signed_files(files), target.signing,
                                        tenant, workdir)
-    layout = validation.check_weights(files, spec, target.base.shape, settings.max_header_bytes)
+    layout = validation.check_weights(files, spec, target.base.table, settings.max_header_bytes)
     manifest = service.store_blobs(store, files, received)
     with transaction() as session:
         version, created = service.record_version(session, principal, target, spec, layout, manifest,

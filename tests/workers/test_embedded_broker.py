@@ -24,7 +24,8 @@ def test_an_evaluation_runs_end_to_end_on_the_embedded_default(task_kit, eval_en
         made = cli("token", "create", "--subject", "erin", "--role", "uploader", "--tenant", "acme",
                    data_dir=data_dir)
         assert made.returncode == 0, made.stderr
-        admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {admin_token}"})
+        admin = httpx.Client(base_url=server.url, timeout=60,  # a new base is derived in seconds
+                             headers={"Authorization": f"Bearer {admin_token}"})
         uploader = httpx.Client(base_url=server.url, timeout=60,
                                          headers={"Authorization": f"Bearer {made.stdout.strip()}"})
         config = json.loads((task_kit.base_dir / "config.json").read_text())

@@ -1,11 +1,15 @@
-"""Base models are registered from config.json, and their projection shapes derived from it."""
+"""Base models are registered from config.json, with every module a LoRA can target derived from
+the architecture itself: each family's real shapes, fused projections and experts included."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import transformers
 
+from devkit.family_models import FAMILIES, config_of
+from tests.registry.base_models.families import LAYER_MODULES
 from tests.support.asserts import assert_refused
 
 LLAMA_8B = {
@@ -14,36 +18,69 @@ LLAMA_8B = {
 }
 
 
-def test_register_derives_every_projection_shape(admin, stored_state):
+def modules_of(base: dict) -> dict[str, tuple]:
+    return {m["name"]: (m["kind"], m["in_features"], m["out_features"], m["experts"], m["layers"])
+            for m in base["modules"]}
+
+
+def test_register_derives_every_module_with_its_shape(admin, stored_state):
     response = admin.post("/v1/base-models", json={"name": "meta-llama/Llama-3.1-8B", "config": LLAMA_8B,
                                                    "aliases": ["/models/llama-3.1-8b"]})
     assert response.status_code == 201, response.text
     base = response.json()
-    assert base["head_dim"] == 128 and base["num_key_value_heads"] == 8 and base["num_layers"] == 32
-    assert base["projections"] == {
-        "q_proj": [4096, 4096], "k_proj": [4096, 1024], "v_proj": [4096, 1024], "o_proj": [4096, 4096],
-        "gate_proj": [4096, 14336], "up_proj": [4096, 14336], "down_proj": [14336, 4096],
+    assert (base["architecture"], base["num_layers"], base["hidden_size"]) == ("LlamaForCausalLM", 32, 4096)
+    assert base["transformers"] == transformers.__version__ and base["tied_embeddings"] is False
+    assert modules_of(base) == {
+        "model.embed_tokens": ("embedding", 128256, 4096, None, 0),
+        **{f"model.layers.*.self_attn.{name}": ("linear", n_in, n_out, None, 32) for name, n_in, n_out in (
+            ("q_proj", 4096, 4096), ("k_proj", 4096, 1024), ("v_proj", 4096, 1024), ("o_proj", 4096, 4096))},
+        **{f"model.layers.*.mlp.{name}": ("linear", n_in, n_out, None, 32) for name, n_in, n_out in (
+            ("gate_proj", 4096, 14336), ("up_proj", 4096, 14336), ("down_proj", 14336, 4096))},
+        "lm_head": ("linear", 4096, 128256, None, 0),
     }
+    assert admin.get("/v1/base-models/meta-llama/Llama-3.1-8B").json() == base
     assert admin.get("/v1/base-models/meta-llama/Llama-3.1-8B").json()["aliases"] == ["/models/llama-3.1-8b"]
     events = admin.get("/v1/audit", params={"action": "base_model.register"}).json()["items"]
     assert any(e["subject"] == "base-model/meta-llama/Llama-3.1-8B" for e in events)
 
 
-def test_tiny_base_shapes_match_its_real_config(admin, base_model, tiny_base):
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_registers_with_the_modules_its_layers_hold(admin, family):
+    _, architecture, _ = FAMILIES[family]
+    response = admin.post("/v1/base-models", json={"name": f"family-{family}", "config": config_of(family)})
+
+    assert response.status_code == 201, response.text
+    base = response.json()
+    assert base["architecture"] == architecture
+    in_layers = {name: shape for name, shape in modules_of(base).items() if shape[4]}
+    assert in_layers == {entry.name: (entry.kind, entry.in_features, entry.out_features, entry.experts, 2)
+                         for entry in LAYER_MODULES[family]}
+    assert modules_of(base)["model.embed_tokens"] == ("embedding", 256, 64, None, 0)
+
+
+def test_a_second_base_from_the_same_config_shares_its_table(admin, base_model, tiny_base):
     config = json.loads((tiny_base / "config.json").read_text())
-    base = admin.get(f"/v1/base-models/{base_model}").json()
-    assert base["head_dim"] == config["head_dim"] == 32
-    assert base["projections"]["v_proj"] == [128, 64]
+    response = admin.post("/v1/base-models", json={"name": "tiny-llama-again", "config": config})
+
+    assert response.status_code == 201, response.text
+    first = admin.get(f"/v1/base-models/{base_model}").json()
+    assert response.json()["modules"] == first["modules"]
+    assert modules_of(first)["model.layers.*.self_attn.v_proj"][1:3] == (128, 64)
 
 
 @pytest.mark.parametrize(("body", "status", "code", "message"), [
     ({"name": "x1", "config": {**LLAMA_8B, "architectures": ["GPT2LMHeadModel"]}}, 422,
-     "unsupported_architecture", "'GPT2LMHeadModel'"),
+     "unsupported_architecture", "'GPT2LMHeadModel' is served by vLLM 0.32.0 without LoRA support"),
     ({"name": "x2", "config": {**LLAMA_8B, "hidden_size": "4096"}}, 422, "invalid_base_config",
      "'hidden_size' must be a positive integer"),
     ({"name": "x3", "config": {**LLAMA_8B, "num_key_value_heads": 5}}, 422, "invalid_base_config",
      "not a multiple"),
     ({"name": "x4", "config": {}}, 422, "invalid_base_config", "no 'architectures'"),
+    ({"name": "x6", "config": {**LLAMA_8B, "num_hidden_layers": 100_000}}, 422, "invalid_base_config",
+     "'num_hidden_layers' must be a positive integer of at most 1024"),
+    ({"name": "x7", "config": {**LLAMA_8B, "model_type": "no-such-family"}}, 422,
+     "unsupported_architecture",
+     f"transformers {transformers.__version__} cannot build this base: Unrecognized model identifier"),
     ({"name": "tiny-llama", "config": LLAMA_8B}, 409, "already_exists", "'tiny-llama'"),
     ({"name": "x5", "config": LLAMA_8B, "aliases": ["tiny-llama"]}, 409, "already_exists", "'tiny-llama'"),
     ({"name": "../x", "config": LLAMA_8B}, 422, "invalid_request", "name"),

@@ -5,57 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from registry.base_models.module_table import MAX_CONFIG_BYTES, ModuleEntry, ModuleTable, derive
+from registry.base_models.module_table import MAX_CONFIG_BYTES, ModuleTable, derive
 from registry.errors import Unprocessable
-
-SIZES = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
-         "num_hidden_layers": 2, "vocab_size": 256, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
-LAYERS = (0, 1)
-
-
-def linear(name: str, in_features: int, out_features: int) -> ModuleEntry:
-    return ModuleEntry(f"model.layers.*.{name}", "linear", in_features, out_features, None, LAYERS)
-
-
-LLAMA_SHAPED = {linear("self_attn.q_proj", 64, 64), linear("self_attn.k_proj", 64, 32),
-                linear("self_attn.v_proj", 64, 32), linear("self_attn.o_proj", 64, 64),
-                linear("mlp.gate_proj", 64, 128), linear("mlp.up_proj", 64, 128),
-                linear("mlp.down_proj", 128, 64)}
-# family -> (its config beyond SIZES, its class, what its layers hold)
-FAMILIES = {
-    "llama": ({"architectures": ["LlamaForCausalLM"], "tie_word_embeddings": True}, "LlamaForCausalLM",
-              LLAMA_SHAPED),
-    "mistral": ({"model_type": "mistral"}, "MistralForCausalLM", LLAMA_SHAPED),
-    "qwen2": ({"model_type": "qwen2"}, "Qwen2ForCausalLM", LLAMA_SHAPED),
-    # An explicit head_dim wider than hidden_size / heads: q is 4 x 32 wide, not 64.
-    "qwen3": ({"model_type": "qwen3", "head_dim": 32}, "Qwen3ForCausalLM",
-              {linear("self_attn.q_proj", 64, 128), linear("self_attn.k_proj", 64, 64),
-               linear("self_attn.v_proj", 64, 64), linear("self_attn.o_proj", 128, 64),
-               linear("mlp.gate_proj", 64, 128), linear("mlp.up_proj", 64, 128), linear("mlp.down_proj", 128, 64)}),
-    "gemma2": ({"model_type": "gemma2", "head_dim": 16}, "Gemma2ForCausalLM", LLAMA_SHAPED),
-    # Fused projections: q, k and v in one module, gate and up in another.
-    "phi3": ({"model_type": "phi3"}, "Phi3ForCausalLM",
-             {linear("self_attn.qkv_proj", 64, 128), linear("self_attn.o_proj", 64, 64),
-              linear("mlp.gate_up_proj", 64, 256), linear("mlp.down_proj", 128, 64)}),
-    # Experts as 3-D parameters (experts, out, in) beside plain attention.
-    "mixtral": ({"model_type": "mixtral", "num_local_experts": 4}, "MixtralForCausalLM",
-                {linear("self_attn.q_proj", 64, 64), linear("self_attn.k_proj", 64, 32),
-                 linear("self_attn.v_proj", 64, 32), linear("self_attn.o_proj", 64, 64),
-                 ModuleEntry("model.layers.*.mlp.experts.gate_up_proj", "expert_parameter", 64, 256, 4, LAYERS),
-                 ModuleEntry("model.layers.*.mlp.experts.down_proj", "expert_parameter", 128, 64, 4, LAYERS)}),
-}
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-def test_each_familys_table_lists_what_its_layers_hold_with_their_shapes(family):
-    extra, architecture, layer_modules = FAMILIES[family]
-    table = derive({**SIZES, **extra})
-
-    assert table.architecture == architecture
-    assert {entry for entry in table.modules if entry.layers} == layer_modules
-    assert ModuleEntry("model.embed_tokens", "embedding", 256, 64, None, ()) in table.modules
-    assert ModuleTable.from_json(table.to_json()) == table
-
+from devkit.family_models import SIZES, config_of
 
 def test_a_config_transformers_cannot_build_is_refused_naming_its_version():
     import transformers
@@ -79,3 +31,9 @@ def test_an_oversized_config_is_refused_before_any_process_starts():
         derive(config, python="/nonexistent/python")  # never started: it would raise otherwise
     assert refused.value.code == "invalid_base_config"
     assert f"at most {MAX_CONFIG_BYTES} are accepted" in str(refused.value)
+
+
+def test_a_table_survives_its_json_round_trip():
+    table = derive(config_of("mixtral"))
+    assert ModuleTable.from_json(table.to_json()) == table
+    assert table.lora_tensor_bound() == 2 * (1 + 2 * 5 + 1 + 2 * 2 * 3 * 4)  # experts one by one

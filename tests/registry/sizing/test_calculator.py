@@ -4,14 +4,28 @@ from __future__ import annotations
 
 import pytest
 
-from registry.base_models.shapes import BaseShape
+from registry.base_models.module_table import ModuleEntry, ModuleTable
 from registry.sizing import calculator
 from registry.sizing.calculator import PoolFacts
 from registry.sizing.schemas import SizingInputs
 
-LLAMA_2_7B = BaseShape(architecture="LlamaForCausalLM", hidden_size=4096, intermediate_size=11008,
-                       num_attention_heads=32, num_key_value_heads=32, head_dim=128,
-                       num_layers=32, vocab_size=32000)
+LAYERS = tuple(range(32))
+
+
+def _linear(name: str, in_features: int, out_features: int, layers=LAYERS) -> ModuleEntry:
+    return ModuleEntry(name, "linear", in_features, out_features, None, layers)
+
+
+# Llama-2-7B's module table, as transformers derives it from its config.json.
+LLAMA_2_7B = ModuleTable(
+    architecture="LlamaForCausalLM", transformers="5.25.0", hidden_size=4096, num_layers=32,
+    vocab_size=32000, tied_embeddings=False,
+    modules=(ModuleEntry("model.embed_tokens", "embedding", 32000, 4096, None, ()),
+             *(_linear(f"model.layers.*.self_attn.{m}_proj", 4096, 4096) for m in "qkvo"),
+             _linear("model.layers.*.mlp.gate_proj", 4096, 11008),
+             _linear("model.layers.*.mlp.up_proj", 4096, 11008),
+             _linear("model.layers.*.mlp.down_proj", 11008, 4096),
+             _linear("lm_head", 4096, 32000, ())))
 # Per layer, sum of (in + out) over the 7 projections:
 #   q, k, v, o: 4 x (4096 + 4096) = 32768;  gate, up, down: 3 x (4096 + 11008) = 45312
 IN_PLUS_OUT = 78080
@@ -23,7 +37,7 @@ BASE_FP16 = 6_738_415_616 * 2
 
 def facts(*, ranks=(8,), max_loras=4, max_lora_rank=16, max_cpu_loras=64, dtype="float16",
           tied=False) -> PoolFacts:
-    return PoolFacts(pool="chat", base_model="llama-2-7b", shape=LLAMA_2_7B, tied_embeddings=tied,
+    return PoolFacts(pool="chat", base_model="llama-2-7b", table=LLAMA_2_7B, tied_embeddings=tied,
                      max_loras=max_loras, max_cpu_loras=max_cpu_loras, max_lora_rank=max_lora_rank,
                      dtype=dtype, active_ranks=tuple(ranks), active_bytes=1000 * len(ranks))
 

@@ -1,0 +1,61 @@
+"""Tiny random-weight models of the families loraplane serves, and real peft adapters for them.
+
+Each family's config is what transformers saves for a small model of it (hidden 64, 2 layers,
+vocabulary 256): enough to register a base, derive its module table, and train nothing. The
+weights are random; an adapter's lora_B is filled with random values too, so that it changes
+the model's output (peft starts lora_B at zero).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SIZES = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "num_hidden_layers": 2, "vocab_size": 256, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+# family -> (model_type, architecture, what its config says beyond SIZES)
+FAMILIES = {
+    "llama": ("llama", "LlamaForCausalLM", {"tie_word_embeddings": True}),
+    "mistral": ("mistral", "MistralForCausalLM", {}),
+    "qwen2": ("qwen2", "Qwen2ForCausalLM", {}),
+    "qwen3": ("qwen3", "Qwen3ForCausalLM", {"head_dim": 32}),  # wider than hidden / heads
+    "gemma2": ("gemma2", "Gemma2ForCausalLM", {"head_dim": 16}),
+    "phi3": ("phi3", "Phi3ForCausalLM", {}),  # fused qkv_proj and gate_up_proj
+    "mixtral": ("mixtral", "MixtralForCausalLM", {"num_local_experts": 4}),
+    "qwen2_moe": ("qwen2_moe", "Qwen2MoeForCausalLM", {"num_experts": 4, "moe_intermediate_size": 32,
+                                                       "shared_expert_intermediate_size": 64}),
+}
+
+
+def config_of(family: str) -> dict:
+    """The family's config.json, as transformers saves it (model_type and architectures set)."""
+    model_type, architecture, extra = FAMILIES[family]
+    return {**SIZES, "model_type": model_type, "architectures": [architecture], **extra}
+
+
+def build_base(family: str, folder: Path, *, seed: int = 0) -> Path:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = config_of(family)
+    settings = {key: value for key, value in config.items() if key != "model_type"}
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(config["model_type"], **settings))
+    model.save_pretrained(folder)
+    return folder
+
+
+def build_adapter(base: Path, folder: Path, *, seed: int = 0, **lora: object) -> Path:
+    """A peft adapter of `base`, saved by peft's save_pretrained; `lora` is LoraConfig's."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base)
+    peft_model = get_peft_model(model, LoraConfig(**{"r": 4, "lora_alpha": 8, **lora}))
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in peft_model.named_parameters():
+            if "lora_B" in name or "lora_embedding_B" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.1)
+    peft_model.save_pretrained(folder, save_embedding_layers=False)
+    return folder

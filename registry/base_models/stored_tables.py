@@ -1,0 +1,33 @@
+"""Each base's module table, derived once per config.json and kept in module_tables: a second
+base registered from the same config, every upload and every sizing read the stored one."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from registry.base_models import repository
+from registry.base_models.module_table import ModuleTable, derive
+from registry.tables import BaseModel
+from signed_digests.provenance import canonical
+
+
+def config_sha256(config: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical(config)).hexdigest()
+
+
+def table_for_config(session: Session, config: dict[str, Any]) -> ModuleTable:
+    """The stored table of this config, derived and stored first if there is none."""
+    digest = config_sha256(config)
+    stored = repository.stored_table(session, digest)
+    if stored is not None:
+        return ModuleTable.from_json(stored)
+    table = derive(config)  # seconds: a process that imports torch
+    repository.store_table(session, digest, table.to_json())
+    return table
+
+
+def table_of(session: Session, base: BaseModel) -> ModuleTable:
+    return table_for_config(session, base.config)
