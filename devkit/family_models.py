@@ -1,24 +1,25 @@
 """Tiny random-weight models of the families loraplane serves, and real peft adapters for them.
 
-Each family's config is what transformers saves for a small model of it (hidden 64, 2 layers,
+Each family's config is what transformers saves for a small model of it (hidden 128, 2 layers,
 vocabulary 256): enough to register a base, derive its module table, and train nothing. The
-weights are random; an adapter's lora_B is filled with random values too, so that it changes
-the model's output (peft starts lora_B at zero).
+weights are random, and so are both halves of an adapter's LoRAs, so that it changes the
+model's output.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-SIZES = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+# head_dim 32: vLLM's CPU attention takes no narrower head.
+SIZES = {"hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
          "num_hidden_layers": 2, "vocab_size": 256, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 # family -> (model_type, architecture, what its config says beyond SIZES)
 FAMILIES = {
     "llama": ("llama", "LlamaForCausalLM", {"tie_word_embeddings": True}),
     "mistral": ("mistral", "MistralForCausalLM", {}),
     "qwen2": ("qwen2", "Qwen2ForCausalLM", {}),
-    "qwen3": ("qwen3", "Qwen3ForCausalLM", {"head_dim": 32}),  # wider than hidden / heads
-    "gemma2": ("gemma2", "Gemma2ForCausalLM", {"head_dim": 16}),
+    "qwen3": ("qwen3", "Qwen3ForCausalLM", {"head_dim": 64}),  # wider than hidden / heads
+    "gemma2": ("gemma2", "Gemma2ForCausalLM", {"head_dim": 32}),
     "phi3": ("phi3", "Phi3ForCausalLM", {}),  # fused qkv_proj and gate_up_proj
     "mixtral": ("mixtral", "MixtralForCausalLM", {"num_local_experts": 4}),
     "qwen2_moe": ("qwen2_moe", "Qwen2MoeForCausalLM", {"num_experts": 4, "moe_intermediate_size": 32,
@@ -32,15 +33,22 @@ def config_of(family: str) -> dict:
     return {**SIZES, "model_type": model_type, "architectures": [architecture], **extra}
 
 
-def build_base(family: str, folder: Path, *, seed: int = 0) -> Path:
+def build_base(family: str, folder: Path, *, seed: int = 0, tokenizer: Path | None = None) -> Path:
+    """The family's tiny model, saved in `folder`; with the tokenizer of another tiny model
+    (`tokenizer`, a folder), its vocabulary and special tokens, so that vLLM can serve it."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
 
     config = config_of(family)
+    if tokenizer is not None:
+        loaded = PreTrainedTokenizerFast.from_pretrained(tokenizer)
+        config.update(vocab_size=len(loaded), bos_token_id=loaded.bos_token_id,
+                      eos_token_id=loaded.eos_token_id, pad_token_id=loaded.pad_token_id)
+        loaded.save_pretrained(folder)
     settings = {key: value for key, value in config.items() if key != "model_type"}
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(config["model_type"], **settings))
-    model.save_pretrained(folder)
+    model.to(torch.float32).save_pretrained(folder)
     return folder
 
 
@@ -51,11 +59,9 @@ def build_adapter(base: Path, folder: Path, *, seed: int = 0, **lora: object) ->
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(base)
-    peft_model = get_peft_model(model, LoraConfig(**{"r": 4, "lora_alpha": 8, **lora}))
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, parameter in peft_model.named_parameters():
-            if "lora_B" in name or "lora_embedding_B" in name:
-                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.1)
-    peft_model.save_pretrained(folder, save_embedding_layers=False)
+    torch.manual_seed(seed)
+    # init_lora_weights=False: random A and B everywhere (embeddings too), so the adapter
+    # changes the output; peft's default starts one of them at zero.
+    config = LoraConfig(**{"r": 4, "lora_alpha": 8, "init_lora_weights": False, **lora})
+    get_peft_model(model, config).save_pretrained(folder, save_embedding_layers=False)
     return folder

@@ -15,6 +15,7 @@ from loraplane_client.connection import checked
 from signed_digests.digests import file_sha256
 
 SIGNATURE_FILE = "model.sig"
+MODEL_CARD_FILE = "README.md"
 PEFT_FILES = ("adapter_config.json", "adapter_model.safetensors")
 READ_BYTES = 1024 * 1024
 RETRY_STATUSES = (429, 503)
@@ -52,9 +53,10 @@ def files_to_send(source: Path) -> list[Path]:
         missing = [name for name in PEFT_FILES if not (source / name).is_file()]
         if missing:
             raise FileNotFoundError(f"{source} has no {missing[0]}; is it a PEFT adapter folder?")
-        # A model-signing signature beside the adapter travels with it; the registry verifies it
-        # against the tenant's keys.
-        return [source / name for name in (*PEFT_FILES, SIGNATURE_FILE) if (source / name).is_file()]
+        # The model card peft writes and a model-signing signature travel with the adapter when
+        # they are beside it; the registry keeps the card and verifies the signature.
+        return [source / name for name in (*PEFT_FILES, MODEL_CARD_FILE, SIGNATURE_FILE)
+                if (source / name).is_file()]
     if source.is_file():
         return [source]
     raise FileNotFoundError(f"{source} does not exist")

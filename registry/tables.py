@@ -179,6 +179,8 @@ class AdapterVersion(Base):
         ForeignKey("identities.id", name="fk_adapter_versions_uploader_identity"))
     # The model-signing signature it came with, once verified: file, sha256, key fingerprint.
     upload_signature: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # README.md as uploaded (at most 256 KiB of UTF-8), also a blob in the manifest.
+    model_card: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = created_at_column()
 
 

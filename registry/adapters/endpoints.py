@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Path, Query
+from fastapi.responses import PlainTextResponse
 from sqlalchemy.orm import Session
 
 from registry.adapters import service
@@ -58,6 +59,19 @@ def get_version(
     principal: Principal = Depends(authenticated), session: Session = RequestSession,
 ):
     return service.get_version(session, principal, tenant, name, number)
+
+
+@router.get("/{tenant}/{name}/versions/{number}/model-card", response_class=PlainTextResponse,
+            responses={200: {"content": {"text/markdown": {}},
+                             "description": "The README.md uploaded beside the adapter."}})
+def get_model_card(
+    tenant: str = Tenant, name: str = Name, number: int = Number,
+    principal: Principal = Depends(authenticated), session: Session = RequestSession,
+):
+    # Uploaded text: never sniffed as HTML, and sandboxed should a browser render it anyway.
+    return PlainTextResponse(service.card_of(session, principal, tenant, name, number),
+                             media_type="text/markdown; charset=utf-8",
+                             headers={"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "sandbox"})
 
 
 @router.get("/{tenant}/{name}/versions/{number}/download", response_model=DownloadOut)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from registry import audit
-from registry.adapters import artifact, repository, validation
+from registry.adapters import artifact, model_card, repository, validation
 from registry.adapters.lora_layout import LoraLayout
 from registry.adapters.peft_config import LoraSpec
 from registry.adapters.receive import WEIGHTS_SHA256_FIELD, ReceivedUpload
@@ -52,10 +52,10 @@ def upload_target(session: Session, *, tenant: str, name: str, spec: LoraSpec,
 
 
 def record_version(session: Session, principal: Principal, target: UploadTarget, spec: LoraSpec,
-                   layout: LoraLayout, manifest: list[dict], upload_signature: dict | None = None
-                   ) -> tuple[VersionOut, bool]:
-    """Record a checked, stored version, with its verified signature if it came with one.
-    Returns (version, created)."""
+                   layout: LoraLayout, manifest: list[dict], upload_signature: dict | None = None,
+                   card: str | None = None) -> tuple[VersionOut, bool]:
+    """Record a checked, stored version, with its verified signature and its model card if they
+    came with it. Returns (version, created)."""
     adapter = repository.lock_or_create_adapter(session, target.tenant_id, target.name, target.base.id)
     _check_same_base(adapter, target.base, target.tenant, target.name)  # another upload may have won
     digest = manifest_digest(manifest)
@@ -79,6 +79,7 @@ def record_version(session: Session, principal: Principal, target: UploadTarget,
         uploaded_by_token_id=principal.token_id,
         uploaded_by_identity_id=principal.identity_id or None,
         upload_signature=upload_signature,
+        model_card=card,
     )
     session.add(version)
     session.flush()
@@ -102,12 +103,17 @@ def store_blobs(store: ArtifactStore, files: AdapterFiles, received: ReceivedUpl
         received.streamed.complete()
     else:
         store.put_file(artifact.blob_key(files.weights_sha256), files.weights)
+    card = None
+    if files.model_card is not None:
+        card_sha256 = hashlib.sha256(files.model_card).hexdigest()
+        store.put_bytes(artifact.blob_key(card_sha256), files.model_card)
+        card = {"name": model_card.FILE, "sha256": card_sha256, "size": len(files.model_card)}
     signature = files.signature
     if signature is not None:
         store.put_file(artifact.blob_key(signature.sha256), signature.path)
     return artifact.manifest(
         config_sha256=config_sha256, config_size=len(files.config),
-        weights_sha256=files.weights_sha256, weights_size=files.weights_size,
+        weights_sha256=files.weights_sha256, weights_size=files.weights_size, model_card=card,
         signature=None if signature is None else {"name": signature.filename,
                                                   "sha256": signature.sha256, "size": signature.size})
 
@@ -146,6 +152,16 @@ def list_versions(session: Session, principal: Principal, tenant: str, name: str
 def get_version(session: Session, principal: Principal, tenant: str, name: str, number: int) -> VersionOut:
     principal.require(READERS, tenant)
     return version_out(session, find_version(session, tenant, name, number))
+
+
+def card_of(session: Session, principal: Principal, tenant: str, name: str, number: int) -> str:
+    principal.require(READERS, tenant)
+    card = find_version(session, tenant, name, number).model_card
+    if card is None:
+        raise NotFound(f"{tenant}/{name}@{number} was uploaded without a model card",
+                       code="model_card_not_found",
+                       hint=f"Upload the adapter with the {model_card.FILE} peft writes beside it.")
+    return card
 
 
 def download(session: Session, store: ArtifactStore, settings: RegistrySettings,

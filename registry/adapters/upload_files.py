@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from registry.adapters import archive, upload_signature
+from registry.adapters import archive, model_card, upload_signature
 from registry.adapters.peft_config import FILE as CONFIG_FILE
 from registry.adapters.receive import ReceivedFile
 from registry.adapters.safetensors_check import FILE as WEIGHTS_FILE
@@ -22,6 +22,7 @@ class AdapterFiles:
     weights_sha256: str
     weights_size: int
     signature: ReceivedFile | None = None  # model.sig, checked for size only
+    model_card: bytes | None = None  # README.md, checked: UTF-8 text of bounded size
 
 
 def collect(received: list[ReceivedFile], settings: RegistrySettings, workdir: Path) -> AdapterFiles:
@@ -44,12 +45,12 @@ def collect(received: list[ReceivedFile], settings: RegistrySettings, workdir: P
             raise BadRequest("send one archive, or the two PEFT files, not both", code="mixed_upload",
                              hint="Upload either adapter.tgz alone, or the two files alone.")
         by_name = _unpack(by_name[archives[0]], settings, workdir)
-    unknown = sorted(set(by_name) - {CONFIG_FILE, WEIGHTS_FILE, upload_signature.FILE})
+    unknown = sorted(set(by_name) - {CONFIG_FILE, WEIGHTS_FILE, model_card.FILE, upload_signature.FILE})
     if unknown:
         raise UnsupportedMediaType(
             f"{unknown[0]} is not a PEFT adapter file", code="unexpected_file",
-            hint=f"Send {CONFIG_FILE} and {WEIGHTS_FILE} (and optionally {upload_signature.FILE}), "
-                 "or a .tar.gz/.tgz/.tar/.zip of them.",
+            hint=f"Send {CONFIG_FILE} and {WEIGHTS_FILE} (and optionally {model_card.FILE} and "
+                 f"{upload_signature.FILE}), or a .tar.gz/.tgz/.tar/.zip of them.",
         )
     for required in (CONFIG_FILE, WEIGHTS_FILE):
         if required not in by_name:
@@ -65,8 +66,15 @@ def collect(received: list[ReceivedFile], settings: RegistrySettings, workdir: P
         raise PayloadTooLarge(f"{upload_signature.FILE} is larger than {upload_signature.MAX_BYTES} "
                               "bytes", code="signature_too_large",
                               hint="A model-signing bundle signed with a key is a few kilobytes.")
+    card = by_name.get(model_card.FILE)
+    if card is not None:
+        model_card.check_size(card.size)  # before it is read
+    card_bytes = None if card is None else card.path.read_bytes()
+    if card_bytes is not None:
+        model_card.check(card_bytes)
     return AdapterFiles(config=config.path.read_bytes(), weights=weights.path,
-                        weights_sha256=weights.sha256, weights_size=weights.size, signature=signature)
+                        weights_sha256=weights.sha256, weights_size=weights.size, signature=signature,
+                        model_card=card_bytes)
 
 
 def _unpack(packed: ReceivedFile, settings: RegistrySettings, workdir: Path) -> dict[str, ReceivedFile]:

@@ -122,8 +122,9 @@ def _check_files(signed, files: list[SignedFile]) -> None:
                  if uploaded[name] != signed_digests[name]]
     if problems:
         raise _refuse(f"{FILE} does not match the uploaded files: {'; '.join(problems)}",
-                      hint=f"Sign the folder that holds exactly {CONFIG_FILE} and {WEIGHTS_FILE}, "
-                           "as uploaded, and upload the signature made last.")
+                      hint=f"Sign the folder that holds exactly {CONFIG_FILE} and {WEIGHTS_FILE} "
+                           "(and README.md, when it is uploaded too), as uploaded, and upload the "
+                           "signature made last.")
 
 
 def _describe(error: Exception) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from registry.adapters import peft_config, service, upload_files, upload_signature, validation
+from registry.adapters import model_card, peft_config, service, upload_files, upload_signature, validation
 from registry.adapters.receive import BASE_MODEL_FIELD, ReceivedUpload
 from registry.adapters.safetensors_check import FILE as WEIGHTS_FILE
 from registry.adapters.schemas import VersionOut
@@ -33,8 +33,9 @@ def upload_version(store: ArtifactStore, settings: RegistrySettings, *, principa
     layout = validation.check_weights(files, spec, target.base.table, settings.max_header_bytes)
     manifest = service.store_blobs(store, files, received)
     with transaction() as session:
-        version, created = service.record_version(session, principal, target, spec, layout, manifest,
-                                                  signature)
+        version, created = service.record_version(
+            session, principal, target, spec, layout, manifest, signature,
+            card=None if files.model_card is None else files.model_card.decode())
         queued = (evaluations.request_required(session, tenant, name, version.number,
                                                actor=principal.label) if created else [])
     if queued:  # their tasks went to the workers as the transaction committed
@@ -43,6 +44,9 @@ def upload_version(store: ArtifactStore, settings: RegistrySettings, *, principa
 
 
 def _signed_files(files: upload_files.AdapterFiles) -> list[upload_signature.SignedFile]:
-    """What a signature must list: the adapter files, with the digests taken as they arrived."""
+    """What a signature must list: the adapter files (the model card too, when it came), with
+    the digests taken as they arrived."""
+    card = ([] if files.model_card is None else
+            [upload_signature.SignedFile(model_card.FILE, hashlib.sha256(files.model_card).hexdigest())])
     return [upload_signature.SignedFile(peft_config.FILE, hashlib.sha256(files.config).hexdigest()),
-            upload_signature.SignedFile(WEIGHTS_FILE, files.weights_sha256)]
+            upload_signature.SignedFile(WEIGHTS_FILE, files.weights_sha256), *card]

@@ -130,6 +130,10 @@ ENDPOINTS = {
         (lambda w: ("GET", "/v1/adapters/acme/matrix/versions", {}), READERS)],
     "GET /v1/adapters/{tenant}/{name}/versions/{number}": [
         (lambda w: ("GET", "/v1/adapters/acme/matrix/versions/1", {}), READERS)],
+    # The matrix's version has no model card: a reader is told so, anyone else is refused first.
+    "GET /v1/adapters/{tenant}/{name}/versions/{number}/model-card": [
+        (lambda w: ("GET", "/v1/adapters/acme/matrix/versions/1/model-card", {}),
+         expect(403, global_admin=404, acme_admin=404, acme_uploader=404, acme_reviewer=404))],
     "GET /v1/adapters/{tenant}/{name}/versions/{number}/download": [
         (lambda w: ("GET", "/v1/adapters/acme/matrix/versions/1/download", {}), READERS)],
     "POST /v1/adapters/{tenant}/{name}/versions": [

@@ -38,7 +38,9 @@ def version_view(session: Session, principal: Principal, tenant: str, name: str,
     # get_version has checked the viewer may see this version, and so its marks.
     marks = requalification.marks_of_version(
         session, principal, adapters.find_version(session, tenant, name, number).id)
-    return {"version": version, "evidence": [evidence_of(e) for e in full], "requalifications": marks,
+    card = adapters.find_version(session, tenant, name, number).model_card
+    return {"version": version, "model_card": card, "evidence": [evidence_of(e) for e in full],
+            "requalifications": marks,
             "provenance": _newest_per_pool(attestations.of_version(session, principal, tenant, name, number))}
 
 

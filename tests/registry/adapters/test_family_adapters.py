@@ -90,7 +90,7 @@ def per_expert(folder: Path, *, skip: str | None = None, wrong: str | None = Non
     import numpy as np
 
     rng = np.random.default_rng(0)
-    shapes = {"w1": (64, 128), "w3": (64, 128), "w2": (128, 64)}  # (in, out) of one expert
+    shapes = {"w1": (128, 256), "w3": (128, 256), "w2": (256, 128)}  # (in, out) of one expert
 
     def add(tensors: dict) -> None:
         for layer in (0, 1):
@@ -134,11 +134,11 @@ QKV0 = "base_model.model.model.layers.0.self_attn.qkv_proj"
     ("phi3", {"target_modules": ["qkv_proj"]},
      lambda folder: edit_tensors(folder, lambda t: t.update(
          {f"{QKV0}.lora_B.weight": t[f"{QKV0}.lora_B.weight"][:64]})),
-     "shape_mismatch", "module 'model.layers.0.self_attn.qkv_proj' (linear): expected lora_A (4, 64) "
-                       "and lora_B (128, 4), got (4, 64) and (64, 4)"),
+     "shape_mismatch", "module 'model.layers.0.self_attn.qkv_proj' (linear): expected lora_A (4, 128) "
+                       "and lora_B (256, 4), got (4, 128) and (64, 4)"),
     ("mixtral", {"target_modules": ["q_proj", "v_proj"]}, lambda folder: per_expert(folder, wrong="3.w2"),
      "shape_mismatch", "module 'model.layers.0.mlp.experts.3.w2' (expert_parameter): expected "
-                       "lora_A (4, 128) and lora_B (64, 4), got (4, 128) and (65, 4)"),
+                       "lora_A (4, 256) and lora_B (128, 4), got (4, 256) and (129, 4)"),
     ("mixtral", {"target_modules": ["q_proj", "v_proj"]}, lambda folder: per_expert(folder, skip="2.w3"),
      "incomplete_experts", "'model.layers.0.mlp.experts' has LoRAs for some experts but none for "
                            "expert 2's up_proj (1 missing)"),

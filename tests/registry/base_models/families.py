@@ -17,30 +17,30 @@ def experts(name: str, in_features: int, out_features: int) -> ModuleEntry:
                        out_features, 4, LAYERS)
 
 
-ATTENTION = {linear("self_attn.q_proj", 64, 64), linear("self_attn.k_proj", 64, 32),
-             linear("self_attn.v_proj", 64, 32), linear("self_attn.o_proj", 64, 64)}
-LLAMA_SHAPED = ATTENTION | {linear("mlp.gate_proj", 64, 128), linear("mlp.up_proj", 64, 128),
-                            linear("mlp.down_proj", 128, 64)}
+ATTENTION = {linear("self_attn.q_proj", 128, 128), linear("self_attn.k_proj", 128, 64),
+             linear("self_attn.v_proj", 128, 64), linear("self_attn.o_proj", 128, 128)}
+LLAMA_SHAPED = ATTENTION | {linear("mlp.gate_proj", 128, 256), linear("mlp.up_proj", 128, 256),
+                            linear("mlp.down_proj", 256, 128)}
 LAYER_MODULES = {
     "llama": LLAMA_SHAPED,
     "mistral": LLAMA_SHAPED,
     "qwen2": LLAMA_SHAPED,
-    # An explicit head_dim wider than hidden_size / heads: q is 4 x 32 wide, not 64.
-    "qwen3": {linear("self_attn.q_proj", 64, 128), linear("self_attn.k_proj", 64, 64),
-              linear("self_attn.v_proj", 64, 64), linear("self_attn.o_proj", 128, 64),
-              linear("mlp.gate_proj", 64, 128), linear("mlp.up_proj", 64, 128),
-              linear("mlp.down_proj", 128, 64)},
+    # An explicit head_dim wider than hidden_size / heads: q is 4 x 64 wide, not 128.
+    "qwen3": {linear("self_attn.q_proj", 128, 256), linear("self_attn.k_proj", 128, 128),
+              linear("self_attn.v_proj", 128, 128), linear("self_attn.o_proj", 256, 128),
+              linear("mlp.gate_proj", 128, 256), linear("mlp.up_proj", 128, 256),
+              linear("mlp.down_proj", 256, 128)},
     "gemma2": LLAMA_SHAPED,
     # Fused projections: q, k and v in one module, gate and up in another.
-    "phi3": {linear("self_attn.qkv_proj", 64, 128), linear("self_attn.o_proj", 64, 64),
-             linear("mlp.gate_up_proj", 64, 256), linear("mlp.down_proj", 128, 64)},
+    "phi3": {linear("self_attn.qkv_proj", 128, 256), linear("self_attn.o_proj", 128, 128),
+             linear("mlp.gate_up_proj", 128, 512), linear("mlp.down_proj", 256, 128)},
     # Experts as 3-D parameters (experts, out, in), and a router that holds its weight itself.
-    "mixtral": ATTENTION | {linear("mlp.gate", 64, 4), experts("gate_up_proj", 64, 256),
-                            experts("down_proj", 128, 64)},
+    "mixtral": ATTENTION | {linear("mlp.gate", 128, 4), experts("gate_up_proj", 128, 512),
+                            experts("down_proj", 256, 128)},
     # Routed experts beside a shared expert of plain linears, and its gate.
-    "qwen2_moe": ATTENTION | {linear("mlp.gate", 64, 4), linear("mlp.shared_expert.gate_proj", 64, 64),
-                              linear("mlp.shared_expert.up_proj", 64, 64),
-                              linear("mlp.shared_expert.down_proj", 64, 64),
-                              linear("mlp.shared_expert_gate", 64, 1),
-                              experts("gate_up_proj", 64, 64), experts("down_proj", 32, 64)},
+    "qwen2_moe": ATTENTION | {linear("mlp.gate", 128, 4), linear("mlp.shared_expert.gate_proj", 128, 64),
+                              linear("mlp.shared_expert.up_proj", 128, 64),
+                              linear("mlp.shared_expert.down_proj", 64, 128),
+                              linear("mlp.shared_expert_gate", 128, 1),
+                              experts("gate_up_proj", 128, 64), experts("down_proj", 32, 128)},
 }

@@ -55,7 +55,7 @@ def test_every_family_registers_with_the_modules_its_layers_hold(admin, family):
     in_layers = {name: shape for name, shape in modules_of(base).items() if shape[4]}
     assert in_layers == {entry.name: (entry.kind, entry.in_features, entry.out_features, entry.experts, 2)
                          for entry in LAYER_MODULES[family]}
-    assert modules_of(base)["model.embed_tokens"] == ("embedding", 256, 64, None, 0)
+    assert modules_of(base)["model.embed_tokens"] == ("embedding", 256, 128, None, 0)
 
 
 def test_a_second_base_from_the_same_config_shares_its_table(admin, base_model, tiny_base):
