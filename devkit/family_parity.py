@@ -5,8 +5,8 @@ For one base and one peft adapter:
 - the registry's verdict is the upload check itself: the module table derived from the base's
   config, then adapter_config.json and every tensor checked against it;
 - vLLM's verdict comes from a real engine serving the base. It either refuses to load the
-  adapter, or serves it. Served tokens are then compared with peft's merged-weights reference
-  (workers/evaluation/parity.py), teacher-forced, as every evaluation does. Served means equal
+  adapter, or serves it. Served tokens are then compared with peft's own forward pass
+  (workers/evaluation/parity.py, unmerged), teacher-forced. Served means equal
   greedy tokens within the parity tolerance; wrong means other tokens. An adapter whose tokens
   equal the base's own proves nothing either way (vLLM may have ignored it): no_effect, a probe
   to make stronger, never counted as agreement. An engine that dies on the request (vLLM's
@@ -110,7 +110,8 @@ class Engine:
             if not self.alive():
                 return "crashed", self.cause_of_death()
             return "refused", f"{type(failed).__name__}: {failed}"[:500]
-        parity = self.reference.compare(adapter_dir, [(p, ids, lps) for p, (ids, lps) in zip(self.prompts, served)])
+        parity = self.reference.compare(adapter_dir, [(p, ids, lps) for p, (ids, lps) in zip(self.prompts, served)],
+                                        merge=False)  # peft's own forward: what the adapter means
         worst = max(check.max_logprob_diff for check in parity)
         if not all(check.tokens_match for check in parity) or worst > TOLERANCE:
             return "wrong", f"tokens differ from peft's, or their log-probabilities by {worst:.2g}"

@@ -36,13 +36,18 @@ class Reference:
         self.base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
                                                          device_map="cpu").eval()
 
-    def compare(self, adapter_dir: Path,
-                items: list[tuple[list[int], list[int], list[float]]]) -> list[ParityExample]:
-        """items: (prompt ids, the engine's generated ids, the engine's logprobs of those ids)."""
+    def compare(self, adapter_dir: Path, items: list[tuple[list[int], list[int], list[float]]], *,
+                merge: bool = True) -> list[ParityExample]:
+        """items: (prompt ids, the engine's generated ids, the engine's logprobs of those ids).
+        merge=False compares with peft's own forward pass instead of merged weights: they differ
+        where merging changes more than the adapter does (an embedding LoRA merged into an
+        embedding that the output layer shares)."""
         import torch
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(copy.deepcopy(self.base), adapter_dir).merge_and_unload()
+        model = PeftModel.from_pretrained(copy.deepcopy(self.base), adapter_dir)
+        if merge:
+            model = model.merge_and_unload()
         scored = [(i, item) for i, item in enumerate(items) if item[1]]
         results = [ParityExample(0.0, True)] * len(items)
         if not scored:
