@@ -78,7 +78,7 @@ def check_layout(tensors: list[TensorInfo], spec: LoraSpec, table: ModuleTable) 
 
 
 def _site(name: TensorName, tensor: TensorInfo, table: ModuleTable, targets: Targets) -> Site:
-    entry = table.entry(name.pattern)
+    entry = table.entry(name.pattern, name.layer)
     if entry is not None and entry.kind == ("embedding" if name.weight == "embedding" else "linear"):
         _check_layer(name, tensor, entry)
         return Site(name.module, entry, name.weight if name.weight == "embedding" else "linear",
@@ -126,7 +126,7 @@ def _expert_parameter(name: TensorName, tensor: TensorInfo, owner: str, hops: in
 
 def _expert_slice(name: TensorName, tensor: TensorInfo, found: re.Match, table: ModuleTable) -> Site:
     parameter, half = EXPERT_PROJECTIONS.get(found["projection"], (None, None))
-    entry = table.entry(f"{found['owner']}.{parameter}") if parameter else None
+    entry = table.entry(f"{found['owner']}.{parameter}", name.layer) if parameter else None
     if entry is None or int(found["expert"]) >= (entry.experts or 0):
         raise refuse(f"tensor {tensor.name!r} is for expert module {name.module!r}, which "
                      f"{table.architecture} does not have", code="unknown_module",
@@ -171,9 +171,9 @@ def _check_served(site: Site, tensor: TensorInfo, table: ModuleTable, facts: Lor
 def _targeted(site: Site, name: TensorName, table: ModuleTable, targets: Targets) -> bool:
     if site.form == "experts_3d":
         return True  # _expert_parameter found it in target_parameters
-    if targets.module(name.module) or (site.form == "linear" and targets.parameter(f"{name.module}.weight")):
+    if site.form == "linear" and targets.parameter(f"{name.module}.weight"):
         return True
-    return targets.all_linear and site.form == "linear" and not _is_output(site.entry, table)
+    return targets.module(name.module, linear=site.form == "linear" and not _is_output(site.entry, table))
 
 
 def _is_output(entry: ModuleEntry, table: ModuleTable) -> bool:
@@ -238,16 +238,17 @@ def _check_targets_covered(table: ModuleTable, targets: Targets, pairs: dict) ->
             if entry.kind == "expert_parameter":
                 targeted = targets.parameter(path)
             else:
-                targeted = targets.module(path) or (targets.all_linear and entry.kind == "linear"
-                                                    and not _is_output(entry, table))
+                targeted = targets.module(path, linear=entry.kind == "linear" and not _is_output(entry, table))
             if targeted and path not in pairs:
                 raise refuse(
                     f"adapter_config.json targets {path!r}, but no tensor is saved for it",
                     code="target_without_tensors",
                     hint="Save the adapter again, or correct target_modules, target_parameters or "
                          "layers_to_transform to the modules it was trained on.")
-    for target in targets.listed:
-        if not any(key == target or key.endswith("." + target) for key in pairs):
-            raise refuse(f"target_modules lists {target!r} but no tensor is saved for it",
-                         code="target_without_tensors",
-                         hint="Save the adapter again, or remove the module from target_modules.")
+    # peft saves a list naming modules a family lacks (Llama's names on Phi-3), as long as one
+    # of them matched: only a list that matched nothing is refused.
+    if targets.listed and not any(key == target or key.endswith("." + target)
+                                  for target in targets.listed for key in pairs):
+        raise refuse(f"target_modules lists {', '.join(map(repr, targets.listed[:5]))} but no "
+                     "tensor is saved for any of them", code="target_without_tensors",
+                     hint="Save the adapter again, or correct target_modules.")

@@ -111,6 +111,8 @@ def _refuse_per_module_scaling(config: dict, r: int, alpha: float) -> None:
 
 def _targets(config: dict) -> tuple[str, ...] | str:
     targets = config.get("target_modules")
+    if targets == [] and config.get("target_parameters"):
+        return ()  # peft saves this for an adapter of expert parameters only
     if targets is None or targets == [] or targets == "":
         raise refuse("target_modules is missing", code="missing_field")
     if isinstance(targets, str):

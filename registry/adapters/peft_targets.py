@@ -30,7 +30,8 @@ class Targets:
         self._excluded = tuple(config.get("exclude_modules") or ())
         self._parameters = tuple(config.get("target_parameters") or ())
         layers = config.get("layers_to_transform")
-        self._layers = None if layers is None else frozenset([layers] if isinstance(layers, int) else layers)
+        # peft reads an empty list as no filter at all
+        self._layers = None if layers in (None, []) else frozenset([layers] if isinstance(layers, int) else layers)
         pattern = config.get("layers_pattern")
         names = [pattern] if isinstance(pattern, str) else pattern
         self._layer_number = ANY_LAYER if not names else re.compile(
@@ -45,9 +46,13 @@ class Targets:
     def parameters(self) -> tuple[str, ...]:
         return self._parameters
 
-    def module(self, path: str) -> bool:
+    def module(self, path: str, *, linear: bool = False) -> bool:
+        """`linear`: the module is a linear layer other than the output embedding, which is
+        what "all-linear" expands to."""
         if _named(path, self._excluded):
             return False
+        if self.all_linear:
+            return linear
         if isinstance(self._modules, str):
             return self._regex_match is not None and self._regex_match(path)
         if path in self._modules:

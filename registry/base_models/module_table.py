@@ -62,9 +62,12 @@ class ModuleTable:
         return cls(**{**data, "modules": tuple(ModuleEntry(**{**entry, "layers": tuple(entry["layers"])})
                                                for entry in data["modules"])})
 
-    def entry(self, pattern: str) -> ModuleEntry | None:
-        """The module at this name, with `*` for its layer number."""
-        return self._by_name.get(pattern)
+    def entry(self, pattern: str, layer: int | None = None) -> ModuleEntry | None:
+        """The module at this name (`*` for its layer number) in this layer. A name can have
+        several shapes: Gemma 4's global-attention layers are wider than its local ones."""
+        found = self._by_name.get(pattern, [])
+        in_layer = [entry for entry in found if layer is None or layer in entry.layers or not entry.layers]
+        return (in_layer or found or [None])[0]
 
     def expert_parameters(self, owner: str) -> list[ModuleEntry]:
         """The 3-D parameters a module holds, in the order the model registers them."""
@@ -78,8 +81,11 @@ class ModuleTable:
                        for entry in self.modules)
 
     @cached_property
-    def _by_name(self) -> dict[str, ModuleEntry]:
-        return {entry.name: entry for entry in self.modules}
+    def _by_name(self) -> dict[str, list[ModuleEntry]]:
+        named: dict[str, list[ModuleEntry]] = {}
+        for entry in self.modules:
+            named.setdefault(entry.name, []).append(entry)
+        return named
 
 
 def derive(config: dict, *, python: str = sys.executable) -> ModuleTable:

@@ -54,6 +54,8 @@ def describe(config: dict) -> dict:
         owner_name, _, parameter_name = name.rpartition(".")
         if parameter.dim() == 3:  # experts fused into one parameter: (experts, out, in)
             experts, out_features, in_features = parameter.shape
+            if getattr(model.get_submodule(owner_name), "is_transposed", False):  # GPT-OSS: (experts, in, out)
+                experts, in_features, out_features = parameter.shape
             _add(found, name, ("expert_parameter", in_features, out_features, experts))
         elif (parameter.dim() == 2 and parameter_name == "weight"
               and not isinstance(model.get_submodule(owner_name), layers_with_weights)):

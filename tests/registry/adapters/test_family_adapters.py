@@ -63,6 +63,11 @@ def upload(client: httpx.Client, name: str, folder: Path) -> httpx.Response:
     ("mixtral", {"target_modules": ["q_proj", "v_proj"]}, ["q_proj", "v_proj"]),
     # Only layer 1, as layers_to_transform says.
     ("mistral", {"target_modules": ["q_proj"], "layers_to_transform": [1]}, ["q_proj"]),
+    # Llama's list on Phi-3: peft targets the two names Phi-3 has, and saves the whole list.
+    ("phi3", {"target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]},
+     ["down_proj", "o_proj"]),
+    ("gemma2", {"target_modules": "all-linear", "exclude_modules": ["down_proj"]},
+     ["gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]),
 ])
 def test_real_peft_adapters_of_each_family_are_accepted(uploader, adapter, family, lora, modules):
     response = upload(uploader, f"family-{family}", adapter(family, **lora))
@@ -128,6 +133,9 @@ QKV0 = "base_model.model.model.layers.0.self_attn.qkv_proj"
     # under a regex key: the registry accepts only module names as keys for now.
     ("mixtral", {"target_modules": "all-linear"}, None, "config_option_refused",
      "adapter_config.json: rank_pattern is {\".*\\\\.gate_up_proj\": 8}; its keys are matched"),
+    # Experts only: peft saves an empty target_modules beside target_parameters.
+    ("mixtral", {"target_modules": [], "target_parameters": ["mlp.experts.gate_up_proj"]}, None,
+     "module_not_served", "vLLM 0.32.0 takes expert LoRAs for MixtralForCausalLM one expert at a time"),
     # peft's 3-D expert LoRA: vLLM's Mixtral takes expert LoRAs one expert at a time.
     ("mixtral", {"target_modules": ["q_proj"], "target_parameters": ["mlp.experts.down_proj"]}, None,
      "module_not_served", "vLLM 0.32.0 takes expert LoRAs for MixtralForCausalLM one expert at a time"),
@@ -155,7 +163,7 @@ QKV0 = "base_model.model.model.layers.0.self_attn.qkv_proj"
      lambda folder: edit_tensors(folder, lambda t: t.update(
          {name.replace("qkv_proj", "q_proj"): value for name, value in list(t.items())})),
      "unknown_module", "is for module 'model.layers.0.self_attn.q_proj', which Phi3ForCausalLM does not have"),
-], ids=["embedding_not_served", "mixtral_all_linear", "experts_3d_not_served", "fused_wrong_shape", "expert_wrong_shape",
+], ids=["embedding_not_served", "mixtral_all_linear", "experts_only_not_served", "experts_3d_not_served", "fused_wrong_shape", "expert_wrong_shape",
         "expert_missing", "layers_to_transform_missing_layer", "layers_to_transform_extra_layer",
         "module_the_family_lacks"])
 def test_what_vllm_would_not_serve_is_refused_naming_the_module(uploader, adapter, stored_state,

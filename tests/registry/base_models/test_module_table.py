@@ -37,3 +37,22 @@ def test_a_table_survives_its_json_round_trip():
     table = derive(config_of("mixtral"))
     assert ModuleTable.from_json(table.to_json()) == table
     assert table.lora_tensor_bound() == 2 * (1 + 2 * 5 + 1 + 2 * 2 * 3 * 4)  # experts one by one
+
+
+def test_a_module_with_two_shapes_is_checked_against_the_one_in_its_layer():
+    """Gemma 4's global-attention layers are wider than its local ones: one name, two rows."""
+    from registry.adapters.lora_layout import check_layout
+    from registry.adapters.peft_config import parse_config
+    from registry.adapters.safetensors_check import TensorInfo
+    from registry.base_models.module_table import ModuleEntry
+
+    table = ModuleTable("LocalGlobalForCausalLM", "5.25.0", 64, 2, 256, False, (
+        ModuleEntry("model.layers.*.self_attn.q_proj", "linear", 64, 128, None, (0,)),
+        ModuleEntry("model.layers.*.self_attn.q_proj", "linear", 64, 256, None, (1,))))
+    spec = parse_config(b'{"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"], '
+                        b'"base_model_name_or_path": "local-global"}')
+    tensors = [TensorInfo(f"base_model.model.model.layers.{layer}.self_attn.q_proj.lora_{side}.weight", "F32",
+                          shape, 0, 0)
+               for layer, out in ((0, 128), (1, 256)) for side, shape in (("A", (4, 64)), ("B", (out, 4)))]
+
+    assert check_layout(tensors, spec, table).modules == ("q_proj",)

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from devkit.pipeline_steps import request_promotion
+from devkit.services import wait_for
 from tests.support.asserts import assert_refused
 from tests.support.promotions import active_set, served
 
@@ -123,4 +124,7 @@ def test_two_concurrent_approvals_activate_once(promo_pools, make_ready, uploade
         client.close()
 
     assert sorted(r.status_code for r in responses) == [200, 409], [r.text for r in responses]
+    # When the other process won, this one's in-memory active set hears of it by notification,
+    # a moment after the commit: wait for the change, then check it happened once.
+    wait_for(lambda: active_set(admin, pool)["generation"] > before, timeout_s=10, what="a new generation")
     assert active_set(admin, pool)["generation"] == before + 1
