@@ -153,8 +153,7 @@ def _check_served(site: Site, tensor: TensorInfo, table: ModuleTable, facts: Lor
         return  # an architecture vLLM's facts do not cover: the pool's engine judges it
     short = site.entry.short_name
     why = None
-    output_embedding = (site.form == "linear" and not site.entry.layers
-                        and site.entry.out_features == table.vocab_size)
+    output_embedding = site.form == "linear" and table.is_output_embedding(site.entry)
     if (site.form == "embedding" or output_embedding) and short not in facts.embedding_modules:
         why = f"vLLM {vllm_support.version()} serves no LoRA on {short} for {table.architecture}"
     elif site.form == "linear" and short in facts.packed_modules and short not in facts.packed_modules[short]:
@@ -173,11 +172,7 @@ def _targeted(site: Site, name: TensorName, table: ModuleTable, targets: Targets
         return True  # _expert_parameter found it in target_parameters
     if site.form == "linear" and targets.parameter(f"{name.module}.weight"):
         return True
-    return targets.module(name.module, linear=site.form == "linear" and not _is_output(site.entry, table))
-
-
-def _is_output(entry: ModuleEntry, table: ModuleTable) -> bool:
-    return not entry.layers and entry.out_features == table.vocab_size
+    return targets.module(name.module, linear=site.form == "linear" and not table.is_output_embedding(site.entry))
 
 
 def _check_pair(site: Site, pair: dict[str, TensorInfo], rank: int) -> None:
@@ -238,7 +233,7 @@ def _check_targets_covered(table: ModuleTable, targets: Targets, pairs: dict) ->
             if entry.kind == "expert_parameter":
                 targeted = targets.parameter(path)
             else:
-                targeted = targets.module(path, linear=entry.kind == "linear" and not _is_output(entry, table))
+                targeted = targets.module(path, linear=entry.kind == "linear" and not table.is_output_embedding(entry))
             if targeted and path not in pairs:
                 raise refuse(
                     f"adapter_config.json targets {path!r}, but no tensor is saved for it",

@@ -4,15 +4,14 @@ evaluations that let it through, and the base model it serves on."""
 
 from __future__ import annotations
 
-import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
 
+from registry.base_models.stored_tables import config_digest
 from registry.evaluations.repository import latest_evaluations
 from registry.tables import Adapter, AdapterVersion, BaseModel, Identity, Pool, Promotion, Tenant
-from signed_digests.provenance import canonical
 
 
 def served_name(session: Session, version: AdapterVersion) -> str:
@@ -33,7 +32,7 @@ def predicate(session: Session, promotion: Promotion, action: str,
         "weight": promotion.weight if promotion.weight is not None else 100,
         "promotion_id": promotion.id,
         "base_model": {"name": base.name,
-                       "config_sha256": hashlib.sha256(canonical(base.config)).hexdigest()},
+                       "config_sha256": config_digest(base.config)},
         "evaluations": [_evaluation(suite, e) for suite, e in
                         sorted(latest_evaluations(session, version.id).items())],
         "uploader": _person(session, version.uploaded_by_identity_id, version.uploaded_by),

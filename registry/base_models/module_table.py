@@ -74,6 +74,10 @@ class ModuleTable:
         return [entry for entry in self.modules
                 if entry.kind == "expert_parameter" and entry.name.rsplit(".", 1)[0] == owner]
 
+    def is_output_embedding(self, entry: ModuleEntry) -> bool:
+        """The lm_head: a linear outside the layers, as wide as the vocabulary."""
+        return entry.kind == "linear" and not entry.layers and entry.out_features == self.vocab_size
+
     def lora_tensor_bound(self) -> int:
         """The most tensors a LoRA of this base can hold: two for every module in every layer,
         and for every expert's gate, up and down projections where they are saved one by one."""

@@ -14,13 +14,15 @@ from registry.tables import BaseModel
 from signed_digests.provenance import canonical
 
 
-def config_sha256(config: dict[str, Any]) -> str:
+def config_digest(config: dict[str, Any]) -> str:
+    """The base's config.json, canonical, as attestations name it (config_sha256): the key of its
+    module table, and what requalification compares."""
     return hashlib.sha256(canonical(config)).hexdigest()
 
 
 def table_for_config(session: Session, config: dict[str, Any]) -> ModuleTable:
     """The stored table of this config, derived and stored first if there is none."""
-    digest = config_sha256(config)
+    digest = config_digest(config)
     stored = repository.stored_table(session, digest)
     if stored is not None:
         return ModuleTable.from_json(stored)

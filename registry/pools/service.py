@@ -13,7 +13,7 @@ from registry.names import check_name
 from registry.pools import repository
 from registry.pools.schemas import PoolCreate, PoolOut, PoolUpdate
 from registry.requalification import service as requalification
-from registry.requalification.fingerprints import config_digest
+from registry.base_models.stored_tables import config_digest
 from registry.tables import BaseModel, Pool
 
 

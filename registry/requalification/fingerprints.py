@@ -1,4 +1,5 @@
-"""What identifies an engine and a base config, as digests that compare across processes.
+"""What identifies an engine, as a digest that compares across processes (a base config's is
+base_models.stored_tables.config_digest).
 
 Only what changes how an adapter behaves goes into the engine's fingerprint: the vLLM version,
 the dtype and the flags. Where a node runs (its URL) or when it reported does not."""
@@ -26,7 +27,3 @@ def engine_record(engine: dict[str, Any]) -> dict[str, Any]:
     """The engine as a mark or a pool keeps it: its fields and their fingerprint."""
     return {"sha256": engine_fingerprint(engine), **engine_fields(engine)}
 
-
-def config_digest(config: dict[str, Any]) -> str:
-    """The base's config.json, canonical, as attestations name it (config_sha256)."""
-    return hashlib.sha256(canonical(config)).hexdigest()

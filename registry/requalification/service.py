@@ -17,7 +17,8 @@ from registry.auth.principal import Principal
 from registry.clock import aware
 from registry.evaluations import rules as evaluation_rules
 from registry.requalification import marking, repository, settling
-from registry.requalification.fingerprints import config_digest, engine_record
+from registry.base_models.stored_tables import config_digest
+from registry.requalification.fingerprints import engine_record
 from registry.requalification.reasons import public_change, reason_text
 from registry.requalification.rules import BASE_CONFIG, ENGINE
 from registry.requalification.schemas import (

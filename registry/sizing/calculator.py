@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from registry.base_models.module_table import ModuleEntry, ModuleTable
+from registry.base_models.module_table import ModuleTable
 from registry.pools.schemas import VLLM_MAX_LORA_RANKS
 from registry.sizing.schemas import (
     ActiveSetFigures, Assumptions, Comparison, Deployment, Figure, LoraSlots, RankWaste,
@@ -61,13 +61,9 @@ def base_weight_bytes(table: ModuleTable, *, tied_embeddings: bool, dtype_bytes:
     # tied to the input one counted once, and two norm vectors per layer and a final one.
     # Biases (Qwen2's q/k/v) and rotary caches are left out: well under 0.1% of the weights.
     weights = sum(entry.weight_count() for entry in table.modules
-                  if not (tied_embeddings and _is_output_embedding(table, entry)))
+                  if not (tied_embeddings and table.is_output_embedding(entry)))
     norms = (2 * table.num_layers + 1) * table.hidden_size
     return (weights + norms) * dtype_bytes
-
-
-def _is_output_embedding(table: ModuleTable, entry: ModuleEntry) -> bool:
-    return entry.kind == "linear" and not entry.layers and entry.out_features == table.vocab_size
 
 
 def recommended_rank(largest: int) -> int | None:
