@@ -29,7 +29,7 @@ from safetensors.numpy import save_file
 
 from bench import report
 from devkit import engine, family_parity
-from devkit.family_models import FAMILIES, build_adapter, build_base, config_of
+from devkit.family_models import FAMILIES, build_base, config_of
 from devkit.services import free_port, start_vllm, stop_group
 from devkit.tiny_model import build_base_model
 from registry.adapters import lora_layout, peft_config, safetensors_check
@@ -44,8 +44,8 @@ LLAMA_70B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidd
 def family_outcomes(family: str, tokenizer: Path, work: Path) -> dict:
     base = build_base(family, work / "base", tokenizer=tokenizer)
     table = family_parity.table_of(base)
-    adapters = {recipe: build_adapter(base, work / recipe, seed=i, **lora)
-                for i, (recipe, lora) in enumerate(family_parity.recipes(table).items())}
+    tried = family_parity.adapters(base, table, work)
+    adapters = {recipe: served for recipe, (served, _) in tried.items()}
     spec = engine.EngineSpec(model_dir=base, served_name=f"family-{family}", port=free_port(),
                              max_loras=1, max_cpu_loras=2, max_lora_rank=8)
     try:
@@ -60,7 +60,8 @@ def family_outcomes(family: str, tokenizer: Path, work: Path) -> dict:
     try:
         for recipe, path in adapters.items():
             outcomes.append(family_parity.Outcome(family, recipe, *family_parity.registry_verdict(table, path),
-                                                  *served.verdict(f"{family}-{recipe}", path)))
+                                                  *served.verdict(f"{family}-{recipe}", path,
+                                                                  reference=tried[recipe][1])))
             if outcomes[-1].vllm == "crashed":  # the family's LoRA does not run here; no engine left
                 return {"family": family, "architecture": table.architecture, "vllm_runs_here": False,
                         "vllm_error": outcomes[-1].vllm_message,

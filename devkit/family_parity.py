@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from registry.adapters import lora_layout, peft_config, safetensors_check
+from registry.adapters import lora_layout, peft_config, safetensors_check, scaling_fold
 from registry.adapters.validation import header_limit
 from registry.base_models import config_checks, vllm_support
 from registry.base_models.module_table import ModuleTable, derive
@@ -58,13 +58,44 @@ class Outcome:
 
 def recipes(table: ModuleTable) -> dict[str, dict]:
     """The adapters each family is tried with: its attention projections (whatever the family
-    calls them: q_proj or a fused qkv_proj), every linear layer, and its input embedding with
-    one projection (an embedding LoRA, which vLLM takes for some families only)."""
+    calls them: q_proj or a fused qkv_proj), every linear layer, its input embedding with one
+    projection (an embedding LoRA, which vLLM takes for some families only), and the attention
+    projections with a rank_pattern and an alpha_pattern (two modules with their own scaling)."""
     attention = sorted({entry.short_name for entry in table.modules
                         if entry.kind == "linear" and ".self_attn." in entry.name})
     embedding = next(entry.short_name for entry in table.modules if entry.kind == "embedding")
     return {"attention": {"target_modules": attention}, "all-linear": {"target_modules": "all-linear"},
-            "embedding": {"target_modules": [embedding, attention[0]]}}
+            "embedding": {"target_modules": [embedding, attention[0]]},
+            "patterns": {"target_modules": attention, "rank_pattern": {attention[-1]: 8},
+                         "alpha_pattern": {attention[0]: 32}}}
+
+
+def adapters(base: Path, table: ModuleTable, work: Path) -> dict[str, tuple[Path, Path]]:
+    """Each recipe's adapter, built by peft, as recipe -> (what vLLM is given, what peft's
+    reference is computed from). `patterns-folded` gives vLLM the registry's fold of the
+    patterns adapter (an upload with fold_scaling), and keeps the upload as the reference."""
+    from devkit.family_models import build_adapter
+
+    built = {}
+    for seed, (recipe, lora) in enumerate(recipes(table).items()):
+        path = build_adapter(base, work / recipe, seed=seed, **lora)
+        built[recipe] = (path, path)
+    patterns = built["patterns"][0]
+    built["patterns-folded"] = (folded(table, patterns, work / "patterns-folded"), patterns)
+    return built
+
+
+def folded(table: ModuleTable, adapter_dir: Path, out: Path) -> Path:
+    """The adapter an upload of `adapter_dir` with fold_scaling serves, saved in `out`."""
+    spec = peft_config.parse_config((adapter_dir / "adapter_config.json").read_bytes())
+    weights = adapter_dir / "adapter_model.safetensors"
+    with weights.open("rb") as file:
+        tensors = safetensors_check.read_tensors(file, weights.stat().st_size, header_limit(table, 64 * 2**20))
+    out.mkdir(parents=True, exist_ok=True)
+    result = scaling_fold.fold(spec, lora_layout.check_layout(tensors, spec, table), weights, out, 2**31)
+    (out / "adapter_config.json").write_bytes(result.config)
+    result.weights.replace(out / "adapter_model.safetensors")
+    return out
 
 
 def table_of(base_dir: Path) -> ModuleTable:
@@ -99,7 +130,9 @@ class Engine:
         # Fixed prompts of ordinary token ids (above the special ones), the same for every adapter.
         self.prompts = [[(7 + 31 * i + 17 * j) % (vocab - 8) + 4 for j in range(6)] for i in range(PROMPTS)]
 
-    def verdict(self, name: str, adapter_dir: Path) -> tuple[str, str]:
+    def verdict(self, name: str, adapter_dir: Path, reference: Path | None = None) -> tuple[str, str]:
+        """Load `adapter_dir` and compare what vLLM serves with peft's forward pass of
+        `reference` (by default the same adapter)."""
         try:
             loaded = self.http.post("/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(adapter_dir)})
             if loaded.status_code != 200:
@@ -110,7 +143,8 @@ class Engine:
             if not self.alive():
                 return "crashed", self.cause_of_death()
             return "refused", f"{type(failed).__name__}: {failed}"[:500]
-        parity = self.reference.compare(adapter_dir, [(p, ids, lps) for p, (ids, lps) in zip(self.prompts, served)],
+        parity = self.reference.compare(reference or adapter_dir,
+                                        [(p, ids, lps) for p, (ids, lps) in zip(self.prompts, served)],
                                         merge=False)  # peft's own forward: what the adapter means
         worst = max(check.max_logprob_diff for check in parity)
         if not all(check.tokens_match for check in parity) or worst > TOLERANCE:

@@ -296,6 +296,9 @@ def push(
         "A PEFT adapter folder (its model-signing model.sig goes too), or a .tar.gz/.zip of one.")),
     adapter: str = typer.Option(..., help="tenant/name to upload to."),
     base_model: Optional[str] = typer.Option(None, help="Target base (default: from the config)."),
+    fold_scaling: bool = typer.Option(False, "--fold-scaling", help=(
+        "Serve a derived copy with rank_pattern/alpha_pattern folded into lora_B, for engines that "
+        "apply one lora_alpha/r to every module; the upload is kept as its provenance.")),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Upload a new adapter version. Identical bytes return the existing version."""
@@ -308,9 +311,13 @@ def push(
               "or digit.")
     with connect() as client:
         version, created = _call(lambda: push_adapter(client, source, tenant, name,
-                                                      base_model=base_model, show_progress=not quiet))
+                                                      base_model=base_model, fold_scaling=fold_scaling,
+                                                      show_progress=not quiet))
     console.print(f"{'created' if created else 'already uploaded as'} {version['served_name']} "
                   f"(rank {version['rank']}, sha256 {version['digest'][:12]}…)")
+    if version.get("derived_from"):
+        console.print(f"serves the scaling folded into lora_B; the upload is kept as sha256 "
+                      f"{version['derived_from']['digest'][:12]}…")
     _print_json(version)
 
 

@@ -63,7 +63,7 @@ def files_to_send(source: Path) -> list[Path]:
 
 
 def push(client: httpx.Client, source: Path, tenant: str, name: str, *,
-         base_model: str | None = None, show_progress: bool = True,
+         base_model: str | None = None, fold_scaling: bool = False, show_progress: bool = True,
          max_attempts: int = MAX_ATTEMPTS) -> tuple[dict, bool]:
     """Upload, and when the registry answers 429 or 503 (too many uploads at once, or a store
     briefly away) wait as long as its Retry-After says and send again, up to max_attempts in all.
@@ -72,6 +72,8 @@ def push(client: httpx.Client, source: Path, tenant: str, name: str, *,
     paths = files_to_send(source)
     total = sum(path.stat().st_size for path in paths)
     data = {"base_model": base_model} if base_model else {}
+    if fold_scaling:
+        data["fold_scaling"] = "true"
     weights = [path for path in paths if path.name == PEFT_FILES[1]]
     if weights:
         # Declared before the files, so the registry can stream the weights straight to storage

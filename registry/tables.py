@@ -181,6 +181,9 @@ class AdapterVersion(Base):
     upload_signature: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # README.md as uploaded (at most 256 KiB of UTF-8), also a blob in the manifest.
     model_card: Mapped[str | None] = mapped_column(Text)
+    # When the served bytes (digest, files) were derived from the upload: the upload's digest
+    # and manifest, and the transform (scaling_fold.TRANSFORM). None: served as uploaded.
+    derived_from: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = created_at_column()
 
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Literal
+
 from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import PlainTextResponse
 from sqlalchemy.orm import Session
@@ -77,6 +79,10 @@ def get_model_card(
 @router.get("/{tenant}/{name}/versions/{number}/download", response_model=DownloadOut)
 def download_version(
     tenant: str = Tenant, name: str = Name, number: int = Number,
+    artifact: Literal["served", "uploaded"] = Query(
+        "served", description="served: what nodes serve; uploaded: the files as uploaded (they "
+                              "differ when the version was uploaded with fold_scaling)"),
     principal: Principal = Depends(authenticated), session: Session = RequestSession,
 ):
-    return service.download(session, get_store(), get_settings(), principal, tenant, name, number)
+    return service.download(session, get_store(), get_settings(), principal, tenant, name, number,
+                            uploaded=artifact == "uploaded")

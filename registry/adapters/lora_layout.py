@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from registry.adapters import tensor_names
+from registry.adapters.module_scaling import Scaling
 from registry.adapters.peft_config import LoraSpec
 from registry.adapters.peft_targets import Targets
 from registry.adapters.safetensors_check import TensorInfo, refuse
@@ -30,11 +31,22 @@ EXPERT_PROJECTIONS = {"gate_proj": ("gate_up_proj", 0), "w1": ("gate_up_proj", 0
 
 
 @dataclass(frozen=True)
+class Pair:
+    """One module's (or expert parameter's) lora_A and lora_B, with peft's rank and scaling."""
+    key: str
+    form: str  # as Site.form
+    a: TensorInfo
+    b: TensorInfo
+    scaling: Scaling
+
+
+@dataclass(frozen=True)
 class LoraLayout:
-    rank: int
+    rank: int  # the largest a module may have (r, or a rank_pattern value): what vLLM checks
     modules: tuple[str, ...]  # short names of the modules with weights, e.g. ("q_proj", "v_proj")
     dtype: str
     tensor_count: int
+    pairs: tuple[Pair, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -65,16 +77,21 @@ def check_layout(tensors: list[TensorInfo], spec: LoraSpec, table: ModuleTable) 
         if not _targeted(site, name, table, targets):
             raise refuse(f"tensor {tensor.name!r} is for a module that target_modules does not target",
                          code="untargeted_module", hint="Add the module to target_modules, or drop it.")
+    scaling = spec.scaling()
+    checked = []
     for site, pair in pairs.values():
-        _check_pair(site, pair, spec.r)
+        module = scaling.of(site.key)
+        _check_pair(site, pair, module.rank)
+        checked.append(Pair(site.key, site.form, pair["A"], pair["B"], module))
     _check_experts_complete([site for site, _ in pairs.values() if site.form == "expert_slice"])
     _check_targets_covered(table, targets, pairs)
     dtypes = sorted({t.dtype for t in tensors})
     if len(dtypes) > 1:
         raise refuse(f"tensors mix dtypes {', '.join(dtypes)}", code="mixed_dtypes",
                      hint="Save every LoRA tensor in one dtype.")
-    return LoraLayout(rank=spec.r, modules=tuple(sorted({site.entry.short_name for site, _ in pairs.values()})),
-                      dtype=dtypes[0], tensor_count=len(tensors))
+    return LoraLayout(rank=max([spec.r, *(spec.raw.get("rank_pattern") or {}).values()]),
+                      modules=tuple(sorted({site.entry.short_name for site, _ in pairs.values()})),
+                      dtype=dtypes[0], tensor_count=len(tensors), pairs=tuple(checked))
 
 
 def _site(name: TensorName, tensor: TensorInfo, table: ModuleTable, targets: Targets) -> Site:
@@ -192,7 +209,7 @@ def _check_pair(site: Site, pair: dict[str, TensorInfo], rank: int) -> None:
         raise refuse(
             f"module {site.key!r} has rank {stored:g} but adapter_config.json says {rank}; "
             "vLLM would scale it wrongly", code="config_rank_mismatch",
-            hint="Fix r in adapter_config.json to match the weights.")
+            hint="Fix r (or the module's rank_pattern entry) in adapter_config.json to match the weights.")
     in_features, out_features = site.entry.in_features, site.out_features
     width = rank * experts
     if a.shape[1] != in_features or b.shape[0] != out_features:

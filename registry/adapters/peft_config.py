@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from registry.adapters import config_json, peft_keys, peft_targets, target_regex
+from registry.adapters import config_json, module_scaling, peft_keys, peft_targets, target_regex
 from registry.errors import Unprocessable
 
 FILE = "adapter_config.json"
@@ -27,6 +27,13 @@ class LoraSpec:
     target_modules: tuple[str, ...] | str
     base_model_name: str
     raw: dict[str, Any] = field(default_factory=dict)
+
+    def scaling(self) -> module_scaling.ModuleScaling:
+        """peft's rank and scaling for each module (rank_pattern, alpha_pattern, use_rslora).
+        One instance serves one upload: the pattern keys share a time budget."""
+        return module_scaling.ModuleScaling(
+            self.r, self.lora_alpha, self.raw.get("use_rslora") is True, self.raw.get("rank_pattern") or {},
+            self.raw.get("alpha_pattern") or {}, refuse)
 
     def targets(self) -> peft_targets.Targets:
         """PEFT's rule for which modules and expert parameters this config targets. One
@@ -64,7 +71,8 @@ def parse_config(data: bytes) -> LoraSpec:
                      code="bias_unsupported", hint="Train with LoraConfig(bias='none').")
     r = _rank(config.get("r"))
     alpha = _alpha(config.get("lora_alpha"))
-    _refuse_per_module_scaling(config, r, alpha)
+    _patterns(config, "rank_pattern", _rank)
+    _patterns(config, "alpha_pattern", _alpha)
     base = config.get("base_model_name_or_path")
     if not isinstance(base, str) or not base.strip():
         raise refuse("base_model_name_or_path is missing", code="missing_field",
@@ -93,20 +101,23 @@ def _alpha(value: Any) -> float:
     return float(value)
 
 
-def _refuse_per_module_scaling(config: dict, r: int, alpha: float) -> None:
-    """vLLM scales every module by one factor, lora_alpha / r, and ignores the patterns."""
-    for key, default, what in (("rank_pattern", r, "rank"), ("alpha_pattern", alpha, "alpha")):
-        patterns = config.get(key) or {}
-        if not isinstance(patterns, dict):
-            raise refuse(f"{key} must be an object")
-        for pattern, value in patterns.items():
-            if value != default:
-                raise refuse(
-                    f"{key} gives {str(pattern)[:60]!r} {what} {str(value)[:20]}, but vLLM applies "
-                    f"one scaling (lora_alpha / r) to every module, so it would serve this wrongly",
-                    code="per_module_scaling_unsupported",
-                    hint=f"Train with one r and lora_alpha for all modules (an empty {key}).",
-                )
+def _patterns(config: dict, key: str, check_value) -> dict:
+    """A rank_pattern or alpha_pattern: each key a regex peft can match cheaply, each value
+    checked as r or lora_alpha is."""
+    patterns = config.get(key) or {}
+    if not isinstance(patterns, dict):
+        raise refuse(f"{key} must be an object mapping module-name patterns to values")
+    for pattern, value in patterns.items():
+        if not pattern:
+            raise refuse(f"{key} has an empty key", hint="Use module names such as 'q_proj' as keys.")
+        target_regex.check(pattern, refuse, what=f"{key} key {pattern[:60]!r}")
+        try:
+            check_value(value)
+        except Unprocessable as refused:
+            raise refuse(f"{key} gives {pattern[:60]!r} a value that is not accepted: "
+                         f"{refused.message.removeprefix(FILE + ': ')}", code=refused.code,
+                         hint=refused.hint) from None
+    return patterns
 
 
 def _targets(config: dict) -> tuple[str, ...] | str:

@@ -4,8 +4,8 @@ The evaluation loads every adapter with `PeftModel.from_pretrained`, which does 
 says before the saved weights are loaded: `init_lora_weights: "pissa"` runs an SVD of every
 targeted base weight and changes those weights (minutes of CPU on a real base, and a reference
 that is no longer the base), `megatron_config` imports the module `megatron_core` names, a
-regex in `exclude_modules` or a pattern key is matched against every module name by `re`,
-without a time limit. So only the keys peft writes are accepted (those of PEFT_VERSION's
+regex in `exclude_modules` is matched against every module name by `re`, without a time
+limit (a pattern key is too, so parse_config bounds each one as target_modules' regex). So only the keys peft writes are accepted (those of PEFT_VERSION's
 LoraConfig; tests/registry/adapters/test_peft_keys.py compares them with the installed peft),
 and each key that changes how an adapter is built or loaded only with its inert default. The
 keys parse_config checks itself (peft_type, r, lora_alpha, bias, target_modules, ...) are
@@ -26,6 +26,7 @@ PEFT_VERSION = "0.21.2"
 TASK_TYPES = ("SEQ_CLS", "SEQ_2_SEQ_LM", "CAUSAL_LM", "TOKEN_CLS", "QUESTION_ANS",
               "FEATURE_EXTRACTION")
 MODULE_NAME = re.compile(r"[A-Za-z0-9_.]{1,100}")  # no regex syntax: '.' alone cannot backtrack
+MAX_PATTERN_KEYS = 64
 PLAIN_HINT = "Save the adapter with peft's save_pretrained, leaving this option at its default."
 
 Refuse = Callable[..., Unprocessable]
@@ -111,16 +112,12 @@ def _layers_pattern(value: Any) -> str | None:
     return "it must be null, or a module name or list of up to 16 (letters, digits, '_' and '.')"
 
 
-def _pattern_keys(value: Any) -> str | None:
-    """rank_pattern / alpha_pattern: parse_config checks their values; PEFT matches their keys as
-    regexes against every module name, so only plain module names are accepted as keys."""
-    if not isinstance(value, dict):
-        return None  # parse_config names the problem
-    if len(value) <= 64 and all(MODULE_NAME.fullmatch(key) for key in value):
+def _patterns(value: Any) -> str | None:
+    """rank_pattern / alpha_pattern: parse_config checks each key as a bounded regex, and its
+    value."""
+    if value is None or (isinstance(value, dict) and len(value) <= MAX_PATTERN_KEYS):
         return None
-    return ("its keys are matched against every module name as regexes by re, without a time "
-            "limit, when the evaluation loads the adapter; only up to 64 module names (letters, "
-            "digits, '_' and '.') are accepted as keys")
+    return f"it must be an object of at most {MAX_PATTERN_KEYS} module-name patterns, or null"
 
 
 def _auto_mapping(value: Any) -> str | None:
@@ -166,8 +163,8 @@ CHECKS: dict[str, Check] = {
     "init_lora_weights": _inert(True, False, because=INITIALISES),
     "layers_to_transform": _layer_numbers,
     "layers_pattern": _layers_pattern,
-    "rank_pattern": _pattern_keys,
-    "alpha_pattern": _pattern_keys,
+    "rank_pattern": _patterns,
+    "alpha_pattern": _patterns,
     "megatron_config": _inert(None, because=f"{LOADS}: it builds Megatron layers"),
     "megatron_core": _inert("megatron.core", None, because="peft imports the module it names"),
     "trainable_token_indices": _inert(None, because="vLLM does not serve trained token embeddings"),

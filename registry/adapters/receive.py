@@ -26,7 +26,8 @@ from registry.errors import BadRequest, UnsupportedMediaType
 from registry.storage.base import ArtifactStore, BlobWriter
 
 FILE_FIELD, BASE_MODEL_FIELD, WEIGHTS_SHA256_FIELD = "file", "base_model", "weights_sha256"
-TEXT_FIELDS = (BASE_MODEL_FIELD, WEIGHTS_SHA256_FIELD)
+FOLD_SCALING_FIELD = "fold_scaling"
+TEXT_FIELDS = (BASE_MODEL_FIELD, WEIGHTS_SHA256_FIELD, FOLD_SCALING_FIELD)
 MAX_PARTS = 8
 MAX_FIELD_BYTES = 4096
 MAX_HEADER_BYTES = 8192
@@ -48,6 +49,10 @@ OPENAPI_BODY = {"requestBody": {"required": True, "content": {"multipart/form-da
         WEIGHTS_SHA256_FIELD: {"type": "string", "pattern": "^[0-9a-f]{64}$",
                                "description": "sha256 of adapter_model.safetensors, sent before "
                                               "the files: checked, and lets the weights stream."},
+        FOLD_SCALING_FIELD: {"type": "string", "enum": ["true", "false"], "default": "false",
+                             "description": "true: serve a derived copy with rank_pattern and "
+                                            "alpha_pattern folded into lora_B (docs/families.md); "
+                                            "the upload is kept as the version's derived_from."},
     }}}}}}
 
 

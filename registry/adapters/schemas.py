@@ -21,6 +21,15 @@ class UploadSignatureOut(BaseModel):
     verified_at: datetime
 
 
+class DerivedFromOut(BaseModel):
+    """The upload a version's served bytes were derived from: its digest and files, kept in
+    the store, and the transform that derived them."""
+
+    digest: str
+    files: list[ManifestFile]
+    transform: str
+
+
 class VersionOut(BaseModel):
     tenant: str
     adapter: str
@@ -38,6 +47,9 @@ class VersionOut(BaseModel):
     state: str
     uploaded_by: str
     upload_signature: UploadSignatureOut | None = None
+    # Set when the served files were derived from the upload (fold_scaling): digest and files
+    # above are what nodes serve, this is what was uploaded.
+    derived_from: DerivedFromOut | None = None
     created_at: datetime
 
 

@@ -53,9 +53,10 @@ def upload_target(session: Session, *, tenant: str, name: str, spec: LoraSpec,
 
 def record_version(session: Session, principal: Principal, target: UploadTarget, spec: LoraSpec,
                    layout: LoraLayout, manifest: list[dict], upload_signature: dict | None = None,
-                   card: str | None = None) -> tuple[VersionOut, bool]:
+                   card: str | None = None, derived_from: dict | None = None) -> tuple[VersionOut, bool]:
     """Record a checked, stored version, with its verified signature and its model card if they
-    came with it. Returns (version, created)."""
+    came with it. `manifest` is what the version serves; `derived_from` (derivation()) the upload
+    it was derived from, if it is not the upload itself. Returns (version, created)."""
     adapter = repository.lock_or_create_adapter(session, target.tenant_id, target.name, target.base.id)
     _check_same_base(adapter, target.base, target.tenant, target.name)  # another upload may have won
     digest = manifest_digest(manifest)
@@ -80,6 +81,7 @@ def record_version(session: Session, principal: Principal, target: UploadTarget,
         uploaded_by_identity_id=principal.identity_id or None,
         upload_signature=upload_signature,
         model_card=card,
+        derived_from=derived_from,
     )
     session.add(version)
     session.flush()
@@ -116,6 +118,23 @@ def store_blobs(store: ArtifactStore, files: AdapterFiles, received: ReceivedUpl
         weights_sha256=files.weights_sha256, weights_size=files.weights_size, model_card=card,
         signature=None if signature is None else {"name": signature.filename,
                                                   "sha256": signature.sha256, "size": signature.size})
+
+
+def derivation(uploaded: list[dict], transform: str) -> dict:
+    """What a version records of the upload its served bytes were derived from."""
+    return {"digest": manifest_digest(uploaded), "files": uploaded, "transform": transform}
+
+
+def store_served(store: ArtifactStore, served: AdapterFiles, uploaded: list[dict]) -> list[dict]:
+    """Put a derived artifact's blobs in the store; its manifest keeps the upload's model card
+    (a signature stays with the upload it signs)."""
+    config_sha256 = hashlib.sha256(served.config).hexdigest()
+    store.put_bytes(artifact.blob_key(config_sha256), served.config)
+    store.put_file(artifact.blob_key(served.weights_sha256), served.weights)
+    card = next((entry for entry in uploaded if entry["name"] == model_card.FILE), None)
+    return artifact.manifest(config_sha256=config_sha256, config_size=len(served.config),
+                             weights_sha256=served.weights_sha256, weights_size=served.weights_size,
+                             model_card=card)
 
 
 def _check_same_base(adapter: Adapter, base: TargetBase, tenant: str, name: str) -> None:
@@ -165,15 +184,20 @@ def card_of(session: Session, principal: Principal, tenant: str, name: str, numb
 
 
 def download(session: Session, store: ArtifactStore, settings: RegistrySettings,
-             principal: Principal, tenant: str, name: str, number: int) -> DownloadOut:
+             principal: Principal, tenant: str, name: str, number: int, *, uploaded: bool = False) -> DownloadOut:
+    """The served files, or with `uploaded` the files as uploaded (the same unless the version
+    was derived from its upload)."""
     principal.require(READERS, tenant)
     version = find_version(session, tenant, name, number)
+    digest, files = version.digest, version.files
+    if uploaded and version.derived_from is not None:
+        digest, files = version.derived_from["digest"], version.derived_from["files"]
     return DownloadOut(
-        digest=version.digest,
+        digest=digest,
         expires_in=settings.presign_ttl_s,
         files=[DownloadFile(**entry, url=store.presigned_url(artifact.blob_key(entry["sha256"]),
                                                              settings.presign_ttl_s))
-               for entry in version.files],
+               for entry in files],
     )
 
 
@@ -231,6 +255,7 @@ def version_out(session: Session, row: AdapterVersion) -> VersionOut:
         state=row.state,
         uploaded_by=row.uploaded_by,
         upload_signature=row.upload_signature,
+        derived_from=row.derived_from,
         created_at=row.created_at,
     )
 

@@ -1,6 +1,8 @@
-"""A regex `target_modules`: checked for cost before it is compiled, and matched under a time budget.
+"""A regex from adapter_config.json (`target_modules`, or a `rank_pattern` / `alpha_pattern` key):
+checked for cost before it is compiled, and matched under a time budget.
 
-PEFT matches a string `target_modules` with `re.fullmatch` against each module path. Matching
+PEFT matches a string `target_modules` with `re.fullmatch` against each module path, and a pattern
+key as `re.match(rf"(.*\.)?({key})$", path)`. Matching
 needs a timeout, which only the `regex` module has, and `regex.compile` unrolls repeats:
 `((a{1000}){1000}){1000}`, 23 characters, asks for gigabytes, and nested `+` grow just as
 fast. So the pattern is first parsed with `re`'s own parser (PEFT's grammar; cheap, it expands
@@ -32,15 +34,16 @@ SIMPLER = r"Use a list of module names, or a simple regex such as '.*\.(q_proj|v
 Refuse = Callable[..., Unprocessable]
 
 
-def check(pattern: str, refuse: Refuse) -> None:
-    """Refuse a pattern PEFT could not use, or one that would cost too much to compile."""
+def check(pattern: str, refuse: Refuse, what: str = "target_modules") -> None:
+    """Refuse a pattern PEFT could not use, or one that would cost too much to compile. `what`
+    names it in the messages."""
     if len(pattern) > MAX_CHARS:
-        raise refuse(f"target_modules regex is longer than {MAX_CHARS} characters", hint=SIMPLER)
+        raise refuse(f"{what} regex is longer than {MAX_CHARS} characters", hint=SIMPLER)
     try:
         parsed = sre_parse.parse(pattern)
     except (re.error, RecursionError, OverflowError) as error:
-        raise refuse(f"target_modules is not a valid regex ({str(error)[:200]})", hint=SIMPLER) from None
-    items, nesting = _shape(list(parsed), refuse)
+        raise refuse(f"{what} is not a valid regex ({str(error)[:200]})", hint=SIMPLER) from None
+    items, nesting = _shape(list(parsed), refuse, what)
     if items > MAX_EXPANDED_ITEMS:
         reason = f"its repeat counts multiply out to more than {MAX_EXPANDED_ITEMS} pattern items"
     elif nesting > MAX_UNROLLED_NESTING:
@@ -52,21 +55,27 @@ def check(pattern: str, refuse: Refuse) -> None:
     else:
         reason = ""
     if reason:
-        raise refuse(f"target_modules regex is too complex to compile safely: {reason}",
+        raise refuse(f"{what} regex is too complex to compile safely: {reason}",
                      hint="Use a list of module names, or a regex without large or nested repeat "
                           r"counts, such as '.*\.(q_proj|v_proj)'.")
     try:
         regex.compile(pattern)
     except regex.error as error:
-        raise refuse(f"target_modules is not a valid regex ({str(error)[:200]})", hint=SIMPLER) from None
+        raise refuse(f"{what} is not a valid regex ({str(error)[:200]})", hint=SIMPLER) from None
+
+
+def deadline() -> float:
+    """The end of one upload's matching budget, which several matchers may share."""
+    return time.monotonic() + MATCH_BUDGET_S
 
 
 class Matcher:
     """re.fullmatch semantics, with a timeout per path and a budget for all of them."""
 
-    def __init__(self, pattern: str, refuse: Refuse) -> None:
-        self.pattern, self.refuse = regex.compile(pattern), refuse
-        self.deadline = time.monotonic() + MATCH_BUDGET_S
+    def __init__(self, pattern: str, refuse: Refuse, *, what: str = "target_modules",
+                 ends: float | None = None) -> None:
+        self.pattern, self.refuse, self.what = regex.compile(pattern), refuse, what
+        self.deadline = deadline() if ends is None else ends
 
     def __call__(self, module_path: str) -> bool:
         left = self.deadline - time.monotonic()
@@ -75,24 +84,24 @@ class Matcher:
                 raise TimeoutError
             return self.pattern.fullmatch(module_path, timeout=min(MATCH_TIMEOUT_S, left)) is not None
         except TimeoutError:
-            raise self.refuse("target_modules is a regex too slow to evaluate", hint=SIMPLER) from None
+            raise self.refuse(f"{self.what} is a regex too slow to evaluate", hint=SIMPLER) from None
 
 
-def _shape(items: list, refuse: Refuse) -> tuple[int, int]:
+def _shape(items: list, refuse: Refuse, what: str) -> tuple[int, int]:
     """(pattern items after multiplying out repeat counts, nesting depth of unrolled repeats)."""
     total = nesting = 0
     for op, value in items:
         if op in REPEATS:
             low, high, body = value
-            inner, depth = _shape(list(body), refuse)
+            inner, depth = _shape(list(body), refuse, what)
             copies = _copies(low, high)
             total += inner * copies
             nesting = max(nesting, depth + (copies > 1))
         else:
-            _refuse_other_dialect(op, value, refuse)
+            _refuse_other_dialect(op, value, refuse, what)
             total += 1
             for body in _bodies(op, value):
-                inner, depth = _shape(list(body), refuse)
+                inner, depth = _shape(list(body), refuse, what)
                 total += inner
                 nesting = max(nesting, depth)
         total = min(total, MAX_EXPANDED_ITEMS + 1)  # past the limit the exact count is moot
@@ -137,12 +146,12 @@ def _bodies(op, value) -> list:
     return []
 
 
-def _refuse_other_dialect(op, value, refuse: Refuse) -> None:
+def _refuse_other_dialect(op, value, refuse: Refuse, what: str) -> None:
     """`re` reads these as literals; `regex` reads them as fuzzy matching or POSIX classes."""
     if op is sre.LITERAL and value in (ord("{"), ord("}")):
-        raise refuse("target_modules regex has a '{' or '}' that is not a repeat count such as {2}",
+        raise refuse(f"{what} regex has a '{{' or '}}' that is not a repeat count such as {2}",
                      hint="Module names hold no braces: remove them. " + SIMPLER)
     if op is sre.IN and (sre.LITERAL, ord("[")) in value:
-        raise refuse("target_modules regex has '[' inside a character set",
+        raise refuse(f"{what} regex has '[' inside a character set",
                      hint="Write a character set as [abc] without a nested [. " + SIMPLER)
 

@@ -43,6 +43,8 @@ def predicate(session: Session, promotion: Promotion, action: str,
         "signed_at": datetime.now(UTC).isoformat(),
         "audit_event_hash": audit_event_hash,
         "upload_signature": version.upload_signature,
+        # The upload the served bytes were derived from (fold_scaling), or null.
+        "derived_from": version.derived_from,
     }
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from registry.adapters import model_card, peft_config, service, upload_files, upload_signature, validation
-from registry.adapters.receive import BASE_MODEL_FIELD, ReceivedUpload
+from registry.adapters import (model_card, peft_config, scaling_fold, served_artifact, service, upload_files,
+                               upload_signature, validation)
+from registry.adapters.receive import BASE_MODEL_FIELD, FOLD_SCALING_FIELD, ReceivedUpload
 from registry.adapters.safetensors_check import FILE as WEIGHTS_FILE
 from registry.adapters.schemas import VersionOut
 from registry.auth.principal import Principal
 from registry.db import transaction
+from registry.errors import Unprocessable
 from registry.evaluations import service as evaluations
 from registry.settings import RegistrySettings
 from registry.storage.base import ArtifactStore
@@ -23,6 +25,7 @@ from registry.storage.base import ArtifactStore
 def upload_version(store: ArtifactStore, settings: RegistrySettings, *, principal: Principal,
                    tenant: str, name: str, received: ReceivedUpload, workdir: Path
                    ) -> tuple[VersionOut, bool]:
+    fold = _fold_requested(received)
     files = upload_files.collect(received.files, settings, workdir)
     spec = peft_config.parse_config(files.config)
     with transaction() as session:
@@ -31,16 +34,32 @@ def upload_version(store: ArtifactStore, settings: RegistrySettings, *, principa
     signature = upload_signature.check(files.signature, _signed_files(files), target.signing,
                                        tenant, workdir)
     layout = validation.check_weights(files, spec, target.base.table, settings.max_header_bytes)
+    served = (served_artifact.fold(files, spec, layout, target.base.table, settings, workdir)
+              if fold and scaling_fold.needed(spec) else None)
     manifest = service.store_blobs(store, files, received)
+    derived_from = None
+    if served is not None:
+        derived_from = service.derivation(manifest, scaling_fold.TRANSFORM)
+        manifest = service.store_served(store, served.files, manifest)
+        spec, layout = served.spec, served.layout
     with transaction() as session:
         version, created = service.record_version(
             session, principal, target, spec, layout, manifest, signature,
-            card=None if files.model_card is None else files.model_card.decode())
+            card=None if files.model_card is None else files.model_card.decode(),
+            derived_from=derived_from)
         queued = (evaluations.request_required(session, tenant, name, version.number,
                                                actor=principal.label) if created else [])
     if queued:  # their tasks went to the workers as the transaction committed
         version = version.model_copy(update={"state": evaluations.VERSION_EVALUATING})
     return version, created
+
+
+def _fold_requested(received: ReceivedUpload) -> bool:
+    value = received.fields.get(FOLD_SCALING_FIELD, "false").lower()
+    if value not in ("true", "false"):
+        raise Unprocessable(f"{FOLD_SCALING_FIELD} is {value[:20]!r}; it must be true or false",
+                            code="invalid_field", hint=f"Send {FOLD_SCALING_FIELD}=true, or leave it out.")
+    return value == "true"
 
 
 def _signed_files(files: upload_files.AdapterFiles) -> list[upload_signature.SignedFile]:

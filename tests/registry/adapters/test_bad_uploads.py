@@ -201,10 +201,26 @@ CASES = [
                                             .encode()), {}, 422, "invalid_config", "finite"),
     ("config_deeply_nested", lambda v: v.files(config=b'{"peft_type": ' + b"[" * 100_000 + b"]" * 100_000
                                                + b"}"), {}, 422, "invalid_config", "not valid JSON"),
-    ("rank_pattern_differs", lambda v: v.with_config(rank_pattern={"v_proj": 4}), {}, 422,
-     "per_module_scaling_unsupported", "rank_pattern gives 'v_proj' rank 4"),
-    ("alpha_pattern_differs", lambda v: v.with_config(alpha_pattern={"q_proj": 64}), {}, 422,
-     "per_module_scaling_unsupported", "alpha_pattern gives 'q_proj' alpha 64"),
+    # peft would build v_proj at rank 4 and fail to load its rank-8 weights.
+    ("rank_pattern_disagrees_with_weights", lambda v: v.with_config(rank_pattern={"v_proj": 4}), {}, 422,
+     "config_rank_mismatch", "module 'model.layers.0.self_attn.v_proj' has rank 8 but adapter_config.json "
+                             "says 4"),
+    ("rank_pattern_zero", lambda v: v.with_config(rank_pattern={"v_proj": 0}), {}, 422, "invalid_config",
+     "rank_pattern gives 'v_proj' a value that is not accepted: r must be a positive integer, got '0'"),
+    ("rank_pattern_too_large", lambda v: v.with_config(rank_pattern={"v_proj": 1024}), {}, 422,
+     "rank_too_large", "rank_pattern gives 'v_proj' a value that is not accepted: r is 1024, above the "
+                       "largest rank vLLM supports (512)"),
+    ("alpha_pattern_text", lambda v: v.with_config(alpha_pattern={"q_proj": "64"}), {}, 422, "invalid_config",
+     "alpha_pattern gives 'q_proj' a value that is not accepted: lora_alpha must be a positive, finite number"),
+    ("rank_pattern_not_an_object", lambda v: v.with_config(rank_pattern=["v_proj"]), {}, 422,
+     "config_option_refused", "rank_pattern is [\"v_proj\"]; it must be an object of at most 64 "
+                              "module-name patterns, or null"),
+    # peft matches pattern keys with `re`, without a timeout, when the evaluation loads the adapter.
+    ("rank_pattern_catastrophic_key", lambda v: v.with_config(rank_pattern={"(.*)*x": 8}), {}, 422,
+     "invalid_config", "rank_pattern key '(.*)*x' regex is too complex to compile safely: it repeats a "
+                       "group that itself holds an unbounded repeat"),
+    ("alpha_pattern_slow_key", lambda v: v.with_config(alpha_pattern={"(.|.)*[A-Z]": 8}), {}, 422,
+     "invalid_config", "alpha_pattern key '(.|.)*[A-Z]' is a regex too slow to evaluate"),
     ("slow_target_regex", lambda v: v.with_config(target_modules="(.|.)*[A-Z]"), {}, 422, "invalid_config",
      "too slow"),
     ("target_regex_large_repeats", lambda v: v.with_config(target_modules="(a{100}){100}"), {}, 422,

@@ -63,8 +63,9 @@ REFUSED = [
      'auto_mapping is {"base_model_class": "X", "parent_library": "os"}; it must be null, or name a '
      "transformers class"),
     ("exclude_regex", {"exclude_modules": "(.*)*x"}, f'exclude_modules is "(.*)*x"; a regex is {REGEX_RUNS}'),
-    ("rank_pattern_regex", {"rank_pattern": {"(.*)*x": 8}}, f'rank_pattern is {{"(.*)*x": 8}}; its keys are '
-     f"{REGEX_RUNS.replace('by re', 'as regexes by re')}"),
+    ("rank_pattern_many_keys", {"rank_pattern": {f"m{i}": 8 for i in range(65)}},
+     'rank_pattern is {"m0": 8, "m1": 8, "m2": 8, "m3": 8, "m4": 8, "m5": 8, "m...; it must be an '
+     "object of at most 64 module-name patterns, or null"),
     ("trainable_tokens", {"trainable_token_indices": [1, 2]},
      "trainable_token_indices is [1, 2]; only null is accepted, because vLLM does not serve trained "
      "token embeddings"),

@@ -85,7 +85,7 @@ def test_new_bytes_get_the_next_version_number(uploader, base_model, make_adapte
 
 
 def test_patterns_that_agree_with_r_and_alpha_are_accepted(uploader, base_model, make_adapter):
-    """vLLM scales every module by lora_alpha / r, so patterns may only repeat those values."""
+    """Patterns that repeat r and lora_alpha change nothing: every module has the config's rank."""
     folder = make_adapter(seed=15, r=8, lora_alpha=16, target_modules=("q_proj", "v_proj"))
     config = json.loads((folder / "adapter_config.json").read_text())
     config["rank_pattern"], config["alpha_pattern"] = {"q_proj": 8}, {"v_proj": 16}
