@@ -222,16 +222,23 @@ def _check_pair(site: Site, pair: dict[str, TensorInfo], rank: int) -> None:
 
 def _check_experts_complete(slices: list[Site]) -> None:
     """vLLM stacks per-expert LoRAs into one tensor: every expert needs all three projections."""
-    by_owner: dict[str, set[tuple[int, str]]] = {}
+    by_owner: dict[str, dict[tuple[int, str], str]] = {}
     owners: dict[str, Site] = {}
     for site in slices:
         owner = site.key.rsplit(".", 2)[0]
-        by_owner.setdefault(owner, set()).add(site.expert)
+        found = by_owner.setdefault(owner, {})
+        if site.expert in found:  # w1 and gate_proj (w3 and up_proj, w2 and down_proj) name one projection
+            expert, projection = site.expert
+            raise refuse(f"{found[site.expert]!r} and {site.key!r} are both expert {expert}'s {projection}; "
+                         "vLLM would serve one of them", code="duplicate_module",
+                         hint="Save each expert projection once, under one naming (w1/w2/w3 or "
+                              "gate_proj/down_proj/up_proj).")
+        found[site.expert] = site.key
         owners[owner] = site
     for owner, found in sorted(by_owner.items()):
         experts = owners[owner].entry.experts or 0
         needed = {(e, p) for e in range(experts) for p in ("gate_proj", "up_proj", "down_proj")}
-        missing = sorted(needed - found)
+        missing = sorted(needed - set(found))
         if missing:
             expert, projection = missing[0]
             raise refuse(

@@ -150,6 +150,13 @@ QKV0 = "base_model.model.model.layers.0.self_attn.qkv_proj"
     ("mixtral", {"target_modules": ["q_proj", "v_proj"]}, lambda folder: per_expert(folder, skip="2.w3"),
      "incomplete_experts", "'model.layers.0.mlp.experts' has LoRAs for some experts but none for "
                            "expert 2's up_proj (1 missing)"),
+    # Expert 0's w1 saved a second time under its other name: vLLM would stack one of the two.
+    ("mixtral", {"target_modules": ["q_proj", "v_proj"]}, lambda folder: edit_config(edit_tensors(
+        per_expert(folder), lambda t: t.update({name.replace(".0.w1.", ".0.gate_proj."): value
+                                                for name, value in list(t.items()) if ".experts.0.w1." in name})),
+        target_modules=["q_proj", "v_proj", "w1", "w2", "w3", "gate_proj"]),
+     "duplicate_module", "'model.layers.0.mlp.experts.0.gate_proj' and 'model.layers.0.mlp.experts.0.w1' are "
+                         "both expert 0's gate_proj; vLLM would serve one of them"),
     # Trained on layer 1 only, but the config now says layers 0 and 1.
     ("llama", {"target_modules": ["q_proj"], "layers_to_transform": [1]},
      lambda folder: edit_config(folder, layers_to_transform=[0, 1]), "target_without_tensors",
@@ -164,7 +171,7 @@ QKV0 = "base_model.model.model.layers.0.self_attn.qkv_proj"
          {name.replace("qkv_proj", "q_proj"): value for name, value in list(t.items())})),
      "unknown_module", "is for module 'model.layers.0.self_attn.q_proj', which Phi3ForCausalLM does not have"),
 ], ids=["embedding_not_served", "mixtral_all_linear", "experts_only_not_served", "experts_3d_not_served", "fused_wrong_shape", "expert_wrong_shape",
-        "expert_missing", "layers_to_transform_missing_layer", "layers_to_transform_extra_layer",
+        "expert_missing", "expert_named_twice", "layers_to_transform_missing_layer", "layers_to_transform_extra_layer",
         "module_the_family_lacks"])
 def test_what_vllm_would_not_serve_is_refused_naming_the_module(uploader, adapter, stored_state,
                                                                family, lora, change, code, message):
