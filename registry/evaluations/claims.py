@@ -33,6 +33,10 @@ class ClaimedEvaluation:
     suite_id: int
     attempts: int  # claims so far, this one included
     last_reason: str | None  # why the last claim gave it back, if it did
+    # What the parity reference is computed from: the upload, where the served files were
+    # derived from it (fold_scaling), so that the engine is judged against what was trained.
+    reference_digest: str = ""
+    reference_files: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -87,9 +91,11 @@ def claim_batch(session: Session, evaluation_id: int, *, max_versions: int, leas
 def _claimed(session: Session, row: Evaluation) -> ClaimedEvaluation:
     version = session.get(AdapterVersion, row.version_id)
     out = adapters.version_out(session, version)
+    upload = version.derived_from or {"digest": version.digest, "files": version.files}
     return ClaimedEvaluation(id=row.id, served_name=out.served_name, digest=version.digest,
                              files=version.files, rank=version.rank, suite_id=row.suite_id,
-                             attempts=row.attempts, last_reason=row.reason)
+                             attempts=row.attempts, last_reason=row.reason,
+                             reference_digest=upload["digest"], reference_files=upload["files"])
 
 
 def renew(session: Session, token: str, ids: list[int], *, lease_s: float) -> int:

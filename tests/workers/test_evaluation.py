@@ -112,6 +112,28 @@ def test_a_config_that_silently_changes_the_scaling_is_caught(
     assert "reference_loglik" in result["failing_metrics"], result["metrics"]
 
 
+def test_a_folded_version_is_judged_against_its_upload(uploader, digits_suite, task_kit, eval_worker, tmp_path):
+    """An alpha_pattern upload with fold_scaling: vLLM serves the derived bytes, and parity
+    compares its tokens with peft's forward pass of the upload, the adapter as trained."""
+    folder = tmp_path / "patterned"
+    shutil.copytree(task_kit.adapters["digits_to_words"], folder)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    module = sorted(config["target_modules"])[-1]
+    config["alpha_pattern"] = {module: config["lora_alpha"] * 1.25}
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    response = uploader.post("/v1/adapters/acme/digits-folded/versions", data={"fold_scaling": "true"},
+                             files=[("file", (name, (folder / name).read_bytes()))
+                                    for name in ("adapter_config.json", "adapter_model.safetensors")])
+    assert response.status_code == 201, response.text
+    version = response.json()
+    assert version["derived_from"]["digest"] != version["digest"]
+
+    result = wait_finished(uploader, request_evaluation(uploader, version, digits_suite)["id"])
+
+    parity = result["metrics"]["parity"]
+    assert parity["passed"] and parity["value"] <= 1e-3, result["metrics"]
+
+
 def test_bad_requests_are_refused_and_nothing_is_queued(uploader, client_for, digits_suite, task_kit,
                                                         engine, admin, eval_worker):
     version = upload_dir(uploader, "acme/digits", task_kit.adapters["digits_to_words"])

@@ -126,11 +126,15 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
         if not claimed:
             return outcomes
         info = await client.describe()
-        store, loaded, folders = get_store(), {}, {}
+        store, loaded, references = get_store(), {}, {}
         for evaluation in claimed:
             try:
                 folder = artifacts.fetch(store, settings.artifact_cache_dir, evaluation.digest,
                                          evaluation.files)
+                reference = folder
+                if evaluation.reference_files and evaluation.reference_digest != evaluation.digest:
+                    reference = artifacts.fetch(store, settings.artifact_cache_dir, evaluation.reference_digest,
+                                                evaluation.reference_files)
                 await client.load_adapter(evaluation.served_name, str(folder))
             except (AdapterRejected, artifacts.ArtifactCorrupt) as rejected:
                 outcomes[evaluation.id] = _failed(str(rejected), info, settings)
@@ -139,13 +143,13 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
                 outcomes[evaluation.id] = _failed(faults.reason_for(missing), info, settings)
                 continue
             loaded[evaluation.id] = (evaluation.served_name, evaluation.suite_id)
-            folders[evaluation.id] = folder
+            references[evaluation.id] = reference  # what parity compares the engine's tokens with
         try:
             batch = await runner.generate(client, info.served_base, works, loaded,
                                           settings.engine_max_in_flight)
             # The parity reference runs on the worker's CPU while the engine scores.
             checking = asyncio.get_running_loop().run_in_executor(
-                _PARITY_THREAD, _parity_all, batch, works, specs, loaded, folders, info, settings)
+                _PARITY_THREAD, _parity_all, batch, works, specs, loaded, references, info, settings)
             try:
                 await runner.score(client, info.served_base, works, loaded, batch)
             finally:
@@ -181,7 +185,7 @@ def _load_suites(suite_ids: set[int]) -> tuple[dict[int, SuiteWork], dict[int, d
 
 
 def _parity_all(batch: BatchRun, works: dict[int, SuiteWork], specs: dict[int, dict],
-                loaded: dict[int, tuple[str, int]], folders: dict[int, Path], info: EngineInfo,
+                loaded: dict[int, tuple[str, int]], references: dict[int, Path], info: EngineInfo,
                 settings: WorkerSettings) -> dict[int, list[parity.ParityExample]]:
     checks, reference = {}, None
     for evaluation_id, (_, suite_id) in loaded.items():
@@ -190,7 +194,7 @@ def _parity_all(batch: BatchRun, works: dict[int, SuiteWork], specs: dict[int, d
             continue
         started = time.perf_counter()
         reference = reference or parity.Reference(settings.engine_model_dir or Path(info.model_dir))
-        checks[evaluation_id] = reference.compare(folders[evaluation_id], [
+        checks[evaluation_id] = reference.compare(references[evaluation_id], [
             (t.prompt_ids, g.token_ids, g.logprobs) for t, g in zip(work.tokenized, side.generations)])
         batch.timings[f"parity_s.{evaluation_id}"] = time.perf_counter() - started
     return checks
