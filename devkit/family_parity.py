@@ -112,7 +112,7 @@ def registry_verdict(table: ModuleTable, adapter_dir: Path) -> tuple[str, str]:
         with weights.open("rb") as file:
             tensors = safetensors_check.read_tensors(file, weights.stat().st_size,
                                                      header_limit(table, 64 * 2**20))
-        lora_layout.check_layout(tensors, spec, table)
+        lora_layout.refuse_uneven_expert_ranks(lora_layout.check_layout(tensors, spec, table))
     except LoraplaneError as refused:
         return refused.code, refused.message
     return "accepted", ""

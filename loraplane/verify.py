@@ -153,7 +153,14 @@ def _bytes_link(version: dict[str, Any], served_name: str) -> Link:
         return Link("bytes", FAILS, f"the registry's file list hashes to {listed[:12]}…, not to "
                                     f"the version's digest {version['digest'][:12]}…",
                     "The registry's record of this version was changed; do not serve it.")
-    return Link("bytes", HOLDS, f"digest {version['digest']} covers {len(version['files'])} files")
+    source = version.get("derived_from")
+    if source and manifest_digest(source["files"]) != source["digest"]:
+        return Link("bytes", FAILS, f"the upload this version was derived from lists files that hash to "
+                                    f"{manifest_digest(source['files'])[:12]}…, not to its digest "
+                                    f"{source['digest'][:12]}…",
+                    "The registry's record of this version's provenance was changed; do not serve it.")
+    derived = f", derived by {source['transform']} from upload {source['digest']}" if source else ""
+    return Link("bytes", HOLDS, f"digest {version['digest']} covers {len(version['files'])} files{derived}")
 
 
 def _folder_link(folder: Path, files: list[dict[str, Any]], show_progress: bool) -> Link:

@@ -38,6 +38,7 @@ class Pair:
     a: TensorInfo
     b: TensorInfo
     scaling: Scaling
+    expert: tuple[int, str] | None = None  # an expert_slice's expert and projection
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def check_layout(tensors: list[TensorInfo], spec: LoraSpec, table: ModuleTable) 
     for site, pair in pairs.values():
         module = scaling.of(site.key)
         _check_pair(site, pair, module.rank)
-        checked.append(Pair(site.key, site.form, pair["A"], pair["B"], module))
+        checked.append(Pair(site.key, site.form, pair["A"], pair["B"], module, site.expert))
     _check_experts_complete([site for site, _ in pairs.values() if site.form == "expert_slice"])
     _check_targets_covered(table, targets, pairs)
     dtypes = sorted({t.dtype for t in tensors})
@@ -92,6 +93,24 @@ def check_layout(tensors: list[TensorInfo], spec: LoraSpec, table: ModuleTable) 
     return LoraLayout(rank=max([spec.r, *(spec.raw.get("rank_pattern") or {}).values()]),
                       modules=tuple(sorted({site.entry.short_name for site, _ in pairs.values()})),
                       dtype=dtypes[0], tensor_count=len(tensors), pairs=tuple(checked))
+
+
+def refuse_uneven_expert_ranks(layout: LoraLayout) -> None:
+    """What vLLM serves as uploaded: it stacks one projection of every expert into one LoRA of
+    one rank, so a rank_pattern may not give experts different ranks (different alphas are
+    fine, vLLM folds those into lora_B itself). A fold (scaling_fold.py) pads them to one rank."""
+    first: dict[tuple[str, str], Pair] = {}
+    for pair in layout.pairs:
+        if pair.expert is None:
+            continue
+        projection = pair.expert[1]
+        seen = first.setdefault((pair.key.rsplit(".", 2)[0], projection), pair)
+        if seen.scaling.rank != pair.scaling.rank:
+            raise refuse(
+                f"{seen.key!r} has rank {seen.scaling.rank} but {pair.key!r} has rank {pair.scaling.rank}; "
+                f"vLLM stacks every expert's {projection} into one LoRA of one rank", code="expert_ranks_differ",
+                hint="Upload with fold_scaling=true, which pads them to one rank, or train every expert "
+                     "at one rank.")
 
 
 def _site(name: TensorName, tensor: TensorInfo, table: ModuleTable, targets: Targets) -> Site:

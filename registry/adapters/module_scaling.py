@@ -28,27 +28,34 @@ class Scaling:
 
 
 class ModuleScaling:
-    """peft's rank and alpha for each module path of one upload; the pattern keys share one
-    matching budget (target_regex.MATCH_BUDGET_S)."""
+    """peft's rank and alpha for each module path of one upload. Each pattern dict is matched as
+    one regex, `(?P<k0>(.*\.)?(key0))|(?P<k1>(.*\.)?(key1))|...`: alternatives are tried in
+    order, each to the end, so the one that matches is the first key that peft's loop would
+    take, for one call per module instead of one per key. The keys (checked by
+    peft_config._patterns) name no groups, so numbering inside them does not matter."""
 
     def __init__(self, r: int, lora_alpha: float, use_rslora: bool, rank_pattern: dict,
                  alpha_pattern: dict, refuse: target_regex.Refuse) -> None:
         self.default = Scaling(r, lora_alpha, use_rslora)
         ends = target_regex.deadline()
-
-        def matchers(patterns: dict, what: str) -> list[tuple[target_regex.Matcher, object]]:
-            return [(target_regex.Matcher(rf"(.*\.)?({key})", refuse, what=f"{what} key {key[:60]!r}",
-                                          ends=ends), value) for key, value in patterns.items()]
-
-        self.ranks = matchers(rank_pattern, "rank_pattern")
-        self.alphas = matchers(alpha_pattern, "alpha_pattern")
-
-    @property
-    def uniform(self) -> bool:
-        """Whether every module gets r and lora_alpha: no pattern key at all."""
-        return not self.ranks and not self.alphas
+        self.ranks = _Patterns(rank_pattern, "rank_pattern", refuse, ends)
+        self.alphas = _Patterns(alpha_pattern, "alpha_pattern", refuse, ends)
 
     def of(self, path: str) -> Scaling:
-        rank = next((value for matches, value in self.ranks if matches(path)), self.default.rank)
-        alpha = next((value for matches, value in self.alphas if matches(path)), self.default.alpha)
+        rank = self.ranks.value(path, self.default.rank)
+        alpha = self.alphas.value(path, self.default.alpha)
         return Scaling(int(rank), float(alpha), self.default.use_rslora)
+
+
+class _Patterns:
+    def __init__(self, patterns: dict, what: str, refuse: target_regex.Refuse, ends: float) -> None:
+        self.values = list(patterns.values())
+        joined = "|".join(f"(?P<k{i}>(.*\\.)?({key}))" for i, key in enumerate(patterns))
+        self.matcher = (target_regex.Matcher(joined, refuse, what=f"a key of {what}", ends=ends)
+                        if patterns else None)
+
+    def value(self, path: str, default: object) -> object:
+        found = self.matcher.fullmatch(path) if self.matcher else None
+        if found is None:
+            return default
+        return next(value for i, value in enumerate(self.values) if found.group(f"k{i}") is not None)

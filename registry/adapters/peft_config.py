@@ -110,7 +110,7 @@ def _patterns(config: dict, key: str, check_value) -> dict:
     for pattern, value in patterns.items():
         if not pattern:
             raise refuse(f"{key} has an empty key", hint="Use module names such as 'q_proj' as keys.")
-        target_regex.check(pattern, refuse, what=f"{key} key {pattern[:60]!r}")
+        target_regex.check(pattern, refuse, what=f"{key} key {pattern[:60]!r}", key=True)
         try:
             check_value(value)
         except Unprocessable as refused:

@@ -32,6 +32,7 @@ from registry.errors import PayloadTooLarge, Unprocessable
 
 TRANSFORM = "fold_scaling/1"  # bump when the derived bytes of an upload would change
 BITS = {"F16": np.uint16, "BF16": np.uint16, "F32": np.uint32}
+CHUNK_BYTES = 8 * 1024 * 1024  # read, scaled and written at a time
 
 
 @dataclass(frozen=True)
@@ -68,19 +69,20 @@ def fold(spec: LoraSpec, layout: LoraLayout, weights: Path, out_dir: Path, max_b
         size = math.prod(shape) * np.dtype(BITS[layout.dtype]).itemsize
         header[name] = {"dtype": layout.dtype, "shape": list(shape), "data_offsets": [position, position + size]}
         position += size
-    if position > max_bytes:
+    header_bytes = _header_bytes({"__metadata__": {"format": "pt"}, **header})
+    size = 8 + len(header_bytes) + position
+    if size > max_bytes:
         raise PayloadTooLarge(
             f"folding the scaling pads every module to rank {rank}: the served weights would be "
-            f"{position} bytes, more than the {max_bytes} an upload may be", code="fold_too_large",
+            f"{size} bytes, more than the {max_bytes} an upload may be", code="fold_too_large",
             hint="Upload it without fold_scaling (vLLM reads rank_pattern itself), or train "
                  "with ranks closer to each other.")
-    header_bytes = _header_bytes({"__metadata__": {"format": "pt"}, **header})
     out = out_dir / "folded.safetensors"
     with weights.open("rb") as source, out.open("wb") as target:
         target.write(len(header_bytes).to_bytes(8, "little") + header_bytes)
         for name in tensors:
             pair, side = by_tensor[name]
-            target.write(_folded(source, pair, side, rank, pair.scaling.factor / default).tobytes())
+            _write_folded(source, target, pair, side, rank, pair.scaling.factor / default)
     return FoldedFiles(config=_config(spec, rank), weights=out)
 
 
@@ -104,24 +106,55 @@ def _folded_shape(tensor: TensorInfo, side: str, rank: int, target: int) -> tupl
     return (rows * target // rank, columns) if side == "A" else (rows, columns * target // rank)
 
 
-def _folded(source: BinaryIO, pair: Pair, side: str, target: int, ratio: float) -> np.ndarray:
+def _write_folded(source: BinaryIO, target: BinaryIO, pair: Pair, side: str, rank: int, ratio: float) -> None:
+    """One tensor, a few MiB at a time: lora_A as it is, then zero rows up to `rank`; lora_B
+    scaled by `ratio` and each row padded with zero columns."""
     tensor = pair.a if side == "A" else pair.b
-    source.seek(tensor.start)
-    bits = np.frombuffer(source.read(tensor.end - tensor.start), dtype=BITS[tensor.dtype]).reshape(tensor.shape)
-    padding = target - pair.scaling.rank
+    bits_type = BITS[tensor.dtype]
+    rows, columns = tensor.shape
+    row_bytes = columns * np.dtype(bits_type).itemsize
+    padding = rank - pair.scaling.rank
     if side == "A":
-        return np.concatenate([bits, np.zeros((padding, bits.shape[1]), bits.dtype)]) if padding else bits
-    if ratio != 1.0:
-        bits = _scaled(bits, tensor.dtype, ratio, pair.key)
-    return np.concatenate([bits, np.zeros((bits.shape[0], padding), bits.dtype)], axis=1) if padding else bits
+        _copy(source, target, tensor.start, tensor.end)
+        _write_zeros(target, padding * row_bytes)
+        return
+    step = max(1, CHUNK_BYTES // row_bytes)
+    for first in range(0, rows, step):
+        count = min(step, rows - first)
+        source.seek(tensor.start + first * row_bytes)
+        bits = np.frombuffer(source.read(count * row_bytes), dtype=bits_type).reshape(count, columns)
+        if ratio != 1.0:
+            bits = _scaled(bits, tensor.dtype, ratio, pair.key)
+        if padding:
+            bits = np.concatenate([bits, np.zeros((count, padding), bits_type)], axis=1)
+        target.write(bits.tobytes())
+
+
+def _copy(source: BinaryIO, target: BinaryIO, start: int, end: int) -> None:
+    source.seek(start)
+    while start < end:
+        chunk = source.read(min(CHUNK_BYTES, end - start))
+        target.write(chunk)
+        start += len(chunk)
+
+
+def _write_zeros(target: BinaryIO, count: int) -> None:
+    zeros = bytes(min(count, CHUNK_BYTES))
+    while count > 0:
+        target.write(zeros[:count])
+        count -= len(zeros)
 
 
 def _scaled(bits: np.ndarray, dtype: str, ratio: float, key: str) -> np.ndarray:
-    """bits * ratio, computed in float64 and rounded once to the dtype (bf16: to nearest even)."""
+    """bits * ratio, computed in float64 and rounded once to the dtype. For bf16 the float32
+    step rounds to odd (truncate, then set the last bit if anything was cut), so that rounding
+    it on to the nearest even bf16 equals one rounding of the float64 value."""
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused below
         if dtype == "BF16":
             values = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64) * ratio
             wide = values.astype(np.float32).view(np.uint32)
+            wide = wide - (np.abs(wide.view(np.float32).astype(np.float64)) > np.abs(values)).astype(np.uint32)
+            wide = wide | (wide.view(np.float32).astype(np.float64) != values).astype(np.uint32)
             rounded = ((wide + 0x7FFF + ((wide >> 16) & 1)) >> 16).astype(np.uint16)
             finite = np.isfinite((rounded.astype(np.uint32) << 16).view(np.float32))
         else:

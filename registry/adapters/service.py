@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from registry import audit
-from registry.adapters import artifact, model_card, repository, validation
+from registry.adapters import artifact, model_card, repository, upload_signature, validation
 from registry.adapters.lora_layout import LoraLayout
 from registry.adapters.peft_config import LoraSpec
 from registry.adapters.receive import WEIGHTS_SHA256_FIELD, ReceivedUpload
@@ -126,15 +126,17 @@ def derivation(uploaded: list[dict], transform: str) -> dict:
 
 
 def store_served(store: ArtifactStore, served: AdapterFiles, uploaded: list[dict]) -> list[dict]:
-    """Put a derived artifact's blobs in the store; its manifest keeps the upload's model card
-    (a signature stays with the upload it signs)."""
+    """Put a derived artifact's blobs in the store. Its manifest keeps the upload's model card
+    and signature (which signs the upload's files), so that a signed and an unsigned upload of
+    the same adapter stay two versions, as they are without a fold."""
     config_sha256 = hashlib.sha256(served.config).hexdigest()
     store.put_bytes(artifact.blob_key(config_sha256), served.config)
     store.put_file(artifact.blob_key(served.weights_sha256), served.weights)
-    card = next((entry for entry in uploaded if entry["name"] == model_card.FILE), None)
+    uploaded_file = {entry["name"]: entry for entry in uploaded}.get
     return artifact.manifest(config_sha256=config_sha256, config_size=len(served.config),
                              weights_sha256=served.weights_sha256, weights_size=served.weights_size,
-                             model_card=card)
+                             model_card=uploaded_file(model_card.FILE),
+                             signature=uploaded_file(upload_signature.FILE))
 
 
 def _check_same_base(adapter: Adapter, base: TargetBase, tenant: str, name: str) -> None:

@@ -1,7 +1,8 @@
 """How many uploads one registry process receives at once, in all and per tenant.
 
-Each upload may spool and expand up to the upload limit on the disk beside the state, and holds
-a thread while it is checked. A slot is taken once the first bytes of the body have arrived (a
+Each upload may spool and expand up to the upload limit on the disk beside the state (twice
+that with fold_scaling, whose derived weights are held to the same limit), and holds a thread
+while it is checked. A slot is taken once the first bytes of the body have arrived (a
 client that sends only headers holds none) and before anything is spooled; an upload beyond the
 limits is answered at once with 429 and Retry-After rather than queued.
 """

@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from registry.adapters import (model_card, peft_config, scaling_fold, served_artifact, service, upload_files,
-                               upload_signature, validation)
+from registry.adapters import (lora_layout, model_card, peft_config, scaling_fold, served_artifact, service,
+                               upload_files, upload_signature, validation)
 from registry.adapters.receive import BASE_MODEL_FIELD, FOLD_SCALING_FIELD, ReceivedUpload
 from registry.adapters.safetensors_check import FILE as WEIGHTS_FILE
 from registry.adapters.schemas import VersionOut
@@ -36,6 +36,7 @@ def upload_version(store: ArtifactStore, settings: RegistrySettings, *, principa
     layout = validation.check_weights(files, spec, target.base.table, settings.max_header_bytes)
     served = (served_artifact.fold(files, spec, layout, target.base.table, settings, workdir)
               if fold and scaling_fold.needed(spec) else None)
+    lora_layout.refuse_uneven_expert_ranks(layout if served is None else served.layout)
     manifest = service.store_blobs(store, files, received)
     derived_from = None
     if served is not None:

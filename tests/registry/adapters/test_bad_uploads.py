@@ -220,7 +220,27 @@ CASES = [
      "invalid_config", "rank_pattern key '(.*)*x' regex is too complex to compile safely: it repeats a "
                        "group that itself holds an unbounded repeat"),
     ("alpha_pattern_slow_key", lambda v: v.with_config(alpha_pattern={"(.|.)*[A-Z]": 8}), {}, 422,
-     "invalid_config", "alpha_pattern key '(.|.)*[A-Z]' is a regex too slow to evaluate"),
+     "invalid_config", "adapter_config.json: a key of alpha_pattern is a regex too slow to evaluate"),
+    # Keys peft's re cannot compile in the form it uses, (.*\.)?(key)$, though the key alone compiles.
+    ("pattern_key_with_verbose_flag", lambda v: v.with_config(rank_pattern={"(?x)q_proj#": 8}), {}, 422,
+     "invalid_config", "rank_pattern key '(?x)q_proj#' is not a valid regex as peft uses it (global flags "
+                       "not at the start of the expression"),
+    ("pattern_key_with_case_flag", lambda v: v.with_config(alpha_pattern={"(?i)Q_PROJ": 8}), {}, 422,
+     "invalid_config", "alpha_pattern key '(?i)Q_PROJ' is not a valid regex as peft uses it"),
+    ("pattern_key_variable_lookbehind", lambda v: v.with_config(rank_pattern={r"(?<=self_attn\.|mlp\.)q_proj": 8}),
+     {}, 422, "invalid_config", "is not a valid regex as peft uses it (look-behind requires fixed-width pattern"),
+    ("pattern_key_naming_a_group", lambda v: v.with_config(rank_pattern={"(?P<m>q_proj)": 8}), {}, 422,
+     "invalid_config", "rank_pattern key '(?P<m>q_proj)' regex is too complex to compile safely: a pattern key "
+                       "may not name groups or refer back to them"),
+    # re tries every way four .* can share a module path: seconds per path at nine.
+    ("pattern_key_many_unbounded_repeats", lambda v: v.with_config(rank_pattern={".*" * 20 + "z": 8}), {}, 422,
+     "invalid_config", "regex is too complex to compile safely: it has 20 unbounded repeats (*, + or {n,}; "
+                       "at most 3)"),
+    ("target_regex_many_unbounded_repeats", lambda v: v.with_config(target_modules=".*.*.*.*q_proj"), {}, 422,
+     "invalid_config", "target_modules regex is too complex to compile safely: it has 4 unbounded repeats"),
+    ("target_regex_variable_lookbehind", lambda v: v.with_config(target_modules=r".*(?<=self_attn\.|mlp\.)q_proj"),
+     {}, 422, "invalid_config", "target_modules is not a valid regex as peft uses it (look-behind requires "
+                                "fixed-width pattern"),
     ("slow_target_regex", lambda v: v.with_config(target_modules="(.|.)*[A-Z]"), {}, 422, "invalid_config",
      "too slow"),
     ("target_regex_large_repeats", lambda v: v.with_config(target_modules="(a{100}){100}"), {}, 422,

@@ -43,9 +43,9 @@ def adapter(family_base, tmp_path):
     return build
 
 
-def upload(client: httpx.Client, name: str, folder: Path) -> httpx.Response:
+def upload(client: httpx.Client, name: str, folder: Path, **fields) -> httpx.Response:
     parts = [("file", (file, (folder / file).read_bytes())) for file in PEFT_FILES]
-    return client.post(f"/v1/adapters/acme/{name}/versions", files=parts)
+    return client.post(f"/v1/adapters/acme/{name}/versions", files=parts, data=fields)
 
 
 @pytest.mark.parametrize(("family", "lora", "modules"), [
@@ -182,3 +182,25 @@ def test_what_vllm_would_not_serve_is_refused_naming_the_module(uploader, adapte
 
     assert_refused(upload(uploader, f"refused-{family}", folder), 422, code, message)
     assert stored_state() == before
+
+
+def test_experts_of_one_projection_at_two_ranks_are_served_only_folded(uploader, adapter, stored_state):
+    """vLLM stacks expert 0's w1 with every other expert's into one LoRA of one rank: a
+    rank_pattern giving it rank 8 beside the others' 4 is refused as uploaded (vLLM would refuse
+    to load it), and accepted with fold_scaling, which pads every expert to rank 8."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    folder = edit_tensors(per_expert(adapter("mixtral", target_modules=["q_proj", "v_proj"])), lambda t: t.update({
+        name: rng.standard_normal((8, value.shape[1]) if ".lora_A." in name else (value.shape[0], 8), np.float32)
+        for name, value in list(t.items()) if ".experts.0.w1." in name}))
+    edit_config(folder, rank_pattern={r"experts\.0\.w1": 8})
+    before = stored_state()
+
+    assert_refused(upload(uploader, "mixtral-expert-ranks", folder), 422, "expert_ranks_differ",
+                   "'model.layers.0.mlp.experts.0.w1' has rank 8 but 'model.layers.0.mlp.experts.1.w1' has "
+                   "rank 4; vLLM stacks every expert's gate_proj into one LoRA of one rank")
+    assert stored_state() == before
+    folded = upload(uploader, "mixtral-expert-ranks", folder, fold_scaling="true")
+    assert folded.status_code == 201, folded.text
+    assert folded.json()["rank"] == 8 and folded.json()["derived_from"] is not None
