@@ -216,3 +216,32 @@ def test_3d_experts_of_different_ranks_are_served_as_uploaded_but_not_folded(tmp
     assert refused.value.code == "fold_unsupported"
     assert refused.value.message == ("cannot fold 'model.layers.0.mlp.experts.down_proj': its rank 4 differs "
                                      "from the largest, 8, and the rank rows of 3-D expert LoRAs are not padded")
+
+
+def test_a_signed_and_an_unsigned_fold_of_one_adapter_stay_two_versions(engine, client_with, base_model,
+                                                                       patterned, tmp_path):
+    """The signature signs the uploaded files; it is a file of the served artifact too, so the
+    signed upload does not collapse into the unsigned one's version (nor lose its signature)."""
+    from tests.registry.signing_keys_support import add_key, new_key, new_tenant, sign
+
+    tenant = new_tenant(engine, client_with, "folding")
+    key = new_key()
+    add_key(tenant.admin, tenant.name, "team-f", key)
+    files = {name: (patterned / name).read_bytes() for name in PEFT_FILES}
+    signature = sign(files, key, tmp_path)
+
+    def push(with_signature: bool):
+        sent = {**files, "model.sig": signature} if with_signature else files
+        return tenant.uploader.post(f"/v1/adapters/{tenant.name}/folded/versions", data={"fold_scaling": "true"},
+                                    files=[("file", (name, data)) for name, data in sent.items()])
+
+    signed, unsigned = push(True), push(False)
+
+    assert (signed.status_code, unsigned.status_code) == (201, 201), (signed.text, unsigned.text)
+    assert (signed.json()["number"], unsigned.json()["number"]) == (1, 2)
+    assert signed.json()["upload_signature"]["key_name"] == "team-f"
+    assert unsigned.json()["upload_signature"] is None
+    for version in (signed.json(), unsigned.json()):
+        names = [[entry["name"] for entry in files] for files in (version["files"], version["derived_from"]["files"])]
+        assert names[0] == names[1]  # the served files and the uploaded ones: the same names
+    assert "model.sig" in [entry["name"] for entry in signed.json()["files"]]
