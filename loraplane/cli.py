@@ -412,8 +412,11 @@ def suite_create(
         help="Metrics and thresholds, as JSON (see GET /docs, SuiteMetrics)."),
     max_tokens: int = typer.Option(32, min=1, max=512, help="Tokens generated per prompt."),
     stop: list[str] = typer.Option([], help="Stop string (repeatable)."),
+    tenant: Optional[str] = typer.Option(None, help=(
+        "Make it this tenant's suite, named TENANT/NAME, seen and used by that tenant only (its "
+        "admins and uploaders create it). Default: a global suite (global admin).")),
 ):
-    """Create an eval suite (global admin)."""
+    """Create an eval suite: a global one, or a tenant's own with --tenant."""
     from loraplane.evaluate import read_dataset
 
     rows = _call(lambda: read_dataset(dataset))
@@ -422,7 +425,7 @@ def suite_create(
     except json.JSONDecodeError as error:
         _fail(f"--metrics is not JSON: {error.msg}", 'For example: \'{"exact_match": {"min": 0.8}}\'')
     body = {"name": name, "base_model": base_model, "examples": rows, "metrics": metric_spec,
-            "generation": {"max_tokens": max_tokens, "stop": stop}}
+            "generation": {"max_tokens": max_tokens, "stop": stop}, **({"tenant": tenant} if tenant else {})}
     with connect() as client:
         _print_json(_call(lambda: checked(client.post("/v1/eval-suites", json=body))))
 

@@ -193,7 +193,11 @@ class EvalSuite(Base):
 
     __tablename__ = "eval_suites"
     id: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(String(64), unique=True)
+    # A global suite's name, or a tenant's suite as tenant/name (names hold no '/').
+    name: Mapped[str] = mapped_column(String(129), unique=True)
+    # The tenant that owns the suite and its dataset; None for a global suite.
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", name="fk_eval_suites_tenant"),
+                                                  index=True)
     base_model_id: Mapped[int] = mapped_column(ForeignKey("base_models.id"), index=True)
     dataset_sha256: Mapped[str] = mapped_column(String(64))
     example_count: Mapped[int] = mapped_column(Integer)

@@ -19,19 +19,25 @@ PEOPLE = {Role.ADMIN, Role.REVIEWER, Role.UPLOADER}  # nodes and routers never n
 @router.post("", status_code=201, response_model=SuiteOut)
 def create_suite(spec: SuiteCreate, principal: Principal = Depends(authenticated),
                  session: Session = RequestSession):
-    principal.require_global_admin()
-    return service.create(session, get_store(), spec, actor=principal.label)
+    return service.create(session, get_store(), spec, principal)
 
 
 @router.get("", response_model=Page[SuiteOut])
 def list_suites(page: PageRequest = Paging, principal: Principal = Depends(authenticated),
                 session: Session = RequestSession):
     principal.require(PEOPLE)
-    return Page.of(service.list_page(session, limit=page.limit, cursor=page.cursor))
+    return Page.of(service.list_page(session, principal, limit=page.limit, cursor=page.cursor))
 
 
 @router.get("/{name}", response_model=SuiteOut)
 def get_suite(name: str = Path(max_length=64), principal: Principal = Depends(authenticated),
               session: Session = RequestSession):
     principal.require(PEOPLE)
-    return service.get(session, name)
+    return service.get(session, principal, name)
+
+
+@router.get("/{tenant}/{name}", response_model=SuiteOut)
+def get_tenant_suite(tenant: str = Path(max_length=64), name: str = Path(max_length=64),
+                     principal: Principal = Depends(authenticated), session: Session = RequestSession):
+    principal.require(PEOPLE, tenant)
+    return service.get(session, principal, f"{tenant}/{name}")

@@ -6,7 +6,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry.pagination import fetch_page
-from registry.tables import EvalSuite
+from registry.tables import EvalSuite, Tenant
 
 
 def suite_exists(session: Session, name: str) -> bool:
@@ -17,6 +17,14 @@ def find_suite(session: Session, name: str) -> EvalSuite | None:
     return session.scalar(select(EvalSuite).where(EvalSuite.name == name))
 
 
-def page_of_suites(session: Session, *, limit: int,
-                   cursor: str | None) -> tuple[list[EvalSuite], str | None]:
-    return fetch_page(session, select(EvalSuite), EvalSuite.id, limit=limit, cursor=cursor)
+def tenant_by_name(session: Session, name: str) -> Tenant | None:
+    return session.scalar(select(Tenant).where(Tenant.name == name))
+
+
+def page_of_suites(session: Session, *, limit: int, cursor: str | None,
+                   tenant_id: int | None, every_tenant: bool) -> tuple[list[EvalSuite], str | None]:
+    """Global suites and `tenant_id`'s, or with every_tenant all of them."""
+    query = select(EvalSuite)
+    if not every_tenant:
+        query = query.where(EvalSuite.tenant_id.is_(None) | (EvalSuite.tenant_id == tenant_id))
+    return fetch_page(session, query, EvalSuite.id, limit=limit, cursor=cursor)

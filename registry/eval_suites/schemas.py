@@ -76,6 +76,10 @@ class Generation(BaseModel):
 class SuiteCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=64, json_schema_extra={"pattern": NAME_PATTERN.pattern})
+    tenant: str | None = Field(None, max_length=64, json_schema_extra={"pattern": NAME_PATTERN.pattern},
+                               description="The tenant that owns the suite (its admins and uploaders "
+                                           "create it; only it sees the suite). Omitted: a global "
+                                           "suite, created by a global admin.")
     base_model: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
     examples: list[Example] = Field(min_length=1, max_length=MAX_EXAMPLES)
     metrics: SuiteMetrics
@@ -83,7 +87,8 @@ class SuiteCreate(BaseModel):
 
 
 class SuiteOut(BaseModel):
-    name: str
+    name: str  # a global suite's name, or tenant/name
+    tenant: str | None = None
     base_model: str
     dataset_sha256: str
     example_count: int

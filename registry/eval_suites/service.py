@@ -16,10 +16,12 @@ from registry.errors import Conflict, NotFound, Unprocessable
 from registry.eval_suites import repository
 from registry.eval_suites.schemas import Example, Generation, SuiteCreate, SuiteMetrics, SuiteOut
 from registry.names import check_name
+from registry.auth.principal import Principal, Role
 from registry.storage.base import ArtifactStore
-from registry.tables import BaseModel, EvalSuite
+from registry.tables import BaseModel, EvalSuite, Tenant
 
 RECREATE = "Recreate the suite under a new name."
+OWNERS = {Role.ADMIN, Role.UPLOADER}  # who may create a tenant's suite
 
 
 def dataset_bytes(examples: list[Example]) -> bytes:
@@ -27,57 +29,102 @@ def dataset_bytes(examples: list[Example]) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def create(session: Session, store: ArtifactStore, spec: SuiteCreate, *, actor: str) -> SuiteOut:
+def create(session: Session, store: ArtifactStore, spec: SuiteCreate, principal: Principal) -> SuiteOut:
+    """A global suite (global admins), or a tenant's, named tenant/name (its admins and
+    uploaders): only that tenant sees it and its dataset, and evaluates with it."""
     check_name(spec.name, "eval suite")
+    tenant = None
+    if spec.tenant is None:
+        principal.require_global_admin()
+    else:
+        principal.require(OWNERS, check_name(spec.tenant, "tenant"))
+        tenant = repository.tenant_by_name(session, spec.tenant)
+        if tenant is None:
+            raise NotFound(f"tenant {spec.tenant!r} does not exist", code="tenant_not_found",
+                           hint="Tenants are created with their first token (loraplane token create).")
+    ref = spec.name if tenant is None else f"{tenant.name}/{spec.name}"
     base = base_models.get(session, spec.base_model)
-    if repository.suite_exists(session, spec.name):
-        raise Conflict(f"eval suite {spec.name!r} already exists", code="already_exists",
+    if repository.suite_exists(session, ref):
+        raise Conflict(f"eval suite {ref!r} already exists", code="already_exists",
                        hint="Suites are immutable; create one under a new name.")
     data = dataset_bytes(spec.examples)
     sha256 = hashlib.sha256(data).hexdigest()
     store.put_bytes(blob_key(sha256), data)  # content-addressed: a rollback leaves a reusable blob
     row = EvalSuite(
-        name=spec.name, base_model_id=base.id, dataset_sha256=sha256,
+        name=ref, tenant_id=tenant.id if tenant else None, base_model_id=base.id, dataset_sha256=sha256,
         example_count=len(spec.examples),
         metrics=spec.metrics.model_dump(exclude_none=True),
         generation=spec.generation.model_dump(),
-        created_by=actor,
+        created_by=principal.label,
     )
     session.add(row)
     session.flush()
-    return audit.record_created(session, to_out(row, base), actor=actor, action="eval_suite.create",
-                                subject=f"eval-suite/{row.name}")
+    return audit.record_created(session, to_out(session, row), actor=principal.label, action="eval_suite.create",
+                                subject=f"eval-suite/{row.name}", tenant_id=row.tenant_id)
 
 
-def get(session: Session, name: str) -> SuiteOut:
-    row = get_row(session, name)
-    return to_out(row, session.get(BaseModel, row.base_model_id))
+def get(session: Session, principal: Principal, ref: str) -> SuiteOut:
+    """A suite the principal may see; another tenant's is answered as one that does not exist."""
+    row = repository.find_suite(session, ref)
+    if row is None or not _visible(session, row, principal):
+        raise _not_found(ref)
+    return to_out(session, row)
 
 
 def get_row(session: Session, name: str) -> EvalSuite:
+    """Any suite, for the registry's own use (the pools' suites, queued evaluations)."""
     row = repository.find_suite(session, name)
     if row is None:
-        raise NotFound(f"eval suite {name!r} does not exist", code="suite_not_found",
-                       hint="List them with GET /v1/eval-suites.")
+        raise _not_found(name)
     return row
 
 
+def usable_for(session: Session, ref: str, tenant_id: int) -> EvalSuite:
+    """A suite that may evaluate the versions of `tenant_id`: a global one, or that tenant's own.
+    Another tenant's is answered exactly as one that does not exist."""
+    row = repository.find_suite(session, ref)
+    if row is None or row.tenant_id not in (None, tenant_id):
+        raise _not_found(ref)
+    return row
+
+
+def _not_found(ref: str) -> NotFound:
+    return NotFound(f"eval suite {ref!r} does not exist", code="suite_not_found",
+                    hint="List them with GET /v1/eval-suites.")
+
+
+def _visible(session: Session, row: EvalSuite, principal: Principal) -> bool:
+    if row.tenant_id is None or principal.is_global_admin:
+        return True
+    return session.get(Tenant, row.tenant_id).name == principal.tenant
+
+
 def require_for_base(session: Session, names: list[str], base_id: int, base_name: str) -> None:
-    """Every name is a suite for this base; pools and evaluations depend on it."""
+    """Every name is a global suite for this base; pools and evaluations depend on it."""
     for name in names:
         row = repository.find_suite(session, name)
         if row is None:
             raise Unprocessable(f"unknown eval suite {name!r}", code="unknown_suite",
                                 hint="Create it first with POST /v1/eval-suites.")
+        if row.tenant_id is not None:
+            raise Unprocessable(
+                f"eval suite {name!r} belongs to a tenant; a pool requires global suites of every "
+                "adapter it serves", code="suite_not_global",
+                hint="Create a global suite (POST /v1/eval-suites without tenant) for the pool.")
         if row.base_model_id != base_id:
             raise Unprocessable(
                 f"eval suite {name!r} is for another base model than {base_name!r}",
                 code="suite_base_mismatch", hint="Use a suite built for this base model.")
 
 
-def list_page(session: Session, *, limit: int, cursor: str | None) -> tuple[list[SuiteOut], str | None]:
-    rows, next_cursor = repository.page_of_suites(session, limit=limit, cursor=cursor)
-    return [to_out(row, session.get(BaseModel, row.base_model_id)) for row in rows], next_cursor
+def list_page(session: Session, principal: Principal, *, limit: int,
+              cursor: str | None) -> tuple[list[SuiteOut], str | None]:
+    """Global suites and the principal's tenant's (a global admin's: all)."""
+    tenant = repository.tenant_by_name(session, principal.tenant) if principal.tenant else None
+    rows, next_cursor = repository.page_of_suites(session, limit=limit, cursor=cursor,
+                                                  tenant_id=tenant.id if tenant else None,
+                                                  every_tenant=principal.is_global_admin)
+    return [to_out(session, row) for row in rows], next_cursor
 
 
 def load_examples(store: ArtifactStore, suite: EvalSuite) -> list[Example]:
@@ -122,9 +169,12 @@ def _unreadable(suite_name: str, detail: str) -> Unprocessable:
                          code="dataset_invalid", hint=RECREATE)
 
 
-def to_out(row: EvalSuite, base: BaseModel) -> SuiteOut:
+def to_out(session: Session, row: EvalSuite) -> SuiteOut:
+    base = session.get(BaseModel, row.base_model_id)
+    tenant = session.get(Tenant, row.tenant_id) if row.tenant_id is not None else None
     return SuiteOut(
-        name=row.name, base_model=base.name, dataset_sha256=row.dataset_sha256,
+        name=row.name, tenant=tenant.name if tenant else None, base_model=base.name,
+        dataset_sha256=row.dataset_sha256,
         example_count=row.example_count, metrics=SuiteMetrics.model_validate(row.metrics),
         generation=Generation.model_validate(row.generation), created_by=row.created_by,
         created_at=row.created_at,

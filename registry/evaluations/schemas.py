@@ -10,7 +10,7 @@ from registry.pagination import Page
 
 class EvaluationRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    suite: str = Field(min_length=1, max_length=64)
+    suite: str = Field(min_length=1, max_length=129, description="A global suite's name, or tenant/name.")
 
 
 class MetricResult(BaseModel):

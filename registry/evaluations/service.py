@@ -29,7 +29,7 @@ def request(session: Session, principal: Principal, tenant: str, name: str, numb
     principal.require(REQUESTERS, tenant)
     version = adapters.find_version(session, tenant, name, number)
     adapter = session.get(Adapter, version.adapter_id)
-    suite = suites.get_row(session, suite_name)
+    suite = suites.usable_for(session, suite_name, adapter.tenant_id)
     if suite.base_model_id != adapter.base_model_id:
         raise Unprocessable(
             f"eval suite {suite_name!r} is for another base model than {tenant}/{name}",

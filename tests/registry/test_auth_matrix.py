@@ -120,10 +120,18 @@ ENDPOINTS = {
     "POST /v1/eval-suites": [(lambda w: ("POST", "/v1/eval-suites", {"json": {
         "name": unique("suite"), "base_model": "tiny-llama",
         "examples": [{"prompt": "1 =>", "reference": "one"}], "metrics": {"exact_match": {"min": 0.5}}}}),
-        GLOBAL_ADMIN_ONLY)],
+        GLOBAL_ADMIN_ONLY),
+        # A tenant's suite: its admins and uploaders create it.
+        (lambda w: ("POST", "/v1/eval-suites", {"json": {
+            "name": unique("suite"), "tenant": "acme", "base_model": "tiny-llama",
+            "examples": [{"prompt": "1 =>", "reference": "one"}], "metrics": {"exact_match": {"min": 0.5}}}}),
+         expect(403, global_admin=201, acme_admin=201, acme_uploader=201))],
     "GET /v1/eval-suites": [(lambda w: ("GET", "/v1/eval-suites", {}), PEOPLE)],
     "GET /v1/eval-suites/{name}": [(lambda w: ("GET", "/v1/eval-suites/no-such-suite", {}),
                                     NOT_FOUND_FOR_PEOPLE)],
+    "GET /v1/eval-suites/{tenant}/{name}": [(lambda w: ("GET", "/v1/eval-suites/acme/no-such-suite", {}),
+                                             expect(403, global_admin=404, acme_admin=404, acme_uploader=404,
+                                                    acme_reviewer=404))],
     "GET /v1/adapters": [(lambda w: ("GET", "/v1/adapters", {"params": {"tenant": "acme"}}), READERS)],
     "GET /v1/adapters/{tenant}/{name}": [(lambda w: ("GET", "/v1/adapters/acme/matrix", {}), READERS)],
     "GET /v1/adapters/{tenant}/{name}/versions": [

@@ -71,7 +71,7 @@ def test_bad_suite_is_refused_and_nothing_is_stored(admin, base_model, engine, s
 
 
 @pytest.mark.parametrize("principal", ["acme_admin", "acme_uploader", "acme_reviewer", "serving_node"])
-def test_only_a_global_admin_creates_suites(client_for, base_model, engine, s3_client, principal):
+def test_only_a_global_admin_creates_global_suites(client_for, base_model, engine, s3_client, principal):
     before = stored(engine, s3_client)
     response = client_for(principal).post("/v1/eval-suites", json=suite(name=f"by-{principal}"))
     assert_refused(response, 403, "forbidden", "may not do this")
@@ -123,3 +123,58 @@ def test_references_with_line_separators_read_back_byte_identical(admin, base_mo
     assert read == [Example(**e) for e in examples]
     assert [(e.prompt.encode(), e.reference.encode()) for e in read] == \
         [(e["prompt"].encode(), e["reference"].encode()) for e in examples]
+
+
+def test_a_tenant_suite_is_its_own_and_invisible_to_other_tenants(client_for, base_model, engine, s3_client):
+    """acme's uploader creates acme/faq. globex sees nothing of it: its list, a direct read (403,
+    the tenant is in the path) and an evaluation request naming it (answered exactly as a suite
+    that does not exist)."""
+    acme, globex = client_for("acme_uploader"), client_for("globex_uploader")
+    created = acme.post("/v1/eval-suites", json=suite(name="faq", tenant="acme"))
+
+    assert created.status_code == 201, created.text
+    assert (created.json()["name"], created.json()["tenant"]) == ("acme/faq", "acme")
+    assert acme.get("/v1/eval-suites/acme/faq").json() == created.json()
+    assert "acme/faq" in {s["name"] for s in acme.get("/v1/eval-suites").json()["items"]}
+    assert "acme/faq" not in {s["name"] for s in globex.get("/v1/eval-suites").json()["items"]}
+    assert_refused(globex.get("/v1/eval-suites/acme/faq"), 403, "forbidden", "not 'acme'")
+    assert_refused(client_for("acme_uploader").get("/v1/eval-suites/acme/missing"), 404, "suite_not_found",
+                   "'acme/missing'")
+
+
+def test_another_tenants_suite_is_answered_as_one_that_does_not_exist(client_for, base_model, make_adapter):
+    acme, globex = client_for("acme_uploader"), client_for("globex_uploader")
+    assert acme.post("/v1/eval-suites", json=suite(name="private", tenant="acme")).status_code == 201
+    folder = make_adapter(seed=191)
+    parts = [("file", (name, (folder / name).read_bytes()))
+             for name in ("adapter_config.json", "adapter_model.safetensors")]
+    assert globex.post("/v1/adapters/globex/asker/versions", files=parts).status_code == 201
+
+    hidden = globex.post("/v1/adapters/globex/asker/versions/1/evaluations", json={"suite": "acme/private"})
+    missing = globex.post("/v1/adapters/globex/asker/versions/1/evaluations", json={"suite": "acme/absent"})
+
+    assert_refused(hidden, 404, "suite_not_found", "eval suite 'acme/private' does not exist")
+    assert hidden.json()["error"] == {**missing.json()["error"],
+                                      "message": missing.json()["error"]["message"].replace("absent", "private")}
+
+
+@pytest.mark.parametrize(("principal", "tenant", "status", "message"), [
+    ("globex_uploader", "acme", 403, "not 'acme'"),
+    ("acme_reviewer", "acme", 403, "may not do this"),
+    ("serving_node", "acme", 403, "may not do this"),
+    ("global_admin", "no-such-tenant", 404, "tenant 'no-such-tenant' does not exist"),
+])
+def test_a_tenant_suite_is_created_only_by_that_tenants_admins_and_uploaders(
+        client_for, base_model, engine, s3_client, principal, tenant, status, message):
+    before = stored(engine, s3_client)
+    response = client_for(principal).post("/v1/eval-suites", json=suite(name=f"t-{principal}", tenant=tenant))
+    assert_refused(response, status, "forbidden" if status == 403 else "tenant_not_found", message)
+    assert stored(engine, s3_client) == before
+
+
+def test_a_pool_requires_global_suites_only(admin, client_for, base_model):
+    assert client_for("acme_admin").post("/v1/eval-suites", json=suite(name="mine", tenant="acme")).status_code == 201
+    pool = {"name": "tenant-suite-pool", "base_model": "tiny-llama", "max_loras": 2, "max_cpu_loras": 4,
+            "max_lora_rank": 16, "dtype": "float32", "required_suites": ["acme/mine"]}
+    assert_refused(admin.post("/v1/pools", json=pool), 422, "suite_not_global",
+                   "eval suite 'acme/mine' belongs to a tenant")
