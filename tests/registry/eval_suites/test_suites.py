@@ -14,7 +14,7 @@ from registry.eval_suites.schemas import Example
 from registry.eval_suites.service import load_examples
 from registry.settings import RegistrySettings
 from registry.storage.s3 import S3Store
-from registry.tables import EvalSuite
+from registry.tables import EvalSuite, Evaluation
 from tests.conftest import BUCKET
 from tests.support.asserts import assert_refused
 
@@ -178,3 +178,23 @@ def test_a_pool_requires_global_suites_only(admin, client_for, base_model):
             "max_lora_rank": 16, "dtype": "float32", "required_suites": ["acme/mine"]}
     assert_refused(admin.post("/v1/pools", json=pool), 422, "suite_not_global",
                    "eval suite 'acme/mine' belongs to a tenant")
+
+
+def test_even_a_global_admin_cannot_score_another_tenants_adapter_with_a_tenant_suite(admin, client_for, engine,
+                                                                                      base_model, make_adapter):
+    """The check is on the version's tenant, not the caller: acme's dataset never scores globex."""
+    assert client_for("acme_uploader").post("/v1/eval-suites", json=suite(name="own", tenant="acme")).status_code == 201
+    folder = make_adapter(seed=192)
+    parts = [("file", (name, (folder / name).read_bytes()))
+             for name in ("adapter_config.json", "adapter_model.safetensors")]
+    assert client_for("globex_uploader").post("/v1/adapters/globex/scored/versions", files=parts).status_code == 201
+
+    def evaluations() -> int:
+        with Session(engine) as session:
+            return session.scalar(select(func.count()).select_from(Evaluation))
+
+    before = evaluations()
+    response = admin.post("/v1/adapters/globex/scored/versions/1/evaluations", json={"suite": "acme/own"})
+
+    assert_refused(response, 404, "suite_not_found", "eval suite 'acme/own' does not exist")
+    assert evaluations() == before
