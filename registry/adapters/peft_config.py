@@ -28,11 +28,15 @@ class LoraSpec:
     base_model_name: str
     raw: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def use_rslora(self) -> bool:
+        return self.raw.get("use_rslora") is True
+
     def scaling(self) -> module_scaling.ModuleScaling:
         """peft's rank and scaling for each module (rank_pattern, alpha_pattern, use_rslora).
         One instance serves one upload: the pattern keys share a time budget."""
         return module_scaling.ModuleScaling(
-            self.r, self.lora_alpha, self.raw.get("use_rslora") is True, self.raw.get("rank_pattern") or {},
+            self.r, self.lora_alpha, self.use_rslora, self.raw.get("rank_pattern") or {},
             self.raw.get("alpha_pattern") or {}, refuse)
 
     def targets(self) -> peft_targets.Targets:

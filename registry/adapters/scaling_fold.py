@@ -51,7 +51,7 @@ def fold(spec: LoraSpec, layout: LoraLayout, weights: Path, out_dir: Path, max_b
     """The folded adapter, written in out_dir; refused before anything is written if its weights
     would be larger than max_bytes (padding an r=1 adapter to a pattern's 512 grows it 512 times)."""
     rank = max(pair.scaling.rank for pair in layout.pairs)
-    default = Scaling(spec.r, spec.lora_alpha, spec.raw.get("use_rslora") is True).factor
+    default = Scaling(spec.r, spec.lora_alpha, spec.use_rslora).factor
     for pair in layout.pairs:
         if pair.form == "experts_3d" and pair.scaling.rank != rank:
             raise Unprocessable(
@@ -90,7 +90,7 @@ def _config(spec: LoraSpec, rank: int) -> bytes:
     """The plain config: the upload's, with r = rank, no patterns, and the default scaling."""
     config = dict(spec.raw, rank_pattern={}, alpha_pattern={}, r=rank)
     if rank != spec.r:
-        grow = math.sqrt(rank / spec.r) if spec.raw.get("use_rslora") is True else rank / spec.r
+        grow = math.sqrt(rank / spec.r) if spec.use_rslora else rank / spec.r
         alpha = spec.lora_alpha * grow
         config["lora_alpha"] = int(alpha) if alpha.is_integer() else alpha
     return (json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
@@ -109,7 +109,7 @@ def _folded_shape(tensor: TensorInfo, side: str, rank: int, target: int) -> tupl
 def _write_folded(source: BinaryIO, target: BinaryIO, pair: Pair, side: str, rank: int, ratio: float) -> None:
     """One tensor, a few MiB at a time: lora_A as it is, then zero rows up to `rank`; lora_B
     scaled by `ratio` and each row padded with zero columns."""
-    tensor = pair.a if side == "A" else pair.b
+    tensor = _tensor((pair, side))
     bits_type = BITS[tensor.dtype]
     rows, columns = tensor.shape
     row_bytes = columns * np.dtype(bits_type).itemsize

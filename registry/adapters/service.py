@@ -99,16 +99,14 @@ def store_blobs(store: ArtifactStore, files: AdapterFiles, received: ReceivedUpl
             f"declared {declared}", code="digest_mismatch",
             hint="The file changed or was damaged in transit; upload it again.",
         )
-    config_sha256 = hashlib.sha256(files.config).hexdigest()
-    store.put_bytes(artifact.blob_key(config_sha256), files.config)
+    config_sha256 = _put_bytes(store, files.config)
     if received.streamed is not None:
         received.streamed.complete()
     else:
         store.put_file(artifact.blob_key(files.weights_sha256), files.weights)
     card = None
     if files.model_card is not None:
-        card_sha256 = hashlib.sha256(files.model_card).hexdigest()
-        store.put_bytes(artifact.blob_key(card_sha256), files.model_card)
+        card_sha256 = _put_bytes(store, files.model_card)
         card = {"name": model_card.FILE, "sha256": card_sha256, "size": len(files.model_card)}
     signature = files.signature
     if signature is not None:
@@ -120,6 +118,13 @@ def store_blobs(store: ArtifactStore, files: AdapterFiles, received: ReceivedUpl
                                                   "sha256": signature.sha256, "size": signature.size})
 
 
+def _put_bytes(store: ArtifactStore, data: bytes) -> str:
+    """Store a small file under its content address; its sha256."""
+    sha256 = hashlib.sha256(data).hexdigest()
+    store.put_bytes(artifact.blob_key(sha256), data)
+    return sha256
+
+
 def derivation(uploaded: list[dict], transform: str) -> dict:
     """What a version records of the upload its served bytes were derived from."""
     return {"digest": manifest_digest(uploaded), "files": uploaded, "transform": transform}
@@ -129,8 +134,7 @@ def store_served(store: ArtifactStore, served: AdapterFiles, uploaded: list[dict
     """Put a derived artifact's blobs in the store. Its manifest keeps the upload's model card
     and signature (which signs the upload's files), so that a signed and an unsigned upload of
     the same adapter stay two versions, as they are without a fold."""
-    config_sha256 = hashlib.sha256(served.config).hexdigest()
-    store.put_bytes(artifact.blob_key(config_sha256), served.config)
+    config_sha256 = _put_bytes(store, served.config)
     store.put_file(artifact.blob_key(served.weights_sha256), served.weights)
     uploaded_file = {entry["name"]: entry for entry in uploaded}.get
     return artifact.manifest(config_sha256=config_sha256, config_size=len(served.config),

@@ -6,7 +6,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry.pagination import fetch_page
-from registry.tables import EvalSuite, Tenant
+from registry.tables import EvalSuite
 
 
 def suite_exists(session: Session, name: str) -> bool:
@@ -15,10 +15,6 @@ def suite_exists(session: Session, name: str) -> bool:
 
 def find_suite(session: Session, name: str) -> EvalSuite | None:
     return session.scalar(select(EvalSuite).where(EvalSuite.name == name))
-
-
-def tenant_by_name(session: Session, name: str) -> Tenant | None:
-    return session.scalar(select(Tenant).where(Tenant.name == name))
 
 
 def page_of_suites(session: Session, *, limit: int, cursor: str | None,

@@ -17,6 +17,7 @@ from registry.eval_suites import repository
 from registry.eval_suites.schemas import Example, Generation, SuiteCreate, SuiteMetrics, SuiteOut
 from registry.names import check_name
 from registry.auth.principal import Principal, Role
+from registry.auth.repository import find_tenant
 from registry.storage.base import ArtifactStore
 from registry.tables import BaseModel, EvalSuite, Tenant
 
@@ -38,7 +39,7 @@ def create(session: Session, store: ArtifactStore, spec: SuiteCreate, principal:
         principal.require_global_admin()
     else:
         principal.require(OWNERS, check_name(spec.tenant, "tenant"))
-        tenant = repository.tenant_by_name(session, spec.tenant)
+        tenant = find_tenant(session, spec.tenant)
         if tenant is None:
             raise NotFound(f"tenant {spec.tenant!r} does not exist", code="tenant_not_found",
                            hint="Tenants are created with their first token (loraplane token create).")
@@ -120,7 +121,7 @@ def require_for_base(session: Session, names: list[str], base_id: int, base_name
 def list_page(session: Session, principal: Principal, *, limit: int,
               cursor: str | None) -> tuple[list[SuiteOut], str | None]:
     """Global suites and the principal's tenant's (a global admin's: all)."""
-    tenant = repository.tenant_by_name(session, principal.tenant) if principal.tenant else None
+    tenant = find_tenant(session, principal.tenant) if principal.tenant else None
     rows, next_cursor = repository.page_of_suites(session, limit=limit, cursor=cursor,
                                                   tenant_id=tenant.id if tenant else None,
                                                   every_tenant=principal.is_global_admin)

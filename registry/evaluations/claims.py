@@ -35,8 +35,8 @@ class ClaimedEvaluation:
     last_reason: str | None  # why the last claim gave it back, if it did
     # What the parity reference is computed from: the upload, where the served files were
     # derived from it (fold_scaling), so that the engine is judged against what was trained.
-    reference_digest: str = ""
-    reference_files: list[dict[str, Any]] | None = None
+    reference_digest: str
+    reference_files: list[dict[str, Any]]
 
 
 @dataclass

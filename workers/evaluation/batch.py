@@ -132,7 +132,7 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
                 folder = artifacts.fetch(store, settings.artifact_cache_dir, evaluation.digest,
                                          evaluation.files)
                 reference = folder
-                if evaluation.reference_files and evaluation.reference_digest != evaluation.digest:
+                if evaluation.reference_digest != evaluation.digest:
                     reference = artifacts.fetch(store, settings.artifact_cache_dir, evaluation.reference_digest,
                                                 evaluation.reference_files)
                 await client.load_adapter(evaluation.served_name, str(folder))
