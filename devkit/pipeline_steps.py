@@ -35,8 +35,11 @@ def create_suite(admin: httpx.Client, name: str, base: str, rows: list[dict], me
 
 
 def finish_evaluation(engine: Engine, evaluation_id: int, *, passed: bool = True,
-                      parity: bool = True, failing: tuple[str, ...] = ()) -> None:
-    metrics = {"exact_match": {"value": 1.0 if passed else 0.0, "base": 0.0,
+                      parity: bool = True, failing: tuple[str, ...] = (),
+                      exact_match: float | None = None) -> None:
+    """Record an outcome as a worker would (`exact_match`: the score to report, else 1 or 0)."""
+    score = exact_match if exact_match is not None else 1.0 if passed else 0.0
+    metrics = {"exact_match": {"value": score, "base": 0.0,
                                "threshold": {"min": 0.5}, "passed": passed},
                "parity": {"value": 0.0 if parity else 0.5, "threshold": {"max_logprob_diff": 0.01},
                           "passed": parity, "detail": "" if parity else "max logprob diff 0.5"}}

@@ -13,6 +13,7 @@ from loraplane.cli_support import console
 from loraplane.cli_support import fail as _fail
 from loraplane.cli_support import settings_or_fail
 from loraplane.cli_support import print_json as _print_json
+from loraplane.policy_cli import policy_app
 from loraplane.promotion_cli import audit_app, promotion_app
 from loraplane.signing_key_cli import signing_key_app
 from loraplane.verify_cli import verify as verify_command
@@ -33,6 +34,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(promotion_app, name="promotion")
 app.add_typer(audit_app, name="audit")
 app.add_typer(suite_app, name="suite")
+app.add_typer(policy_app, name="policy")
 app.add_typer(eval_app, name="eval")
 app.add_typer(token_app, name="token")
 app.add_typer(base_app, name="base-model")
@@ -434,6 +436,9 @@ def suite_create(
 def eval_run(
     version: str = typer.Argument(..., help="The version, as tenant/name@N."),
     suite: str = typer.Option(..., help="The eval suite."),
+    against: Optional[int] = typer.Option(None, min=1, help=(
+        "Also evaluate version N of the same adapter (the incumbent) in the same batch, and show "
+        "the two side by side.")),
     wait: bool = typer.Option(True, help="Wait for the verdict, showing progress."),
     timeout_s: float = typer.Option(3600, help="How long to wait."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
@@ -442,14 +447,22 @@ def eval_run(
     from loraplane import evaluate
 
     with connect() as client:
-        evaluation = _call(lambda: evaluate.request(client, version, suite))
+        evaluation = _call(lambda: evaluate.request(client, version, suite, against=against))
         console.print(f"evaluation {evaluation['id']}: {evaluation['state']}")
         if not wait:
             _print_json(evaluation)
             return
         evaluation = _call(lambda: evaluate.watch(client, evaluation, console=console,
                                                   timeout_s=timeout_s, show_progress=not quiet))
+        incumbent = None
+        if evaluation.get("pair"):
+            other = {"id": evaluation["pair"]["other_evaluation_id"], "state": "queued", "attempts": 1,
+                     "served_name": evaluation["pair"]["other_served_name"], "suite": suite, "reason": None}
+            incumbent = _call(lambda: evaluate.watch(client, other, console=console, timeout_s=timeout_s,
+                                                     show_progress=not quiet))
     evaluate.render(evaluation, console)
+    if incumbent is not None:
+        evaluate.render_pair(evaluation, incumbent, console)
     _print_json({k: v for k, v in evaluation.items() if k != "examples"})
     if evaluation["state"] != "passed":
         raise typer.Exit(1)

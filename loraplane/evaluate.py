@@ -25,10 +25,10 @@ def parse_version_ref(ref: str) -> tuple[str, str, int]:
     return tenant, name, int(number)
 
 
-def request(client: httpx.Client, ref: str, suite: str) -> dict:
+def request(client: httpx.Client, ref: str, suite: str, *, against: int | None = None) -> dict:
     tenant, name, number = parse_version_ref(ref)
-    return checked(client.post(f"/v1/adapters/{tenant}/{name}/versions/{number}/evaluations",
-                               json={"suite": suite}))
+    body = {"suite": suite, **({"against": against} if against is not None else {})}
+    return checked(client.post(f"/v1/adapters/{tenant}/{name}/versions/{number}/evaluations", json=body))
 
 
 def watch(client: httpx.Client, evaluation: dict, *, console: Console, poll_s: float = 1.0,
@@ -71,6 +71,20 @@ def render(evaluation: dict, console: Console) -> None:
         engine = evaluation["engine"]
         console.print(f"engine: vLLM {engine.get('vllm_version', '?')} at {engine.get('url')}, "
                       f"flags {json.dumps(engine.get('flags', {}))}")
+
+
+def render_pair(challenger: dict, incumbent: dict, console: Console) -> None:
+    """The two versions' task metrics side by side, from one batch on one engine."""
+    table = Table(title=f"{challenger['served_name']} against {incumbent['served_name']} on "
+                        f"{challenger['suite']} (one batch)")
+    for column in ("metric", challenger["served_name"], incumbent["served_name"], "difference"):
+        table.add_column(column)
+    for name, metric in challenger["metrics"].items():
+        theirs = (incumbent["metrics"].get(name) or {}).get("value")
+        mine = metric["value"]
+        difference = _number(mine - theirs) if mine is not None and theirs is not None else "-"
+        table.add_row(name, _number(mine), _number(theirs), difference)
+    console.print(table)
 
 
 def _number(value) -> str:

@@ -24,6 +24,7 @@ from registry.audit.endpoints import router as audit
 from registry.base_models.endpoints import router as base_models
 from registry.errors import LoraplaneError
 from registry.eval_suites.endpoints import router as eval_suites
+from registry.evaluation_policies.endpoints import router as evaluation_policies
 from registry.evaluations.endpoints import router as evaluations
 from registry.input_guard import ControlCharacterGuard
 from registry.limits import BodySizeLimitMiddleware
@@ -67,8 +68,8 @@ def create_app() -> FastAPI:
         description="Validated LoRA adapters, base models and serving pools for multi-LoRA vLLM.",
         lifespan=lifespan,
     )
-    for router in (auth, signing_keys, base_models, pools, eval_suites, adapters, uploads,
-                   evaluations, promotions, active_set, nodes, placement, sizing, webhooks, audit,
+    for router in (auth, signing_keys, base_models, pools, eval_suites, adapters, evaluation_policies,
+                   uploads, evaluations, promotions, active_set, nodes, placement, sizing, webhooks, audit,
                    attestations, artifacts, ops):
         app.include_router(router)
     app.add_middleware(BodySizeLimitMiddleware, max_upload_bytes=get_settings().max_upload_bytes)

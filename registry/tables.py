@@ -154,6 +154,9 @@ class Adapter(Base):
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
     name: Mapped[str] = mapped_column(String(64))
     base_model_id: Mapped[int] = mapped_column(ForeignKey("base_models.id"), index=True)
+    # What the adapter's own task requires (registry/evaluation_policies): its suites and the
+    # margins a challenger is held to against the version it would replace. None: nothing.
+    evaluation_policy: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = created_at_column()
 
 
@@ -225,6 +228,10 @@ class Evaluation(Base):
     claim_token: Mapped[str | None] = mapped_column(String(36))
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     requested_by: Mapped[str] = mapped_column(String(300))
+    # A challenger's evaluation names the incumbent's evaluation it is compared with: the two
+    # are always claimed together, so they run on one engine in one batch.
+    incumbent_evaluation_id: Mapped[int | None] = mapped_column(
+        ForeignKey("evaluations.id", name="fk_evaluations_incumbent"), index=True)
     created_at: Mapped[datetime] = created_at_column()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

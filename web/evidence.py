@@ -22,9 +22,19 @@ class Evidence:
     serving_chart: Markup
     examples: list[ExampleOut]
     differing: int  # examples where the adapter's output differs from the base's
+    comparison: "Comparison | None" = None
 
 
-def evidence_of(evaluation: EvaluationOut) -> Evidence:
+@dataclass(frozen=True)
+class Comparison:
+    """A challenger beside the incumbent it would replace: one batch, one engine."""
+
+    incumbent: EvaluationOut
+    metrics: list[tuple[str, float | None, float | None]]  # (metric, challenger, incumbent)
+    rows: list[tuple[ExampleOut, ExampleOut | None]]  # the challenger's example, the incumbent's
+
+
+def evidence_of(evaluation: EvaluationOut, incumbent: EvaluationOut | None = None) -> Evidence:
     examples = evaluation.examples.items if evaluation.examples else []
     return Evidence(
         evaluation=evaluation,
@@ -35,7 +45,16 @@ def evidence_of(evaluation: EvaluationOut) -> Evidence:
         serving_chart=_serving_chart(evaluation),
         examples=examples,
         differing=sum(e.output.strip() != e.base_output.strip() for e in examples),
+        comparison=_comparison(evaluation, examples, incumbent) if incumbent is not None else None,
     )
+
+
+def _comparison(evaluation: EvaluationOut, examples: list[ExampleOut], incumbent: EvaluationOut) -> Comparison:
+    theirs = {e.position: e for e in (incumbent.examples.items if incumbent.examples else [])}
+    metrics = [(name, m.value, (incumbent.metrics.get(name).value if name in incumbent.metrics else None))
+               for name, m in evaluation.metrics.items() if name not in OWN_SECTIONS]
+    return Comparison(incumbent=incumbent, metrics=metrics,
+                      rows=[(mine, theirs.get(mine.position)) for mine in examples])
 
 
 def _metric_chart(name: str, metric) -> Markup:

@@ -60,9 +60,12 @@ def _aware(moment: datetime | None) -> datetime | None:
 
 
 def claim_batch(session: Session, evaluation_id: int, *, max_versions: int, lease_s: float) -> ClaimOutcome:
-    """Claim this evaluation and others waiting on the same base, up to max_versions versions."""
+    """Claim this evaluation (with its challenger or incumbent, always) and others waiting on the
+    same base, up to max_versions versions."""
     now = utcnow()
-    row = repository.lock_evaluation(session, evaluation_id)
+    # The pair in id order: two workers given the two halves of a pair never deadlock.
+    pair = repository.lock_evaluations(session, repository.pair_ids(session, evaluation_id))
+    row = next((e for e in pair if e.id == evaluation_id), None)
     if row is None or row.state in rules.FINISHED:
         return ClaimOutcome("finished")
     lease = _aware(row.lease_expires_at)
@@ -72,8 +75,12 @@ def claim_batch(session: Session, evaluation_id: int, *, max_versions: int, leas
     base_id = session.get(EvalSuite, row.suite_id).base_model_id
     waiting = repository.lock_waiting_on_base(session, base_id, besides=row.id, now=now,
                                               limit=max_versions * 8)
-    batch, versions = [row], {row.version_id}
+    batch = [row, *(e for e in pair if e is not row and _waiting(e, now))]
+    versions = {e.version_id for e in batch}
     for candidate in waiting:
+        if candidate in batch or candidate.incumbent_evaluation_id or repository.challenger_of(
+                session, candidate.id):
+            continue  # a pair's halves are claimed only together, by the task of one of them
         if candidate.version_id in versions or len(versions) < max_versions:
             versions.add(candidate.version_id)
             batch.append(candidate)
@@ -86,6 +93,12 @@ def claim_batch(session: Session, evaluation_id: int, *, max_versions: int, leas
         evaluation.started_at = evaluation.started_at or now
     session.flush()
     return ClaimOutcome("claimed", token=token, evaluations=[_claimed(session, e) for e in batch])
+
+
+def _waiting(row: Evaluation, now: datetime) -> bool:
+    """Nobody works on it: queued, or running under a lease that has expired."""
+    lease = _aware(row.lease_expires_at)
+    return row.state == rules.QUEUED or (row.state == rules.RUNNING and lease is not None and lease < now)
 
 
 def _claimed(session: Session, row: Evaluation) -> ClaimedEvaluation:

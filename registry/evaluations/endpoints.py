@@ -26,7 +26,8 @@ def request_evaluation(
     number: int = Number, principal: Principal = Depends(authenticated),
     session: Session = RequestSession,
 ):
-    evaluation, created = service.request(session, principal, tenant, name, number, body.suite)
+    evaluation, created = service.request(session, principal, tenant, name, number, body.suite,
+                                          against=body.against)
     if not created:
         response.status_code = 200
     return evaluation

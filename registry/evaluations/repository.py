@@ -6,15 +6,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from registry.evaluations import rules
 from registry.pagination import fetch_page
-from registry.tables import BaseModel, EvalSuite, Evaluation, EvaluationExample, Pool
-
-
-def lock_evaluation(session: Session, evaluation_id: int) -> Evaluation | None:
-    return session.scalar(select(Evaluation).where(Evaluation.id == evaluation_id).with_for_update())
+from registry.tables import BaseModel, EvalSuite, Evaluation, EvaluationExample, Pool, PoolAlias
 
 
 def lock_waiting_on_base(session: Session, base_model_id: int, *, besides: int, now: datetime,
@@ -94,3 +90,59 @@ def latest_evaluations(session: Session, version_id: int) -> dict[str, Evaluatio
 
 def pools_on_base(session: Session, base_model_id: int) -> list[Pool]:
     return list(session.scalars(select(Pool).where(Pool.base_model_id == base_model_id)))
+
+
+def pair_ids(session: Session, evaluation_id: int) -> list[int]:
+    """The evaluation's id with those of its incumbent and its challenger, if it has them, in
+    ascending order."""
+    incumbent = session.scalar(select(Evaluation.incumbent_evaluation_id)
+                               .where(Evaluation.id == evaluation_id))
+    challengers = session.scalars(select(Evaluation.id)
+                                  .where(Evaluation.incumbent_evaluation_id == evaluation_id))
+    return sorted({evaluation_id, *challengers, *([incumbent] if incumbent else [])})
+
+
+def lock_evaluations(session: Session, ids: list[int]) -> list[Evaluation]:
+    """Locked in id order, and read afresh."""
+    return list(session.scalars(select(Evaluation).where(Evaluation.id.in_(ids)).order_by(Evaluation.id)
+                                .with_for_update().execution_options(populate_existing=True)))
+
+
+def latest_unfailed_pair(session: Session, version_id: int, suite_id: int,
+                         incumbent_version_id: int) -> Evaluation | None:
+    """The newest challenger evaluation of this version on this suite, against an evaluation of
+    that incumbent version, whose pair has not failed."""
+    incumbent = aliased(Evaluation)
+    return session.scalar(
+        select(Evaluation).join(incumbent, incumbent.id == Evaluation.incumbent_evaluation_id)
+        .where(Evaluation.version_id == version_id, Evaluation.suite_id == suite_id,
+               incumbent.version_id == incumbent_version_id,
+               Evaluation.state != rules.FAILED, incumbent.state != rules.FAILED)
+        .order_by(Evaluation.id.desc()).limit(1))
+
+
+def latest_pair(session: Session, version_id: int, suite_id: int,
+                incumbent_version_id: int) -> tuple[Evaluation, Evaluation] | None:
+    """(challenger, incumbent) evaluations of the newest comparison of this version with that
+    incumbent version on this suite."""
+    incumbent = aliased(Evaluation)
+    row = session.execute(
+        select(Evaluation, incumbent).join(incumbent, incumbent.id == Evaluation.incumbent_evaluation_id)
+        .where(Evaluation.version_id == version_id, Evaluation.suite_id == suite_id,
+               incumbent.version_id == incumbent_version_id)
+        .order_by(Evaluation.id.desc()).limit(1)).first()
+    return None if row is None else (row[0], row[1])
+
+
+def challenger_of(session: Session, incumbent_evaluation_id: int) -> Evaluation | None:
+    return session.scalar(select(Evaluation).where(
+        Evaluation.incumbent_evaluation_id == incumbent_evaluation_id).limit(1))
+
+
+def aliased_version_ids(session: Session, adapter_id: int, pool_ids: list[int], alias: str) -> list[int]:
+    """The versions the adapter's alias points at in these pools, oldest alias first."""
+    return list(dict.fromkeys(session.scalars(
+        select(PoolAlias.version_id).where(PoolAlias.adapter_id == adapter_id,
+                                           PoolAlias.pool_id.in_(pool_ids),
+                                           PoolAlias.alias == alias)
+        .order_by(PoolAlias.id))))

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -11,6 +11,9 @@ from registry.pagination import Page
 class EvaluationRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     suite: str = Field(min_length=1, max_length=129, description="A global suite's name, or tenant/name.")
+    against: int | None = Field(None, ge=1, le=2**31 - 1, description=(
+        "Another version of the same adapter (the incumbent): both are evaluated on the suite on "
+        "one engine in one batch, and the challenger gate compares them."))
 
 
 class MetricResult(BaseModel):
@@ -36,6 +39,15 @@ class ExampleOut(BaseModel):
     parity_tokens_match: bool | None
 
 
+class PairOut(BaseModel):
+    """The other half of a challenger/incumbent comparison: both ran in one batch."""
+
+    role: Literal["challenger", "incumbent"] = Field(description="This evaluation's role.")
+    other_evaluation_id: int
+    other_served_name: str
+    other_state: str
+
+
 class EvaluationOut(BaseModel):
     id: int
     served_name: str
@@ -53,5 +65,6 @@ class EvaluationOut(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    pair: PairOut | None = None
     examples: Page[ExampleOut] | None = Field(
         None, description="Per-example results, paged with examples_limit and examples_cursor.")

@@ -10,9 +10,11 @@ from registry.adapters import service as adapters
 from registry.auth.principal import Principal, Role
 from registry.db import after_commit
 from registry.errors import NotFound, Unprocessable
+from registry.active_set.snapshot import PRODUCTION
 from registry.eval_suites import service as suites
+from registry.evaluation_policies import service as policies
 from registry.evaluations import repository, rules
-from registry.evaluations.schemas import EvaluationOut, ExampleOut, MetricResult
+from registry.evaluations.schemas import EvaluationOut, ExampleOut, MetricResult, PairOut
 from registry.pagination import Page
 from registry.tables import Adapter, AdapterVersion, BaseModel, EvalSuite, Evaluation, Tenant
 from registry.task_queue import enqueue_evaluations
@@ -23,9 +25,10 @@ VERSION_EVALUATING, VERSION_EVALUATED = "evaluating", "evaluated"
 
 
 def request(session: Session, principal: Principal, tenant: str, name: str, number: int,
-            suite_name: str) -> tuple[EvaluationOut, bool]:
+            suite_name: str, *, against: int | None = None) -> tuple[EvaluationOut, bool]:
     """Returns (evaluation, created). An unfinished or passed evaluation of the same version and
-    suite is returned instead of a new one, so a retried request costs no engine time."""
+    suite (and incumbent) is returned instead of a new one, so a retried request costs no engine
+    time. With `against`, the incumbent version is evaluated beside it in one batch."""
     principal.require(REQUESTERS, tenant)
     version = adapters.find_version(session, tenant, name, number)
     adapter = session.get(Adapter, version.adapter_id)
@@ -34,30 +37,59 @@ def request(session: Session, principal: Principal, tenant: str, name: str, numb
         raise Unprocessable(
             f"eval suite {suite_name!r} is for another base model than {tenant}/{name}",
             code="suite_base_mismatch", hint="Pick a suite for the adapter's base model.")
-    existing = repository.latest_unfailed(session, version.id, suite.id)
-    if existing is not None:
-        return to_out(session, existing), False
-    row = create(session, version, suite, actor=principal.label)
-    return to_out(session, row), True
+    if against is None:
+        existing = repository.latest_unfailed(session, version.id, suite.id)
+        row = existing or create(session, version, suite, actor=principal.label)
+        return to_out(session, row), existing is None
+    if against == number:
+        raise Unprocessable(f"{tenant}/{name}@{number} cannot be compared with itself",
+                            code="same_version", hint="Name the version it would replace in `against`.")
+    incumbent = adapters.find_version(session, tenant, name, against)
+    existing = repository.latest_unfailed_pair(session, version.id, suite.id, incumbent.id)
+    row = existing or create_pair(session, version, incumbent, suite, actor=principal.label)
+    return to_out(session, row), existing is None
 
 
 def request_required(session: Session, tenant: str, name: str, number: int, *,
                      actor: str) -> list[int]:
-    """Evaluations of a new version against every suite its base's pools require: their ids."""
+    """Evaluations of a new version against every suite its base's pools require and its
+    adapter's own, each of the adapter's paired with every version in production (the version
+    it would replace): their ids."""
     version = adapters.find_version(session, tenant, name, number)
     adapter = session.get(Adapter, version.adapter_id)
-    names = sorted({suite for pool in repository.pools_on_base(session, adapter.base_model_id)
-                    for suite in pool.required_suites})
-    return [create(session, version, suites.get_row(session, suite), actor=actor).id
-            for suite in names]
+    pools = repository.pools_on_base(session, adapter.base_model_id)
+    own = set(policies.adapter_suites(adapter))
+    names = sorted({suite for pool in pools for suite in pool.required_suites} | own)
+    incumbents = [session.get(AdapterVersion, i) for i in repository.aliased_version_ids(
+        session, adapter.id, [p.id for p in pools], PRODUCTION) if i != version.id]
+    ids = []
+    for name_ in names:
+        suite = suites.get_row(session, name_)
+        if name_ in own and incumbents:
+            rows = [create_pair(session, version, incumbent, suite, actor=actor) for incumbent in incumbents]
+        else:
+            rows = [create(session, version, suite, actor=actor)]
+        ids += [i for row in rows for i in (row.id, row.incumbent_evaluation_id) if i]
+    return ids
+
+
+def create_pair(session: Session, challenger: AdapterVersion, incumbent: AdapterVersion,
+                suite: EvalSuite, *, actor: str) -> Evaluation:
+    """Queue the incumbent's evaluation and the challenger's that names it; workers claim the
+    two together. Returns the challenger's."""
+    names = {v.id: adapters.version_out(session, v).served_name for v in (challenger, incumbent)}
+    held = create(session, incumbent, suite, actor=actor, context={"incumbent_for": names[challenger.id]})
+    return create(session, challenger, suite, actor=actor, incumbent=held,
+                  context={"against": names[incumbent.id], "incumbent_evaluation": held.id})
 
 
 def create(session: Session, version: AdapterVersion, suite: EvalSuite, *, actor: str,
-           context: dict | None = None) -> Evaluation:
+           context: dict | None = None, incumbent: Evaluation | None = None) -> Evaluation:
     """Queue an evaluation and audit the request (`context` adds to what the event says). Its
     task is sent once the transaction commits: a worker must find the row."""
     row = Evaluation(version_id=version.id, suite_id=suite.id, state=rules.QUEUED,
-                     failing_metrics=[], attempts=0, requested_by=actor)
+                     failing_metrics=[], attempts=0, requested_by=actor,
+                     incumbent_evaluation_id=incumbent.id if incumbent is not None else None)
     session.add(row)
     session.flush()
     sync_version_state(session, version)
@@ -122,5 +154,17 @@ def to_out(session: Session, row: Evaluation) -> EvaluationOut:
         metrics={name: MetricResult.model_validate(m) for name, m in (row.metrics or {}).items()},
         engine=row.engine, timings=row.timings, attempts=row.attempts,
         requested_by=row.requested_by, created_at=row.created_at, started_at=row.started_at,
-        finished_at=row.finished_at,
+        finished_at=row.finished_at, pair=_pair_out(session, row),
     )
+
+
+def _pair_out(session: Session, row: Evaluation) -> PairOut | None:
+    if row.incumbent_evaluation_id is not None:
+        role, other = "challenger", session.get(Evaluation, row.incumbent_evaluation_id)
+    else:
+        role, other = "incumbent", repository.challenger_of(session, row.id)
+    if other is None:
+        return None
+    served = adapters.version_out(session, session.get(AdapterVersion, other.version_id)).served_name
+    return PairOut(role=role, other_evaluation_id=other.id, other_served_name=served,
+                   other_state=other.state)

@@ -3,46 +3,26 @@ and how to fix that. They are checked when a promotion is requested and again at
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 from sqlalchemy.orm import Session
 
 from registry.active_set.repository import live_nodes
 from registry.active_set.snapshot import CANARY, PRODUCTION
 from registry.auth import lineage
 from registry.auth.principal import Principal
+from registry.evaluation_policies import service as policies
 from registry.evaluations import rules as evaluation_rules
 from registry.evaluations.repository import latest_evaluations
 from registry.placement.rules import capacity as node_capacity
-from registry.promotions import repository
-from registry.tables import Adapter, AdapterVersion, BaseModel, Evaluation, Pool, Promotion
-
-
-@dataclass(frozen=True)
-class Gate:
-    name: str
-    passed: bool
-    message: str
-    hint: str = ""
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Target:
-    pool: Pool
-    adapter: Adapter
-    version: AdapterVersion
-    served_name: str
-    alias: str
-    weight: int | None
+from registry.promotions import challenger, repository
+from registry.promotions.target import Gate, Target
+from registry.tables import AdapterVersion, BaseModel, Evaluation, Promotion
 
 
 def check(session: Session, target: Target) -> list[Gate]:
     evaluations = latest_evaluations(session, target.version.id)
     return [_base_model(session, target), _rank(target), _alias(session, target),
-            _required_suites(target, evaluations), _parity(evaluations), _capacity(session, target)]
+            _required_suites(target, evaluations), _adapter_suites(target, evaluations),
+            challenger.gate(session, target), _parity(evaluations), _capacity(session, target)]
 
 
 def blocking(gates: list[Gate]) -> list[Gate]:
@@ -85,8 +65,34 @@ def _alias(session: Session, t: Target) -> Gate:
 
 
 def _required_suites(t: Target, evaluations: dict[str, Evaluation]) -> Gate:
+    problems = _unpassed(t.pool.required_suites, evaluations)
+    if not problems:
+        required = ", ".join(t.pool.required_suites) or "none"
+        return Gate("required_suites", True, f"every suite pool {t.pool.name!r} requires passed ({required})")
+    return Gate("required_suites", False,
+                f"pool {t.pool.name!r} requires suites that have not passed on {t.served_name}: "
+                + "; ".join(problems), _EVALUATE_HINT.format(served=t.served_name))
+
+
+def _adapter_suites(t: Target, evaluations: dict[str, Evaluation]) -> Gate:
+    own = policies.adapter_suites(t.adapter)
+    problems = _unpassed(own, evaluations)
+    adapter = t.served_name.split("@")[0]
+    if not problems:
+        return Gate("adapter_suites", True, f"every suite of {adapter}'s own task passed ({', '.join(own)})"
+                    if own else f"{adapter} declares no suites of its own")
+    return Gate("adapter_suites", False,
+                f"{adapter}'s evaluation policy requires suites that have not passed on "
+                f"{t.served_name}: " + "; ".join(problems), _EVALUATE_HINT.format(served=t.served_name))
+
+
+_EVALUATE_HINT = ("Evaluate with `loraplane eval run {served} --suite SUITE`; a failed suite needs a "
+                  "better version.")
+
+
+def _unpassed(suites: list[str], evaluations: dict[str, Evaluation]) -> list[str]:
     problems = []
-    for suite in t.pool.required_suites:
+    for suite in suites:
         evaluation = evaluations.get(suite)
         if evaluation is None:
             problems.append(f"{suite} (not evaluated)")
@@ -95,14 +101,7 @@ def _required_suites(t: Target, evaluations: dict[str, Evaluation]) -> Gate:
             problems.append(f"{suite} (failed: {detail})")
         elif evaluation.state != evaluation_rules.PASSED:
             problems.append(f"{suite} (still {evaluation.state})")
-    if not problems:
-        required = ", ".join(t.pool.required_suites) or "none"
-        return Gate("required_suites", True, f"every required suite passed ({required})")
-    return Gate("required_suites", False,
-                f"pool {t.pool.name!r} requires suites that have not passed on {t.served_name}: "
-                + "; ".join(problems),
-                f"Evaluate with `loraplane eval run {t.served_name} --suite SUITE`; "
-                "a failed suite needs a better version.")
+    return problems
 
 
 def _parity(evaluations: dict[str, Evaluation]) -> Gate:

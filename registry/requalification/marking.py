@@ -12,10 +12,11 @@ from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.eval_suites import service as suites
+from registry.evaluation_policies import service as policies
 from registry.evaluations import service as evaluations
 from registry.requalification import repository
 from registry.requalification.reasons import public_change
-from registry.tables import AdapterVersion, Pool, Requalification
+from registry.tables import Adapter, AdapterVersion, Pool, Requalification
 from registry.webhooks.service import emit
 
 MARKED_EVENT = "requalification.required"
@@ -68,7 +69,7 @@ def _request_suites(session: Session, pool: Pool, version: AdapterVersion,
     """Every evaluation that will count for the mark. A passed evaluation does not stand in for
     a new one, as a plain request would have it: it ran before the change."""
     counted = []
-    for suite_name in pool.required_suites:
+    for suite_name in policies.suites_for(pool, session.get(Adapter, version.adapter_id)):
         suite = suites.get_row(session, suite_name)
         waiting = repository.queued_evaluation(session, version.id, suite.id)
         if waiting is not None:

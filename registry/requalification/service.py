@@ -15,6 +15,7 @@ from registry.active_set.snapshot import pool_by_name
 from registry.active_set.suspension import SUSPEND, suspended_version_ids
 from registry.auth.principal import Principal
 from registry.clock import aware
+from registry.evaluation_policies import service as policies
 from registry.evaluations import rules as evaluation_rules
 from registry.requalification import marking, repository, settling
 from registry.base_models.stored_tables import config_digest
@@ -148,7 +149,8 @@ def marks_of_version(session: Session, principal: Principal, version_id: int) ->
 
 def _marks_out(session: Session, pool: Pool, marks: list[Requalification],
                names: dict[int, repository.VersionName], internals: bool) -> list[MarkOut]:
-    results = repository.evaluations_of(session, {m.version_id for m in marks}, pool.required_suites)
+    required = policies.suites_for_versions(session, pool, {m.version_id for m in marks})
+    results = repository.evaluations_of(session, set(required), policies.every_suite(required))
     out = []
     for mark in marks:
         name = names[mark.version_id]
@@ -159,7 +161,7 @@ def _marks_out(session: Session, pool: Pool, marks: list[Requalification],
             change=public_change(mark.cause, mark.before, mark.after, with_flags=internals),
             marked_by=mark.marked_by, marked_at=mark.marked_at,
             suspended=pool.requalify_policy == SUSPEND,
-            suites=[_progress(mark, suite, results) for suite in pool.required_suites]))
+            suites=[_progress(mark, suite, results) for suite in required[mark.version_id]]))
     return out
 
 

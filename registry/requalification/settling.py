@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from registry import audit
 from registry.active_set.repository import live_nodes
 from registry.clock import aware
+from registry.evaluation_policies import service as policies
 from registry.evaluations import rules as evaluation_rules
 from registry.requalification import repository, rules
 from registry.requalification.fingerprints import engine_fingerprint
@@ -91,7 +92,8 @@ def _verdicts(session: Session, pool: Pool, marks: list[Requalification],
     if not marks:
         return []
     active = repository.active_version_ids(session, pool.id)
-    results = repository.evaluations_of(session, {m.version_id for m in marks}, pool.required_suites)
+    required = policies.suites_for_versions(session, pool, {m.version_id for m in marks})
+    results = repository.evaluations_of(session, set(required), policies.every_suite(required))
     verdicts = []
     for mark in marks:
         if mark.version_id not in active:
@@ -99,7 +101,7 @@ def _verdicts(session: Session, pool: Pool, marks: list[Requalification],
         elif mark.cause == rules.BASE_CONFIG and mark.target_sha256 != config_sha256:
             verdicts.append((mark, rules.SUPERSEDED, None))
         else:
-            passed = _passed_since(mark, results, pool.required_suites)
+            passed = _passed_since(mark, results, required[mark.version_id])
             if passed is not None:
                 verdicts.append((mark, rules.REQUALIFIED, passed))
     return verdicts

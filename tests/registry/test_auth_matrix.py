@@ -134,6 +134,12 @@ ENDPOINTS = {
                                                     acme_reviewer=404))],
     "GET /v1/adapters": [(lambda w: ("GET", "/v1/adapters", {"params": {"tenant": "acme"}}), READERS)],
     "GET /v1/adapters/{tenant}/{name}": [(lambda w: ("GET", "/v1/adapters/acme/matrix", {}), READERS)],
+    "GET /v1/adapters/{tenant}/{name}/evaluation-policy": [
+        (lambda w: ("GET", "/v1/adapters/acme/matrix/evaluation-policy", {}), READERS)],
+    # The tenant's admins and uploaders set its adapters' policies; an empty one changes nothing.
+    "PUT /v1/adapters/{tenant}/{name}/evaluation-policy": [
+        (lambda w: ("PUT", "/v1/adapters/acme/matrix/evaluation-policy", {"json": {"required_suites": []}}),
+         expect(403, global_admin=200, acme_admin=200, acme_uploader=200))],
     "GET /v1/adapters/{tenant}/{name}/versions": [
         (lambda w: ("GET", "/v1/adapters/acme/matrix/versions", {}), READERS)],
     "GET /v1/adapters/{tenant}/{name}/versions/{number}": [

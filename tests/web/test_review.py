@@ -117,7 +117,7 @@ def test_a_reviewer_approves_with_the_evidence_in_view_and_the_pool_changes(
     page = open_as("acme_reviewer")
     row = page.get_by_role("row").filter(has_text="acme/web-digits@1")
     expect(row.get_by_role("cell").last).to_have_text("yes")  # this reviewer may approve
-    expect(row).to_contain_text("every required suite passed")
+    expect(row).to_contain_text(f"every suite pool {POOL!r} requires passed")
     shoot(page, screenshots, "02-awaiting-approval")
 
     page.get_by_role("link", name=f"#{promotion_id} acme/web-digits@1").click()

@@ -39,9 +39,18 @@ def version_view(session: Session, principal: Principal, tenant: str, name: str,
     marks = requalification.marks_of_version(
         session, principal, adapters.find_version(session, tenant, name, number).id)
     card = adapters.find_version(session, tenant, name, number).model_card
-    return {"version": version, "model_card": card, "evidence": [evidence_of(e) for e in full],
+    evidence = [evidence_of(e, _incumbent_of(session, principal, e)) for e in full]
+    return {"version": version, "model_card": card, "evidence": evidence,
             "requalifications": marks,
             "provenance": _newest_per_pool(attestations.of_version(session, principal, tenant, name, number))}
+
+
+def _incumbent_of(session: Session, principal: Principal, evaluation):
+    """The incumbent's evaluation a challenger's ran beside (same adapter, so readable alike)."""
+    if evaluation.pair is None or evaluation.pair.role != "challenger":
+        return None
+    return evaluations.get(session, principal, evaluation.pair.other_evaluation_id,
+                           examples_limit=EXAMPLES_SHOWN, examples_cursor=None)
 
 
 def _newest_per_pool(listed: list) -> list:

@@ -1,0 +1,88 @@
+"""The challenger gate: a version that would replace another is compared with it on the
+adapter's own suites, both evaluated on one engine in one batch. On every task metric the
+challenger may be worse than the incumbent by at most the policy's non-inferiority margin, and
+must be better where the policy requires improvement."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from registry.active_set.snapshot import CANARY, PRODUCTION
+from registry.adapters import service as adapters
+from registry.eval_suites import service as suites
+from registry.evaluation_policies import service as policies
+from registry.evaluation_policies.schemas import QUALITY_METRICS, ChallengerPolicy
+from registry.evaluations import repository as evaluations
+from registry.evaluations import rules as evaluation_rules
+from registry.promotions import repository
+from registry.promotions.target import Gate, Target
+from registry.tables import AdapterVersion, Evaluation
+
+NAME = "challenger"
+
+
+def gate(session: Session, t: Target) -> Gate:
+    incumbent = _incumbent(session, t)
+    if incumbent is None:
+        return Gate(NAME, True, f"no other version serves {t.alias!r} in pool {t.pool.name!r}; "
+                    "nothing to compare with")
+    incumbent_name = adapters.version_out(session, incumbent).served_name
+    policy = policies.of(t.adapter)
+    if not policy.required_suites:
+        return Gate(NAME, True, f"{t.adapter.name!r} declares no suites of its own, so "
+                    f"{t.served_name} is not compared with {incumbent_name}")
+    compared, problems, measured = [], [], set()
+    for suite_name in policy.required_suites:
+        suite = suites.get_row(session, suite_name)
+        pair = evaluations.latest_pair(session, t.version.id, suite.id, incumbent.id)
+        blocks, said = _judge(suite_name, pair, incumbent_name, policy.challenger, measured)
+        (problems if blocks else compared).append(said)
+    unmeasured = [m for m in policy.challenger.require_improvement if m not in measured]
+    if unmeasured and not problems:
+        problems.append(f"the policy requires {', '.join(unmeasured)} to improve, and no suite of "
+                        f"{t.adapter.name!r} measured it on both versions")
+    if not problems:
+        return Gate(NAME, True, f"not worse than {incumbent_name}: " + "; ".join(compared))
+    number = incumbent.number
+    return Gate(NAME, False, f"{t.served_name} against {incumbent_name}, which it would replace: "
+                + "; ".join(problems),
+                f"Compare them with `loraplane eval run {t.served_name} --suite SUITE --against "
+                f"{number}`; a worse challenger needs a better version (the margins are the "
+                "adapter's evaluation policy).")
+
+
+def _incumbent(session: Session, t: Target) -> AdapterVersion | None:
+    """What the version would replace: the alias's version; a canary's rival is production."""
+    alias = PRODUCTION if t.alias == CANARY else t.alias
+    version_id = repository.aliased_version_id(session, t.pool.id, t.adapter.id, alias)
+    return None if version_id in (None, t.version.id) else session.get(AdapterVersion, version_id)
+
+
+def _judge(suite: str, pair: tuple[Evaluation, Evaluation] | None, incumbent: str,
+           policy: ChallengerPolicy, measured: set[str]) -> tuple[bool, str]:
+    """(blocks, what to say) for one suite; adds the metrics it compared to `measured`."""
+    if pair is None:
+        return True, f"{suite}: not compared yet"
+    challenger_run, incumbent_run = pair
+    for who, run in (("the challenger", challenger_run), (incumbent, incumbent_run)):
+        if run.state not in evaluation_rules.FINISHED:
+            return True, f"{suite}: the comparison is still {run.state} (evaluation {challenger_run.id})"
+        if not run.metrics:
+            return True, f"{suite}: {who} could not be evaluated ({run.reason or 'no metrics'})"
+    scores, worse = [], []
+    for metric in QUALITY_METRICS:
+        mine = (challenger_run.metrics.get(metric) or {}).get("value")
+        theirs = (incumbent_run.metrics.get(metric) or {}).get("value")
+        if mine is None or theirs is None:
+            continue
+        measured.add(metric)
+        margin = policy.margin(metric)
+        said = f"{metric} {mine:.4g} vs {theirs:.4g}"
+        scores.append(said)
+        if mine < theirs - margin:
+            worse.append(f"{said} for {incumbent}, worse by more than the margin {margin:g}")
+        elif metric in policy.require_improvement and not mine > theirs:
+            worse.append(f"{said} for {incumbent}, and the policy requires it to be better")
+    if worse:
+        return True, f"{suite}: " + ", ".join(worse)
+    return False, f"{suite}: " + (", ".join(scores) or "no task metric to compare")
