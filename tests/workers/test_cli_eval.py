@@ -64,3 +64,33 @@ def test_a_malformed_version_reference_is_explained(registry, tokens):
                  token=tokens["acme_uploader"], url=registry.url)
     assert result.returncode == 1
     assert "expected a version like tenant/name@3, got 'acme/cli-digits'" in unwrapped(result.stderr)
+
+
+def test_a_policy_set_from_the_cli_and_a_pair_evaluated_side_by_side(
+        registry, tokens, kit_base, task_kit, uploader, eval_worker, tmp_path):
+    dataset = tmp_path / "task.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in task_kit.suites["digits_to_words"][:8]))
+    as_uploader = {"token": tokens["acme_uploader"], "url": registry.url}
+    created = cli("suite", "create", "cli-task", "--tenant", "acme", "--base-model", kit_base, "--dataset",
+                  str(dataset), "--metrics", '{"exact_match": {"min": 0.5}}', "--max-tokens", "16", **as_uploader)
+    assert created.returncode == 0, created.stderr
+    upload_dir(uploader, "acme/cli-pair", task_kit.adapters["digits_to_words"])
+    upload_dir(uploader, "acme/cli-pair", task_kit.adapters["digits_to_words_noisy"])
+
+    bad = cli("policy", "set", "acme/cli-pair", "--suite", "acme/cli-task", "--margin", "exact_match:0.1",
+              **as_uploader)
+    assert bad.returncode == 1 and "--margin 'exact_match:0.1' is not METRIC=VALUE" in unwrapped(bad.stderr)
+    policy = cli("policy", "set", "acme/cli-pair", "--suite", "acme/cli-task", "--margin", "exact_match=0.1",
+                 **as_uploader)
+    assert policy.returncode == 0, policy.stderr
+    shown = cli("policy", "show", "acme/cli-pair", token=tokens["acme_reviewer"], url=registry.url)
+    assert json.loads(shown.stdout)["required_suites"] == ["acme/cli-task"]
+    assert json.loads(shown.stdout)["effective_margins"]["exact_match"] == 0.1
+
+    compared = cli("eval", "run", "acme/cli-pair@2", "--suite", "acme/cli-task", "--against", "1", **as_uploader)
+
+    assert compared.returncode == 1, compared.stderr  # the noisy version fails the suite itself
+    table = unwrapped(compared.stderr)
+    assert "acme/cli-pair@2 against acme/cli-pair@1 on acme/cli-task (one batch)" in table
+    assert "│ exact_match │ 0 │ 1 │ -1 │" in table
+    assert json.loads(compared.stdout)["pair"]["other_served_name"] == "acme/cli-pair@1"
