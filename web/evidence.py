@@ -94,6 +94,6 @@ def _serving_chart(evaluation: EvaluationOut) -> Markup:
     if serving is None:
         return Markup("")
     extra = serving.model_extra or {}
-    bars = [Bar("with adapters", extra.get("tokens_per_s"), "adapter", "measured"),
-            Bar("base alone", extra.get("base_tokens_per_s"), "base", "measured")]
+    bars = [Bar("adapter", extra.get("tokens_per_s"), "adapter", "measured"),
+            Bar("base, same bursts", extra.get("base_tokens_per_s"), "base", "measured")]
     return bar_chart("Serving throughput on the evaluation engine", bars, unit="tok/s", digits=1)

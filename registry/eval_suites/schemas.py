@@ -38,11 +38,17 @@ class ParityTolerance(BaseModel):
 
 
 class ServingLimits(BaseModel):
+    """Measured like for like: the adapter and the base each run the suite's prompts as bursts of
+    the same concurrency, each request generating max_tokens (ignore_eos), alternating base,
+    adapter, adapter, base on the same engine."""
+
     model_config = ConfigDict(extra="forbid")
     min_throughput_ratio: float = Field(0.2, gt=0, le=10, description=(
-        "Output tokens/s with the adapter(s) over tokens/s of the base, same engine, same run."))
+        "Output tokens/s of the adapter's bursts over the base's."))
     max_ttft_ratio: float | None = Field(None, gt=0, le=1000, description=(
-        "Median time to first token with the adapter(s) over the base's."))
+        "Median time to first token in the adapter's bursts over the base's."))
+    rounds: int = Field(1, ge=1, le=5, description=(
+        "How many times the base-adapter-adapter-base sequence of bursts runs."))
 
 
 class SuiteMetrics(BaseModel):

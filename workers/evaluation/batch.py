@@ -24,7 +24,7 @@ from registry.evaluations import claims
 from registry.requalification import service as requalification
 from registry.storage import get_store
 from registry.tables import EvalSuite
-from workers.evaluation import artifacts, faults, parity, scoring
+from workers.evaluation import artifacts, faults, parity, scoring, serving_cost
 from workers.evaluation.engine import AdapterRejected, EngineClient, EngineInfo
 from workers.evaluation import runner
 from workers.evaluation.runner import BatchRun, SuiteWork
@@ -147,6 +147,8 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
         try:
             batch = await runner.generate(client, info.served_base, works, loaded,
                                           settings.engine_max_in_flight)
+            # Before the parity reference starts: the bursts' timings must not share the CPU.
+            serving = await _measure_serving(client, info.served_base, batch, works, specs, loaded, settings)
             # The parity reference runs on the worker's CPU while the engine scores.
             checking = asyncio.get_running_loop().run_in_executor(
                 _PARITY_THREAD, _parity_all, batch, works, specs, loaded, references, info, settings)
@@ -161,8 +163,29 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
         await client.aclose()
     for evaluation_id, (_, suite_id) in loaded.items():
         outcomes[evaluation_id] = _judge(batch, evaluation_id, works[suite_id], specs[suite_id],
-                                         checks.get(evaluation_id), info, settings)
+                                         checks.get(evaluation_id), serving.get(evaluation_id), info, settings)
     return outcomes
+
+
+async def _measure_serving(client: EngineClient, served_base: str, batch: BatchRun,
+                           works: dict[int, SuiteWork], specs: dict[int, dict],
+                           loaded: dict[int, tuple[str, int]],
+                           settings: WorkerSettings) -> dict[int, serving_cost.ServingCost]:
+    """The like-for-like serving cost of each adapter whose suite measures it."""
+    costs = {}
+    for evaluation_id, (served_name, suite_id) in loaded.items():
+        limits = specs[suite_id].get("serving")
+        if limits is None or batch.adapters[evaluation_id].rejected:
+            continue
+        started = time.perf_counter()
+        try:
+            costs[evaluation_id] = await serving_cost.measure(
+                client, served_base, served_name, works[suite_id],
+                max_in_flight=settings.engine_max_in_flight, rounds=limits.get("rounds", 1))
+        except AdapterRejected as rejected:
+            batch.adapters[evaluation_id].rejected = str(rejected)
+        batch.timings[f"serving_s.{evaluation_id}"] = time.perf_counter() - started
+    return costs
 
 
 def _load_suites(suite_ids: set[int]) -> tuple[dict[int, SuiteWork], dict[int, dict], dict[int, str]]:
@@ -210,17 +233,16 @@ def _yield_cpu_to_the_engine() -> None:
 
 
 def _judge(batch: BatchRun, evaluation_id: int, work: SuiteWork, spec: dict,
-           checks: list[parity.ParityExample] | None, info: EngineInfo,
-           settings: WorkerSettings) -> claims.Outcome:
+           checks: list[parity.ParityExample] | None, serving: serving_cost.ServingCost | None,
+           info: EngineInfo, settings: WorkerSettings) -> claims.Outcome:
     side, base = batch.adapters[evaluation_id], batch.base[work.suite_id]
     if side.rejected or base.rejected:
         return _failed(side.rejected or base.rejected, info, settings)
-    timings = {k: v for k, v in batch.timings.items() if not k.startswith("parity_s.")}
-    if f"parity_s.{evaluation_id}" in batch.timings:
-        timings["parity_s"] = batch.timings[f"parity_s.{evaluation_id}"]
-    phase_tokens = sum(len(g.token_ids) for run_ in batch.adapters.values() for g in run_.generations)
-    metrics, failing = scoring.judge(spec, work, side, base, checks,
-                                     (phase_tokens, batch.timings["adapter_generation_s"]))
+    timings = {k: v for k, v in batch.timings.items() if "." not in k}  # the batch's own phases
+    for own in ("parity_s", "serving_s"):  # and this evaluation's
+        if f"{own}.{evaluation_id}" in batch.timings:
+            timings[own] = batch.timings[f"{own}.{evaluation_id}"]
+    metrics, failing = scoring.judge(spec, work, side, base, checks, serving)
     exact, contained = scoring.exact_matches(side, work), scoring.contains(side, work)
     examples = [{
         "prompt": prompt, "reference": reference, "output": g.text, "base_output": b.text,

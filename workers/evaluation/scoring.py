@@ -6,10 +6,9 @@ and whether it passed; the outcome names every failing metric.
 
 from __future__ import annotations
 
-from statistics import median
-
 from workers.evaluation.parity import ParityExample
 from workers.evaluation.runner import SideRun, SuiteWork, mean_of_present
+from workers.evaluation.serving_cost import ServingCost
 
 
 def _text(output: str) -> str:
@@ -28,15 +27,10 @@ def _rate(flags: list[bool]) -> float:
     return sum(flags) / len(flags) if flags else 0.0
 
 
-def tokens_per_s(side: SideRun) -> float:
-    tokens = sum(len(g.token_ids) for g in side.generations)
-    return tokens / side.generation_wall_s if side.generation_wall_s > 0 else 0.0
-
-
 def judge(spec: dict, work: SuiteWork, adapter: SideRun, base: SideRun,
-          parity: list[ParityExample] | None, adapters_phase: tuple[int, float]) -> tuple[dict, list[str]]:
-    """Returns (metrics, failing metric names). adapters_phase is (output tokens, wall seconds) of
-    all adapters' generations together: that is the serving load the throughput is compared at."""
+          parity: list[ParityExample] | None, serving: ServingCost | None) -> tuple[dict, list[str]]:
+    """Returns (metrics, failing metric names). `serving` is the adapter's like-for-like bursts
+    against the base's (serving_cost), measured where the suite has the serving metric."""
     metrics: dict[str, dict] = {}
     if "exact_match" in spec:
         value, base_value = _rate(exact_matches(adapter, work)), _rate(exact_matches(base, work))
@@ -64,7 +58,7 @@ def judge(spec: dict, work: SuiteWork, adapter: SideRun, base: SideRun,
             "detail": f"max |logprob diff| {worst:.2e}; greedy tokens differ in "
                       f"{mismatch_rate:.1%} of examples (merged-weights reference, float32)"}
     if "serving" in spec:
-        metrics["serving"] = _serving(spec["serving"], adapter, base, adapters_phase)
+        metrics["serving"] = _serving(spec["serving"], serving)
     failing = sorted(name for name, metric in metrics.items() if not metric["passed"])
     return metrics, failing
 
@@ -74,24 +68,24 @@ def _at_least(value: float, base_value: float, threshold: dict) -> dict:
             "passed": value >= threshold["min"], "detail": ""}
 
 
-def _serving(limits: dict, adapter: SideRun, base: SideRun, adapters_phase: tuple[int, float]) -> dict:
-    tokens, wall_s = adapters_phase
-    adapter_rate = tokens / wall_s if wall_s > 0 else 0.0
-    base_rate = tokens_per_s(base)
-    ratio = adapter_rate / base_rate if base_rate > 0 else 0.0
-    ttft, base_ttft = _median_ttft_ms(adapter), _median_ttft_ms(base)
+def _serving(limits: dict, cost: ServingCost | None) -> dict:
+    if cost is None:
+        return {"value": None, "base": 1.0, "threshold": limits, "passed": False,
+                "detail": "not measured: the adapter was not served"}
+    rate, base_rate = cost.adapter.tokens_per_s, cost.base.tokens_per_s
+    ratio = rate / base_rate if base_rate > 0 else 0.0
+    ttft, base_ttft = cost.adapter.median_ttft_ms, cost.base.median_ttft_ms
     ttft_ratio = ttft / base_ttft if ttft is not None and base_ttft else None
     passed = ratio >= limits["min_throughput_ratio"]
     if limits.get("max_ttft_ratio") is not None:
         passed = passed and ttft_ratio is not None and ttft_ratio <= limits["max_ttft_ratio"]
-    timing = (f"median TTFT {ttft:.1f} ms vs {base_ttft:.1f} ms" if ttft is not None and base_ttft
+    timing = (f"median TTFT {ttft:.1f} ms vs {base_ttft:.1f} ms ({ttft_ratio:.2f}x)" if ttft_ratio is not None
               else "TTFT not measured: start the engine with --enable-per-request-metrics")
+    shape = (f"{cost.prompts} prompts x {cost.max_tokens} tokens at concurrency {cost.concurrency}, "
+             f"bursts {'-'.join('base' if t == 'A' else 'adapter' for t in cost.order)}")
     return {"value": ratio, "base": 1.0, "threshold": limits, "passed": passed,
-            "detail": f"{adapter_rate:.1f} tok/s with adapters vs {base_rate:.1f} base; {timing}",
-            "tokens_per_s": adapter_rate, "base_tokens_per_s": base_rate,
-            "ttft_ms": ttft, "base_ttft_ms": base_ttft}
-
-
-def _median_ttft_ms(side: SideRun) -> float | None:
-    measured = [g.ttft_s * 1000 for g in side.generations if g.ttft_s is not None]
-    return median(measured) if measured else None
+            "detail": f"like for like, {shape}: {rate:.1f} tok/s vs {base_rate:.1f} base "
+                      f"({ratio:.2f}x); {timing}",
+            "tokens_per_s": rate, "base_tokens_per_s": base_rate, "ttft_ms": ttft, "base_ttft_ms": base_ttft,
+            "ttft_ratio": ttft_ratio, "method": "abba_bursts", "order": cost.order,
+            "prompts": cost.prompts, "concurrency": cost.concurrency, "max_tokens": cost.max_tokens}

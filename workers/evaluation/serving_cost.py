@@ -1,0 +1,73 @@
+"""What serving an adapter costs against serving the base, measured like for like.
+
+The adapter and the base each run the same bursts: the suite's prompts, all sent at once (up to
+the worker's in-flight limit), each generating exactly max_tokens (ignore_eos), so both sides see
+the same batch shape, concurrency and output length on the same engine. Bursts alternate
+base, adapter, adapter, base (ABBA, repeated `rounds` times), so a drift in the machine's speed
+during the measurement weighs on both sides alike. Throughput is output tokens over the bursts'
+wall time; TTFT is the median of every request's time to first token, queueing included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from statistics import median
+
+from workers.evaluation.engine import EngineClient
+from workers.evaluation.runner import Bounded, SuiteWork
+
+
+@dataclass(frozen=True)
+class Burst:
+    tokens: int
+    wall_s: float
+    ttfts_s: list[float]
+
+
+@dataclass
+class Side:
+    bursts: list[Burst] = field(default_factory=list)
+
+    @property
+    def tokens_per_s(self) -> float:
+        wall = sum(b.wall_s for b in self.bursts)
+        return sum(b.tokens for b in self.bursts) / wall if wall > 0 else 0.0
+
+    @property
+    def median_ttft_ms(self) -> float | None:
+        measured = [t * 1000 for b in self.bursts for t in b.ttfts_s]
+        return median(measured) if measured else None
+
+
+@dataclass
+class ServingCost:
+    adapter: Side
+    base: Side
+    prompts: int
+    concurrency: int
+    max_tokens: int
+    order: str  # e.g. "ABBA": A the base, B the adapter
+
+
+async def measure(client: EngineClient, served_base: str, adapter: str, work: SuiteWork, *,
+                  max_in_flight: int, rounds: int) -> ServingCost:
+    order = "ABBA" * rounds
+    sides = {"A": Side(), "B": Side()}
+    for turn in order:
+        model = served_base if turn == "A" else adapter
+        sides[turn].bursts.append(await _burst(client, model, work, Bounded(max_in_flight)))
+    return ServingCost(adapter=sides["B"], base=sides["A"], prompts=len(work.tokenized),
+                       concurrency=min(len(work.tokenized), max_in_flight), max_tokens=work.max_tokens,
+                       order=order)
+
+
+async def _burst(client: EngineClient, model: str, work: SuiteWork, bounded: Bounded) -> Burst:
+    started = time.perf_counter()
+    generations = await asyncio.gather(*(
+        bounded(client.generate(model, t.prompt_ids, max_tokens=work.max_tokens, stop=[], ignore_eos=True))
+        for t in work.tokenized))
+    wall_s = time.perf_counter() - started
+    return Burst(tokens=sum(len(g.token_ids) for g in generations), wall_s=wall_s,
+                 ttfts_s=[g.ttft_s for g in generations if g.ttft_s is not None])
