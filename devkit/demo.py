@@ -4,7 +4,8 @@ An ML engineer pushes three adapters: one that turns digits into words, one that
 and a second version of the digits adapter that is broken (its weights carry noise, as a bad
 retrain would). Workers evaluate each on vLLM; a reviewer approves the two good ones; the router
 answers with them through the `openai` client; the broken one never reaches a node, and the
-registry says why.
+registry says why. Then the tenant brings its own suite, a retrained digits adapter is judged
+beside the one in production, and its canary is promoted on live evidence (demo_delivery).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from devkit import demo_delivery
 from devkit.stack.seed import DemoSetup
 from loraplane_client.connection import ClientSettings, RegistryError, checked, connect
 from loraplane_client.push import push
@@ -51,6 +53,7 @@ class Outcome:
     evaluations: dict[str, dict] = field(default_factory=dict)
     served: dict[str, dict] = field(default_factory=dict)
     blocked: dict[str, dict] = field(default_factory=dict)
+    delivery: dict[str, dict | None] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
 
@@ -77,6 +80,16 @@ def run_demo(data_dir: Path) -> dict:
     for story, version in zip(STORIES, versions):
         if not story.good:
             _show_blocked(setup, version, outcome)
+    uploader = connect(ClientSettings(url=setup.registry_url, token=setup.tokens["uploader"]))
+    reviewer = connect(ClientSettings(url=setup.registry_url, token=setup.tokens["reviewer"]))
+    with uploader, reviewer:
+        console.rule("6. the tenant's own suite: a new version judged beside the one in production")
+        challenged = demo_delivery.challenge(uploader, setup, kit_dir, suites, outcome.problems)
+        console.rule("7. a canary decided on live evidence")
+        prompt = suites["digits_to_words"][FIRST_QUERY_ROW]["prompt"]
+        outcome.delivery = {"challenger": challenged.get("comparison"),
+                            "canary": demo_delivery.canary(uploader, reviewer, setup, challenged["version"],
+                                                           prompt, outcome.problems)}
     return _summary(outcome)
 
 
@@ -181,8 +194,10 @@ def _promote(uploader: httpx.Client, reviewer: httpx.Client, setup: DemoSetup, s
              version: dict, outcome: Outcome) -> None:
     served_name = version["served_name"]
     aliases = checked(uploader.get(f"/v1/pools/{setup.pool}/aliases"))
-    if any(a["served_name"] == served_name and a["alias"] == "production" for a in aliases):
-        console.print(f"{served_name} is already production in pool {setup.pool!r}")
+    current = next((a["served_name"] for a in aliases if a["alias"] == "production"
+                    and a["adapter"] == version["adapter"]), None)
+    if story.good and current is not None:  # a run before this one promoted it, or its successor
+        console.print(f"{setup.tenant}/{version['adapter']} is already served by {current} in pool {setup.pool!r}")
         return
     body = {"adapter": f"{version['tenant']}/{version['adapter']}", "version": version["number"],
             "alias": "production", "comment": "from loraplane demo"}
@@ -225,7 +240,7 @@ def _query(setup: DemoSetup, good: list[tuple[Story, dict]], suites: dict, outco
                 f"[red]✗ {escape(answer.strip())}[/red] (expected {escape(row['reference'].strip())})"
             table.add_row(model, escape(row["prompt"]), shown, served_by)
         outcome.served[model] = {"served_name": served_by, "correct": correct, "asked": len(rows)}
-        if correct < len(rows) or served_by != version["served_name"]:
+        if correct < len(rows) or served_by.split("@")[0] != version["served_name"].split("@")[0]:
             outcome.problems.append(f"{model} answered {correct}/{len(rows)} as expected, served by {served_by!r}")
     console.print(table)
 
@@ -275,11 +290,12 @@ def _summary(outcome: Outcome) -> dict:
         "message" in entry and entry.get("router_status") == 404 for entry in outcome.blocked.values())
     if passed:
         console.print("\n[green]demo passed[/green]: two good adapters evaluated, approved and answering "
-                      "through the router; the broken one blocked before any node loaded it.")
+                      "through the router; the broken one blocked before any node loaded it; a retrained "
+                      "one judged beside production on the tenant's own suite, then promoted by its canary.")
     for problem in outcome.problems:
         console.print(f"[red]✗ {escape(problem)}[/red]")
     return {"passed": passed, "evaluations": outcome.evaluations, "served": outcome.served,
-            "blocked": outcome.blocked, "problems": outcome.problems}
+            "blocked": outcome.blocked, "delivery": outcome.delivery, "problems": outcome.problems}
 
 
 def _figure(value, digits: int = 2) -> str:

@@ -141,7 +141,8 @@ def housekeeper(
     loglevel: str = typer.Option("info", help="Celery log level."),
     concurrency: int = typer.Option(4, min=1, max=64, help="Deliveries in flight."),
 ):
-    """Run the housekeeping worker: webhook deliveries, with retries. Needs no engine."""
+    """Run the housekeeping worker: webhook deliveries with retries, and canary analysis every
+    LORAPLANE_CANARY_CHECK_S. Needs no engine."""
     from registry.task_queue import HOUSEKEEPING_QUEUE
     from workers.housekeeping import app as celery_app
 

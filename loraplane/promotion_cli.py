@@ -23,6 +23,16 @@ def request(
     alias: str = typer.Option("production", help="production, canary or another alias."),
     weight: Optional[int] = typer.Option(None, help="Canary traffic percent (1-99)."),
     comment: Optional[str] = typer.Option(None, help="Why, for the reviewer."),
+    steps: Optional[str] = typer.Option(None, help=(
+        "A canary under analysis: its weights in order, e.g. 5,25*,50 (* waits for a reviewer "
+        "after that step). After the last step passes it becomes production on its own; a "
+        "failed check rolls it back.")),
+    window_s: float = typer.Option(60, help="How long each step's analysis lasts."),
+    min_requests: int = typer.Option(20, help="Canary requests a step needs before any verdict."),
+    max_error_rate: float = typer.Option(0.05, help="Highest share of failed canary requests."),
+    max_latency_p95_ratio: float = typer.Option(2.0, help="Highest p95 latency of canary over production."),
+    max_ttft_p95_ratio: float = typer.Option(2.0, help="Highest p95 TTFT of canary over production."),
+    shadow: float = typer.Option(0.0, help="Share of canary requests also answered by production, to compare."),
 ):
     """Ask to point POOL's alias at VERSION. Every gate must pass; a reviewer then approves."""
     match = PINNED.match(version)
@@ -31,10 +41,38 @@ def request(
     tenant, name, number = match.groups()
     body = {"adapter": f"{tenant}/{name}", "version": int(number), "alias": alias, "weight": weight,
             "comment": comment}
+    if steps is not None:
+        body["analysis"] = {"steps": _steps(steps), "window_s": window_s, "min_requests": min_requests,
+                            "max_error_rate": max_error_rate, "max_latency_p95_ratio": max_latency_p95_ratio,
+                            "max_ttft_p95_ratio": max_ttft_p95_ratio, "shadow_fraction": shadow}
     with connect() as client:
         promotion = call(lambda: checked(client.post(f"/v1/pools/{pool}/promotions", json=body)))
     console.print(f"promotion {promotion['id']} is {promotion['state']}: every gate passed")
     print_json(promotion)
+
+
+def _steps(text: str) -> list[dict]:
+    steps = []
+    for item in text.split(","):
+        weight = item.strip().rstrip("*")
+        if not weight.isdigit():
+            fail(f"--steps {text!r}: {item.strip()!r} is not a weight", "For example: --steps 5,25*,50")
+        steps.append({"weight": int(weight), "manual_gate": item.strip().endswith("*")})
+    return steps
+
+
+@promotion_app.command("canary")
+def canary(promotion_id: int = typer.Argument(...),
+           action: str = typer.Argument("status", help="status, pause or resume.")):
+    """A canary's analysis: its step and last check (status), or pause and resume it."""
+    if action not in ("status", "pause", "resume"):
+        fail(f"unknown action {action!r}", "Use status, pause or resume.")
+    path = f"/v1/promotions/{promotion_id}/canary"
+    with connect() as client:
+        status = call(lambda: checked(client.get(path) if action == "status" else
+                                      client.post(f"{path}/{action}")))
+    console.print(f"canary {promotion_id}: step {status['step'] + 1} at {status['weight']}%, {status['state']}")
+    print_json(status)
 
 
 def _decide(promotion_id: int, verdict: str, comment: str) -> None:

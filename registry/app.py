@@ -22,6 +22,7 @@ from registry.attestations import upkeep as attestation_upkeep
 from registry.attestations.endpoints import router as attestations
 from registry.audit.endpoints import router as audit
 from registry.base_models.endpoints import router as base_models
+from registry.canaries.endpoints import router as canaries
 from registry.errors import LoraplaneError
 from registry.eval_suites.endpoints import router as eval_suites
 from registry.evaluation_policies.endpoints import router as evaluation_policies
@@ -69,7 +70,7 @@ def create_app() -> FastAPI:
         lifespan=lifespan,
     )
     for router in (auth, signing_keys, base_models, pools, eval_suites, adapters, evaluation_policies,
-                   uploads, evaluations, promotions, active_set, nodes, placement, sizing, webhooks, audit,
+                   uploads, evaluations, promotions, canaries, active_set, nodes, placement, sizing, webhooks, audit,
                    attestations, artifacts, ops):
         app.include_router(router)
     app.add_middleware(BodySizeLimitMiddleware, max_upload_bytes=get_settings().max_upload_bytes)

@@ -9,6 +9,7 @@ from registry.errors import Unprocessable
 # Free text (comments, reasons) may hold newlines and tabs, but no NUL or other control characters.
 FREE_TEXT = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$"
 NAME_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$")
+SERVED_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}/[a-z0-9][a-z0-9_-]{0,62}@[1-9][0-9]{0,9}$"  # tenant/name@N
 
 
 def check_name(value: str, kind: str) -> str:

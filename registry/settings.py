@@ -95,6 +95,11 @@ class RegistrySettings(BaseSettings):
     webhook_backoff_s: float = Field(default=2.0, ge=0.01, le=3600, description=(
         "First retry delay of a failed webhook delivery; it doubles on each attempt."))
     webhook_timeout_s: float = Field(default=10.0, ge=0.5, le=120)
+    canary_check_s: float = Field(default=5.0, ge=0.2, le=3600, description=(
+        "How often the housekeeper judges every canary under analysis. A bad canary is rolled "
+        "back at most this long (plus a router's traffic report interval) after the evidence."))
+    traffic_window_keep_s: float = Field(default=7 * 86400, ge=60, le=366 * 86400, description=(
+        "How long the routers' traffic windows are kept for canary analysis."))
     webhook_allowed_networks: list[IPvAnyNetwork] = Field(default_factory=list, description=(
         "Internal networks webhooks may reach anyway, e.g. [\"10.1.0.0/16\"]; by default every "
         "address that is not globally routable is refused (loopback, private, link-local, "

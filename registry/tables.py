@@ -311,6 +311,9 @@ class Promotion(Base):
     decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     activated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # A canary's analysis policy (registry/canaries), and where its analysis stands once active.
+    analysis: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    analysis_state: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class PoolAlias(Base):
@@ -350,6 +353,30 @@ class RouterTraffic(Base):
     router_id: Mapped[str] = mapped_column(String(64))
     rates: Mapped[dict[str, float]] = mapped_column(JSON)
     reported_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class TrafficWindow(Base):
+    """What one router saw of one served name under one alias between two of its reports; a
+    canary's analysis sums these over its window. A report id is counted once."""
+
+    __tablename__ = "traffic_windows"
+    __table_args__ = (UniqueConstraint("pool_id", "router_id", "report_id", "served_name", "alias"),
+                      Index("ix_traffic_windows_pool_name_at", "pool_id", "served_name", "at"))
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"))
+    router_id: Mapped[str] = mapped_column(String(64))
+    report_id: Mapped[str] = mapped_column(String(36))
+    served_name: Mapped[str] = mapped_column(String(140))
+    alias: Mapped[str] = mapped_column(String(32))
+    at: Mapped[datetime] = created_at_column()
+    requests: Mapped[int] = mapped_column(BigInteger)
+    errors: Mapped[dict[str, int]] = mapped_column(JSON)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger)
+    busy_s: Mapped[float] = mapped_column(Float)
+    ttft_buckets: Mapped[list[int]] = mapped_column(JSON)
+    latency_buckets: Mapped[list[int]] = mapped_column(JSON)
+    shadow_compared: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    shadow_agreed: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class NodeStatus(Base):

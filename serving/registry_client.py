@@ -59,10 +59,15 @@ class RegistryClient:
         if response.status_code != 200:
             raise RegistryUnavailable(f"HTTP {response.status_code}: {response.text[:300]}")
 
-    async def report_traffic(self, router_id: str, requests_per_s: dict[str, float]) -> None:
+    async def report_traffic(self, router_id: str, requests_per_s: dict[str, float],
+                             windows: tuple[str, list[dict[str, Any]]] | None = None) -> None:
+        """The request rates, and what each served name saw since the last report (id, deltas)."""
+        body: dict[str, Any] = {"requests_per_s": requests_per_s}
+        if windows is not None:
+            body["report_id"], body["windows"] = windows
         try:
             response = await self._http.put(f"/v1/pools/{self.pool}/routers/{router_id}/traffic",
-                                            json={"requests_per_s": requests_per_s})
+                                            json=body)
         except httpx.HTTPError as error:
             raise RegistryUnavailable(f"{type(error).__name__}: {error}") from error
         if response.status_code != 204:

@@ -165,6 +165,13 @@ def test_the_demo_tells_the_story_and_the_registry_agrees(first_run: Up, checkou
     assert (blocked["status"], blocked["code"], blocked["router_status"]) == (422, "gate_blocked", 404)
     assert "demo-tasks (failed: exact_match)" in blocked["message"]
     assert "demo passed" in result.stderr and "1. push three adapters" in result.stderr
+    challenger = summary["delivery"]["challenger"]
+    assert challenger == {"suite": "demo/digits-task", "challenger": "demo/digits@3",
+                          "incumbent": "demo/digits@1", "challenger_exact_match": 1.0,
+                          "incumbent_exact_match": 1.0, "same_batch": True}
+    canary = summary["delivery"]["canary"]
+    assert canary["state"] == "promoted" and canary["canary_requests"] >= 10
+    assert canary["answered"].get("demo/digits@3", 0) >= 10 and canary["answered"].get("demo/digits@1", 0) >= 1
 
     # What the demo claims, checked on its own: the pool, the audit log, and the router.
     state = checkout / ".loraplane"
@@ -173,7 +180,10 @@ def test_the_demo_tells_the_story_and_the_registry_agrees(first_run: Up, checkou
                          headers={"Authorization": f"Bearer {(state / 'admin.token').read_text().strip()}"})
     aliases = admin.get("/v1/pools/demo/aliases").json()
     assert sorted((a["served_name"], a["alias"]) for a in aliases) == [
-        ("demo/digits@1", "production"), ("demo/reverse@1", "production")]
+        ("demo/digits@3", "production"), ("demo/reverse@1", "production")]  # the canary's, now
+    promoted = admin.get("/v1/audit", params={"action": "canary.promoted"}).json()["items"]
+    assert [e["actor"] for e in promoted] == ["canary-analysis"]
+    assert promoted[0]["after"]["evidence"]["status"]["verdict"] == "pass"
     approvals = admin.get("/v1/audit", params={"action": "promotion.approved"}).json()["items"]
     assert {event["actor"].split(" (")[0] for event in approvals} == {"reviewer"}
     answer = complete(first_run.router_url, setup["tokens"]["app"], "demo/reverse", "reverse: cat dog sun =>")

@@ -1,5 +1,5 @@
-"""The housekeeping worker: webhook deliveries. It needs no engine, only the registry's
-settings, and runs with `loraplane housekeeper`."""
+"""The housekeeping worker: webhook deliveries, and canary analysis on a schedule. It needs no
+engine, only the registry's settings, and runs with `loraplane housekeeper`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ import time
 from celery import Celery
 from celery.signals import worker_ready
 
+from registry.canaries import repository as canary_repository
+from registry.canaries import service as canaries
 from registry.db import transaction
+from registry.traffic_windows import service as traffic_windows
 from registry.settings import get_settings
 from registry.task_queue import DELIVER_WEBHOOK, celery_config, enqueue_webhook_deliveries
 from registry.webhooks import deliveries, sending
@@ -48,6 +51,33 @@ SWEEP_EVERY_S = 60
 @worker_ready.connect
 def start_sweeping(**_) -> None:
     threading.Thread(target=_sweep_forever, name="webhook-sweep", daemon=True).start()
+    threading.Thread(target=_judge_canaries_forever, name="canary-analysis", daemon=True).start()
+
+
+def _judge_canaries_forever() -> None:
+    """Judge every canary under analysis, each in a transaction of its own, so that one that
+    fails to be judged does not hold back the others; and forget old traffic windows."""
+    settings = get_settings()
+    pruned_at = 0.0
+    while True:
+        try:
+            with transaction() as session:
+                ids = canary_repository.analysed_canary_ids(session)
+            for promotion_id in ids:
+                try:
+                    with transaction() as session:
+                        outcome = canaries.check(session, promotion_id)
+                    if outcome not in (None, canaries.ANALYSING, canaries.WAITING):
+                        log.info("canary %s: %s", promotion_id, outcome)
+                except Exception:
+                    log.exception("could not judge canary %s", promotion_id)
+            if time.monotonic() - pruned_at > 3600:
+                with transaction() as session:
+                    traffic_windows.prune(session, keep_s=settings.traffic_window_keep_s)
+                pruned_at = time.monotonic()
+        except Exception:  # the database is away: try again next round
+            log.exception("canary analysis round failed")
+        time.sleep(settings.canary_check_s)
 
 
 def _sweep_forever() -> None:

@@ -1,7 +1,7 @@
 """`loraplane up`: the whole pipeline on one machine, on the embedded default.
 
-The registry with its dashboard, an evaluation worker with its own vLLM, a serving vLLM with its
-node agent, and the router, all keeping their state in one data folder: SQLite, a local artifact
+The registry with its dashboard, an evaluation worker with its own vLLM, the housekeeper
+(webhooks, canary analysis), a serving vLLM with its node agent, and the router, all keeping their state in one data folder: SQLite, a local artifact
 folder, and a folder broker that needs no server. The demo's tenant, pool, suite and tokens are
 seeded, the URLs and tokens printed, and Ctrl-C stops everything.
 """
@@ -116,8 +116,9 @@ class _Stack:
         with _step(f"the demo tenant {seed.TENANT!r}, pool {seed.POOL!r} and suite {seed.SUITE!r}"):
             setup = self._seed(kit)
         sup.start(self._worker(eval_url))
-        with _step("vLLM on CPU for evaluations and for serving, and a worker"):
-            sup.wait_ready("eval-vllm", "node-vllm", "worker")
+        sup.start(self._housekeeper())
+        with _step("vLLM on CPU for evaluations and for serving, a worker and the housekeeper"):
+            sup.wait_ready("eval-vllm", "node-vllm", "worker", "housekeeper")
         sup.start(self._agent(node_url, setup.tokens["node"]))
         sup.start(self._router(setup.tokens["router"]))
         with _step(f"the node agent and the router at {self.router_url}"):
@@ -159,6 +160,14 @@ class _Stack:
         argv = [sys.executable, "-m", "loraplane", "worker", "--hostname", "eval@%h"]
         return ProcessSpec("worker", argv, env, lambda: b"ready." in self.supervisor.log_since_start("worker"))
 
+    def _housekeeper(self) -> ProcessSpec:
+        """Webhook deliveries, and canary analysis: judged every second here, beside the router's
+        traffic reports, also every second, so that a demo canary decides within its window."""
+        env = {**self.env, "LORAPLANE_CANARY_CHECK_S": "1"}
+        argv = [sys.executable, "-m", "loraplane", "housekeeper"]
+        return ProcessSpec("housekeeper", argv, env,
+                           lambda: b"ready." in self.supervisor.log_since_start("housekeeper"))
+
     def _agent(self, node_url: str, token: str) -> ProcessSpec:
         metrics_port = _free_port()
         env = {**self.env, "LORAPLANE_AGENT_NODE_TOKEN": token,
@@ -170,7 +179,7 @@ class _Stack:
 
     def _router(self, token: str) -> ProcessSpec:
         env = {**self.env, "LORAPLANE_ROUTER_TOKEN": token, "LORAPLANE_ROUTER_ROUTER_ID": seed.ROUTER_ID,
-               "LORAPLANE_ROUTER_METRICS_PORT": str(_free_port())}
+               "LORAPLANE_ROUTER_METRICS_PORT": str(_free_port()), "LORAPLANE_ROUTER_TRAFFIC_REPORT_S": "1"}
         argv = [sys.executable, "-m", "loraplane", "router", "--pool", seed.POOL, "--registry", self.public_url,
                 "--host", self.options.host, "--port", str(self.options.router_port)]
         return ProcessSpec("router", argv, env, http_ok(self.router_url + "/healthz"))

@@ -25,5 +25,7 @@ def get_placement(pool: str, principal: Principal = Depends(authenticated),
 def report_traffic(body: TrafficReport, pool: str,
                    router_id: str = Path(max_length=64, pattern=NAME_PATTERN.pattern),
                    principal: Principal = Depends(authenticated), session: Session = RequestSession):
-    """A router's recent requests per second by served name; placement sizes replicas by it."""
-    traffic.record_traffic(session, principal, pool, router_id, body.requests_per_s)
+    """A router's recent requests per second by served name (placement sizes replicas by it),
+    and what it saw of each served name since its last report (canary analysis reads it)."""
+    traffic.record_traffic(session, principal, pool, router_id, body.requests_per_s,
+                           report_id=body.report_id, windows=body.windows)

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from registry.active_set.schemas import SERVED_NAME
+from registry.names import SERVED_NAME
+from registry.traffic_windows.schemas import MAX_WINDOWS, REPORT_ID, WindowDelta
 
 MAX_NAMES = 4096
 _SERVED = re.compile(SERVED_NAME)
@@ -14,6 +15,17 @@ class TrafficReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
     requests_per_s: dict[str, float] = Field(
         max_length=MAX_NAMES, description="Recent requests per second by served name (tenant/name@N).")
+    report_id: str | None = Field(None, pattern=REPORT_ID, description=(
+        "Names the windows below (a UUID): a report sent again under the same id counts once."))
+    windows: list[WindowDelta] = Field(default_factory=list, max_length=MAX_WINDOWS, description=(
+        "What the router saw of each served name and alias since its last report taken: what "
+        "canary analysis reads."))
+
+    @model_validator(mode="after")
+    def _windows_named(self) -> "TrafficReport":
+        if self.windows and self.report_id is None:
+            raise ValueError("windows need a report_id")
+        return self
 
     @field_validator("requests_per_s")
     @classmethod

@@ -4,14 +4,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-SERVED_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}/[a-z0-9][a-z0-9_-]{0,62}@[1-9][0-9]{0,9}$"  # tenant/name@N
-
 
 class AliasWeight(BaseModel):
     alias: str
     weight: int = Field(description=(
         "Percent of `tenant/name` traffic this alias receives: production gets what its canary "
         "does not; other aliases are reached only by name and weigh 0."))
+    shadow: float = Field(0.0, description=(
+        "For a canary under analysis: the share of its requests that routers also send to "
+        "production, out of band, to compare the two answers."))
 
 
 class ArtifactFile(BaseModel):

@@ -14,7 +14,7 @@ from registry.errors import NotFound
 from registry.placement.stored import from_stored
 from registry.settings import RegistrySettings
 from registry.storage.base import ArtifactStore
-from registry.tables import Adapter, AdapterVersion, BaseModel, Pool, PoolAlias, Tenant
+from registry.tables import Adapter, AdapterVersion, BaseModel, Pool, PoolAlias, Promotion, Tenant
 
 PRODUCTION, CANARY = "production", "canary"
 
@@ -39,7 +39,8 @@ def read(session: Session, pool_name: str, store: ArtifactStore,
     by_version: dict[int, list[AliasWeight]] = defaultdict(list)
     for alias in aliases:
         by_version[alias.version_id].append(AliasWeight(
-            alias=alias.alias, weight=_weight(alias, canary_weight.get(alias.adapter_id, 0))))
+            alias=alias.alias, weight=_weight(alias, canary_weight.get(alias.adapter_id, 0)),
+            shadow=_shadow(session, alias)))
     # Versions waiting to qualify on a new engine, under the pool's `suspend` policy.
     version_ids = sorted((set(by_version) | retiring) - suspended_version_ids(session, pool.id))
     proofs = repository.current_attestations(session, pool.id, version_ids)
@@ -69,6 +70,13 @@ def _weight(alias: PoolAlias, canary: int) -> int:
     if alias.alias == PRODUCTION:
         return 100 - canary
     return alias.weight or 0
+
+
+def _shadow(session: Session, alias: PoolAlias) -> float:
+    if alias.alias != CANARY:
+        return 0.0
+    promotion = session.get(Promotion, alias.promotion_id)
+    return float((promotion.analysis or {}).get("shadow_fraction", 0.0)) if promotion else 0.0
 
 
 def _entry(session: Session, version: AdapterVersion, aliases: list[AliasWeight],

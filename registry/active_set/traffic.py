@@ -11,14 +11,19 @@ from sqlalchemy.orm import Session
 from registry.active_set.change import follow_nodes
 from registry.active_set.snapshot import pool_by_name
 from registry.auth.principal import Principal, Role
+from registry.traffic_windows import service as traffic_windows
+from registry.traffic_windows.schemas import WindowDelta
 from registry.placement import repository
 from registry.tables import RouterTraffic
 
 
 def record_traffic(session: Session, principal: Principal, pool_name: str, router_id: str,
-                   rates: dict[str, float]) -> None:
+                   rates: dict[str, float], *, report_id: str | None = None,
+                   windows: list[WindowDelta] = ()) -> None:
     principal.require_instance(pool_name, router_id, Role.ROUTER)
     pool = pool_by_name(session, pool_name)
+    if windows:
+        traffic_windows.record(session, pool.id, router_id, report_id, list(windows))
     fields = {"rates": rates, "reported_at": datetime.now(UTC)}
     row = repository.router_traffic_for_update(session, pool.id, router_id)
     if row is None:

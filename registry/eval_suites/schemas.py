@@ -49,6 +49,8 @@ class ServingLimits(BaseModel):
         "Median time to first token in the adapter's bursts over the base's."))
     rounds: int = Field(1, ge=1, le=5, description=(
         "How many times the base-adapter-adapter-base sequence of bursts runs."))
+    prompts: int = Field(16, ge=1, le=512, description=(
+        "Prompts per burst: the suite's first ones (all of them, if it has fewer)."))
 
 
 class SuiteMetrics(BaseModel):

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, UrlConstraints
 
-from registry.active_set.schemas import SERVED_NAME
+from registry.names import SERVED_NAME
 from registry.names import FREE_TEXT
 
 SHA256 = r"^[0-9a-f]{64}$"

@@ -6,7 +6,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from registry.pagination import fetch_page
-from registry.promotions.rules import ACTIVE
+from registry.promotions.rules import ACTIVE, AWAITING
 from registry.tables import Adapter, PoolAlias, Promotion, Tenant
 
 
@@ -55,3 +55,9 @@ def alias_targets(session: Session, pool_id: int) -> list[tuple[int, str, int]]:
     return [tuple(row) for row in session.execute(
         select(PoolAlias.adapter_id, PoolAlias.alias, PoolAlias.version_id)
         .where(PoolAlias.pool_id == pool_id)).all()]
+
+
+def awaiting_request(session: Session, pool_id: int, adapter_id: int, alias: str) -> Promotion | None:
+    return session.scalar(select(Promotion).where(
+        Promotion.pool_id == pool_id, Promotion.adapter_id == adapter_id, Promotion.alias == alias,
+        Promotion.state == AWAITING))

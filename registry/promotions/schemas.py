@@ -4,6 +4,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from registry.promotions.analysis_policy import CanaryAnalysis
 from registry.names import FREE_TEXT
 
 ALIAS_PATTERN = r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$|^[a-z]$"
@@ -17,9 +18,20 @@ class PromotionCreate(BaseModel):
     alias: str = Field("production", pattern=ALIAS_PATTERN, max_length=32)
     weight: int | None = Field(None, ge=1, le=99, description="Canary traffic percent (1-99).")
     comment: str | None = Field(None, max_length=2000, pattern=FREE_TEXT)
+    analysis: CanaryAnalysis | None = Field(None, description=(
+        "A canary's analysis policy: the housekeeper judges it against production on live router "
+        "metrics, steps its weight, then promotes it to production or rolls it back on its own. "
+        "The weight is then the first step's."))
 
     @model_validator(mode="after")
     def _weight_only_for_canary(self) -> "PromotionCreate":
+        if self.analysis is not None:
+            if self.alias != "canary":
+                raise ValueError("only the 'canary' alias carries an analysis policy")
+            first = self.analysis.steps[0].weight
+            if self.weight not in (None, first):
+                raise ValueError(f"the weight ({self.weight}) must be the first step's ({first}), or left out")
+            self.weight = first
         if self.alias == "canary" and self.weight is None:
             raise ValueError("a canary needs a weight: the percent of traffic it receives (1-99)")
         if self.alias != "canary" and self.weight is not None:
@@ -74,6 +86,10 @@ class PromotionOut(BaseModel):
     decided_at: datetime | None
     activated_at: datetime | None
     ended_at: datetime | None
+    analysis: CanaryAnalysis | None = None
+    canary_state: str | None = Field(None, description=(
+        "Where its analysis stands: analysing, waiting_for_traffic, paused, awaiting_gate, "
+        "promoted or rolled_back (GET /v1/promotions/{id}/canary has the metrics)."))
     can_approve: ApprovalCheck | None = Field(None, description="Whether the caller may approve it, and why not.")
 
 

@@ -3,20 +3,16 @@ active set in the same transaction as the promotion's state, and bump its genera
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from registry import audit, webhooks
 from registry.active_set import changes
 from registry.active_set.change import ActiveSetChange
-from registry.active_set.snapshot import CANARY, PRODUCTION, pool_by_name
+from registry.active_set.snapshot import CANARY, pool_by_name
 from registry.adapters import service as adapters
-from registry.attestations import issuing as attestations
 from registry.auth.principal import Principal, Role
 from registry.errors import Conflict, Forbidden, NotFound, Unprocessable
-from registry.promotions import gates, repository, rules
+from registry.promotions import activation, canary_actions, gates, repository, rules
 from registry.promotions.schemas import AliasOut, ApprovalCheck, GateOut, PromotionCreate, PromotionOut
 from registry.tables import Adapter, AdapterVersion, Pool, Promotion, Tenant
 
@@ -39,7 +35,7 @@ def request(session: Session, principal: Principal, pool_name: str, spec: Promot
         alias=spec.alias, weight=spec.weight, kind=rules.PROMOTE, state=rules.REQUESTED,
         gates=[g.as_dict() for g in results], requested_by=principal.label,
         requested_by_subject=principal.subject, requested_by_identity_id=principal.identity_id or None,
-        comment=spec.comment)
+        comment=spec.comment, analysis=spec.analysis.model_dump(mode="json") if spec.analysis else None)
     session.add(promotion)
     session.flush()
     rules.transition(promotion, rules.AWAITING)
@@ -48,7 +44,7 @@ def request(session: Session, principal: Principal, pool_name: str, spec: Promot
         session.flush()
     except IntegrityError:
         raise busy from None
-    _record(session, promotion, "promotion.requested", principal.label)
+    activation.record(session, promotion, "promotion.requested", principal.label)
     return to_out(session, promotion, principal)
 
 
@@ -69,9 +65,11 @@ def approve(session: Session, principal: Principal, promotion_id: int, comment: 
         promotion.gates = [g.as_dict() for g in [*results, four_eyes]]
         promotion.decided_by, promotion.decision_comment = principal.label, comment
         promotion.decided_by_identity_id = principal.identity_id or None
-        promotion.decided_at = _now()
-        _record(session, promotion, "promotion.approved", principal.label, comment=comment)
-        _activate(session, promotion, change.generation, principal.label)
+        promotion.decided_at = activation.now()
+        activation.record(session, promotion, "promotion.approved", principal.label, comment=comment)
+        activation.activate(session, promotion, change.generation, principal.label)
+        if promotion.analysis is not None:
+            canary_actions.start(session, promotion)
     return to_out(session, promotion, principal)
 
 
@@ -82,8 +80,8 @@ def reject(session: Session, principal: Principal, promotion_id: int, comment: s
     rules.transition(promotion, rules.REJECTED)
     promotion.decided_by, promotion.decision_comment = principal.label, comment
     promotion.decided_by_identity_id = principal.identity_id or None
-    promotion.decided_at = promotion.ended_at = _now()
-    _record(session, promotion, "promotion.rejected", principal.label, comment=comment)
+    promotion.decided_at = promotion.ended_at = activation.now()
+    activation.record(session, promotion, "promotion.rejected", principal.label, comment=comment)
     return to_out(session, promotion, principal)
 
 
@@ -113,8 +111,8 @@ def _roll_back(session: Session, principal: Principal, pool: Pool, adapter: Adap
                        "restore", code="nothing_to_roll_back",
                        hint="Promote the version you want instead.")
     rules.transition(current, rules.ROLLED_BACK)
-    current.ended_at = _now()
-    _record(session, current, "promotion.rolled_back", principal.label, comment=comment)
+    current.ended_at = activation.now()
+    activation.record(session, current, "promotion.rolled_back", principal.label, comment=comment)
     if previous is None:  # a first canary: rolling it back means no canary
         changes.drop_alias(session, pool_id=pool.id, adapter_id=adapter.id, alias=alias,
                            generation=generation)
@@ -125,47 +123,11 @@ def _roll_back(session: Session, principal: Principal, pool: Pool, adapter: Adap
         previous_id=previous.previous_id, requested_by=principal.label,
         requested_by_subject=principal.subject, requested_by_identity_id=principal.identity_id or None,
         comment=comment, decided_by=principal.label, decided_by_identity_id=principal.identity_id or None,
-        decision_comment=comment, decided_at=_now())
+        decision_comment=comment, decided_at=activation.now())
     session.add(restored)
     session.flush()
-    _point(session, restored, generation)
+    activation.point(session, restored, generation)
     return restored
-
-
-def _activate(session: Session, promotion: Promotion, generation: int, actor: str) -> None:
-    current = repository.active_promotion_for_update(session, promotion.pool_id, promotion.adapter_id,
-                                                     promotion.alias)
-    if current is not None:
-        rules.transition(current, rules.SUPERSEDED)
-        current.ended_at = _now()
-        promotion.previous_id = current.id
-        _record(session, current, "promotion.superseded", actor)
-    _point(session, promotion, generation)
-    if promotion.alias == PRODUCTION:
-        _graduate_canary(session, promotion, generation, actor)
-
-
-def _point(session: Session, promotion: Promotion, generation: int) -> None:
-    changes.point_alias(session, pool_id=promotion.pool_id, adapter_id=promotion.adapter_id,
-                        alias=promotion.alias, version_id=promotion.version_id,
-                        weight=promotion.weight, promotion_id=promotion.id, generation=generation)
-    rules.transition(promotion, rules.ACTIVE)
-    promotion.activated_at = _now()
-    event = _record(session, promotion, "promotion.activated", promotion.decided_by or promotion.requested_by)
-    action = attestations.ROLLBACK if promotion.kind == rules.ROLLBACK else attestations.APPROVE
-    attestations.issue_on_commit(session, promotion, action, event)
-
-
-def _graduate_canary(session: Session, promotion: Promotion, generation: int, actor: str) -> None:
-    """Promoting the canary's version to production ends the canary: it would split nothing."""
-    canary = repository.active_promotion_for_update(session, promotion.pool_id, promotion.adapter_id,
-                                                    CANARY, version_id=promotion.version_id)
-    if canary is not None:
-        rules.transition(canary, rules.SUPERSEDED)
-        canary.ended_at = _now()
-        changes.drop_alias(session, pool_id=promotion.pool_id, adapter_id=promotion.adapter_id,
-                           alias=CANARY, generation=generation)
-        _record(session, canary, "promotion.superseded", actor)
 
 
 def get(session: Session, principal: Principal, promotion_id: int) -> PromotionOut:
@@ -207,7 +169,8 @@ def to_out(session: Session, row: Promotion, viewer: Principal | None = None) ->
         gates=[GateOut(**g) for g in row.gates], previous_id=row.previous_id,
         requested_by=row.requested_by, comment=row.comment, decided_by=row.decided_by,
         decision_comment=row.decision_comment, created_at=row.created_at,
-        decided_at=row.decided_at, activated_at=row.activated_at, ended_at=row.ended_at)
+        decided_at=row.decided_at, activated_at=row.activated_at, ended_at=row.ended_at,
+        analysis=row.analysis, canary_state=(row.analysis_state or {}).get("state"))
     if viewer is not None and row.state == rules.AWAITING:
         out.can_approve = _approval_check(session, row, viewer, version.tenant)
     return out
@@ -260,21 +223,3 @@ def _locked(session: Session, promotion_id: int) -> Promotion:
 def _tenant_of(session: Session, promotion: Promotion) -> str:
     adapter = session.get(Adapter, promotion.adapter_id)
     return session.get(Tenant, adapter.tenant_id).name
-
-
-def _record(session: Session, promotion: Promotion, action: str, actor: str, *,
-            comment: str | None = None) -> dict:
-    out = to_out(session, promotion)
-    data = out.model_dump(mode="json", include={"id", "pool", "served_name", "digest", "alias",
-                                                "weight", "kind", "state", "previous_id"})
-    if comment:
-        data["comment"] = comment
-    tenant_id = session.get(Adapter, promotion.adapter_id).tenant_id
-    event = audit.record(session, actor=actor, action=action, subject=f"pool/{out.pool}/{out.served_name}",
-                         tenant_id=tenant_id, after=data)
-    webhooks.emit(session, action, tenant_id=tenant_id, data=data)
-    return event
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)

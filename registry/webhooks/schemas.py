@@ -10,7 +10,8 @@ from registry.names import NAME_PATTERN
 
 EVENTS = ("promotion.requested", "promotion.approved", "promotion.activated", "promotion.rejected",
           "promotion.superseded", "promotion.rolled_back", "requalification.required",
-          "requalification.cleared")
+          "requalification.cleared", "canary.step", "canary.awaiting_gate", "canary.paused",
+          "canary.resumed", "canary.held", "canary.promoted", "canary.rolled_back")
 
 
 class WebhookCreate(BaseModel):

@@ -19,6 +19,7 @@ from serving.router.catalog import Catalog, Target
 from serving.router.errors import RouterError
 from serving.router.forward import Forwarder
 from serving.router.requests import check_fields, header, json_body, tier_of, wants_prompt_logprobs
+from serving.router.shadow import Shadow
 from serving.router.traffic import TrafficMeter
 
 log = logging.getLogger("loraplane.router")
@@ -33,6 +34,7 @@ class RouterApp:
         self.max_body_bytes, self.retry_after_s = max_body_bytes, retry_after_s
         self.traffic = traffic or TrafficMeter()
         self.catalog = Catalog(pool)  # replaced whole on each active set
+        self.shadow = Shadow(forwarder)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -52,6 +54,8 @@ class RouterApp:
                 raise RouterError(404, "no_such_route", f"no route {path[:100]!r}", f"The router serves {ROUTES}.")
         except RouterError as error:
             metrics.ERRORS.labels(error.served_name, error.code).inc()
+            if error.served_name and error.status >= 500:  # the version's request went wrong
+                self.forwarder.windows.failed(error.served_name, error.alias, error.status)
             if error.status >= 500:
                 log.warning("%d %s: %s", error.status, error.code, error.message)
             if not response.started:
@@ -76,21 +80,23 @@ class RouterApp:
         data, serial = json.dumps(payload).encode(), wants_prompt_logprobs(payload)
         with self.admission.tenant_share(app.tenant):
             try:
-                await _unless_disconnected(receive, send, self._admit_and_forward(
+                answer = await _unless_disconnected(receive, send, self._admit_and_forward(
                     target, tier, path, data, send, serial))
             except RouterError as error:
-                error.served_name = target.served_name
+                error.served_name, error.alias = target.served_name, target.alias
                 raise
+        if target.shadow_of and answer is not None:
+            self.shadow.compare_later(target, path, payload, answer)
 
     async def _admit_and_forward(self, target: Target, tier: str, path: str, data: bytes,
-                                 send: Send, serial: bool) -> None:
+                                 send: Send, serial: bool) -> bytes | None:
         await self.forwarder.wait_for_holder(target)
         queued = time.perf_counter()
         async with self.admission.slot(tier):
             metrics.QUEUED.labels(tier).observe(time.perf_counter() - queued)
             metrics.INFLIGHT.labels(tier).inc()
             try:
-                await self.forwarder.forward(target, path, data, send, serial=serial)
+                return await self.forwarder.forward(target, path, data, send, serial=serial)
             finally:
                 metrics.INFLIGHT.labels(tier).dec()
 
@@ -125,7 +131,7 @@ class _Response:
         await self._send(message)
 
 
-async def _unless_disconnected(receive: Receive, response: _Response, work: Awaitable[None]) -> None:
+async def _unless_disconnected(receive: Receive, response: _Response, work: Awaitable):
     """Await `work` in this task, cancelling it if the client hangs up before its answer is
     complete (while it waits in line, or while a node generates), so no node works for nobody."""
     handler = asyncio.current_task()
@@ -141,13 +147,15 @@ async def _unless_disconnected(receive: Receive, response: _Response, work: Awai
 
     watcher = asyncio.create_task(watch())
     try:
-        await work
+        result = await work
     except asyncio.CancelledError:
         if not hung_up or handler.uncancel() > 0:
             raise  # cancelled for another reason too, such as shutdown
+        return None
     else:
         if hung_up:  # the work finished without meeting the cancellation: take it back
             handler.uncancel()
+        return result
     finally:
         watcher.cancel()
 

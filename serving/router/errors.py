@@ -17,7 +17,7 @@ class RouterError(Exception):
         self.status, self.code, self.message, self.hint = status, code, message, hint
         self.retry_after_s = retry_after_s
         self.extra = extra
-        self.served_name = ""  # set once the model resolved, for metrics
+        self.served_name = self.alias = ""  # set once the model resolved, for metrics
 
     def copy(self) -> "RouterError":
         return RouterError(self.status, self.code, self.message, self.hint,

@@ -24,6 +24,7 @@ from serving.router import metrics
 from serving.router.catalog import Target
 from serving.router.errors import RouterError
 from serving.router.fleet import Fleet, Node
+from serving.router.windows import WindowMeter
 
 log = logging.getLogger("loraplane.router")
 JSON_HEADERS = {"Content-Type": "application/json"}
@@ -42,13 +43,16 @@ class NodeFailed(Exception):
 
 class Forwarder:
     def __init__(self, fleet: Fleet, http: aiohttp.ClientSession, *, cooldown_s: float,
-                 load_wait_s: float, retry_after_s: int, serial_wait_s: float = 30) -> None:
+                 load_wait_s: float, retry_after_s: int, serial_wait_s: float = 30,
+                 windows: WindowMeter | None = None) -> None:
         self.fleet, self.http = fleet, http
+        self.windows = windows or WindowMeter()
         self.cooldown_s, self.load_wait_s, self.retry_after_s = cooldown_s, load_wait_s, retry_after_s
         self.serial_wait_s = serial_wait_s
 
     async def forward(self, target: Target, path: str, data: bytes, send: Send, *,
-                      serial: bool) -> None:
+                      serial: bool) -> bytes | None:
+        """Returns the answer's body when it was a whole JSON answer with status 200."""
         tried: set[str] = set()
         failures: list[str] = []
         while (node := self._choose(target, tried, serial)) is not None:
@@ -58,8 +62,7 @@ class Forwarder:
             node.outstanding += 1
             try:
                 async with self._one_at_a_time(node) if serial else contextlib.nullcontext():
-                    await self._attempt(node, target, path, data, send)
-                return
+                    return await self._attempt(node, target, path, data, send)
             except NodeFailed as failure:
                 log.warning("node %s failed before answering %s: %s", node.node_id,
                             target.served_name, failure)
@@ -112,7 +115,19 @@ class Forwarder:
                            "loaded on any node yet", "Retry after the Retry-After seconds; the "
                            "pool's nodes load it on their own.", retry_after_s=self.retry_after_s)
 
-    async def _attempt(self, node: Node, target: Target, path: str, data: bytes, send: Send) -> None:
+    async def fetch(self, served_name: str, path: str, data: bytes) -> tuple[int, bytes]:
+        """One request to a node holding `served_name`, its answer kept rather than relayed, and
+        not counted as the name's traffic (a shadow request). (0, b"") when no node answered."""
+        node = self.fleet.choose(served_name)
+        if node is None:
+            return 0, b""
+        try:
+            async with await self._post(node, path, data) as upstream:
+                return upstream.status, await upstream.read()
+        except (NodeFailed, RouterError, aiohttp.ClientError, TimeoutError):
+            return 0, b""
+
+    async def _attempt(self, node: Node, target: Target, path: str, data: bytes, send: Send) -> bytes | None:
         started = time.perf_counter()
         upstream = await self._post(node, path, data)
         async with upstream:
@@ -134,14 +149,22 @@ class Forwarder:
                         "headers": _headers(upstream, target, node, None if streaming else len(first))})
             labels = (target.served_name, target.alias)
             if streaming:
-                events = await _relay_stream(upstream, first, send)
-                metrics.TOKENS.labels(*labels, "completion").inc(max(0, events - 1))  # minus [DONE]
+                try:
+                    events = await _relay_stream(upstream, first, send)
+                except (aiohttp.ClientError, TimeoutError):
+                    self.windows.failed(*labels, 0)  # the answer broke off
+                    raise
+                completion = max(0, events - 1)  # minus [DONE]
+                metrics.TOKENS.labels(*labels, "completion").inc(completion)
             else:
                 await send({"type": "http.response.body", "body": first})
-                _count_usage(first, labels, upstream.status)
+                completion = _count_usage(first, labels, upstream.status)
+        latency = time.perf_counter() - started
         metrics.REQUESTS.labels(*labels, node.node_id, str(upstream.status)).inc()
         metrics.TTFT.labels(*labels).observe(ttft)
-        metrics.LATENCY.labels(*labels).observe(time.perf_counter() - started)
+        metrics.LATENCY.labels(*labels).observe(latency)
+        self.windows.answered(*labels, upstream.status, ttft, latency, completion)
+        return first if not streaming and upstream.status == 200 else None
 
     async def _post(self, node: Node, path: str, data: bytes) -> aiohttp.ClientResponse:
         url = node.url + path
@@ -195,13 +218,17 @@ def _headers(upstream: aiohttp.ClientResponse, target: Target, node: Node,
     return headers
 
 
-def _count_usage(body: bytes, labels: tuple[str, str], status: int) -> None:
+def _count_usage(body: bytes, labels: tuple[str, str], status: int) -> int:
+    """Count the answer's tokens; returns its completion tokens."""
     if status != 200:
-        return
+        return 0
     with contextlib.suppress(ValueError, AttributeError, TypeError):
         usage = json.loads(body).get("usage") or {}
+        completion = int(usage.get("completion_tokens", 0))
         metrics.TOKENS.labels(*labels, "prompt").inc(usage.get("prompt_tokens", 0))
-        metrics.TOKENS.labels(*labels, "completion").inc(usage.get("completion_tokens", 0))
+        metrics.TOKENS.labels(*labels, "completion").inc(completion)
+        return completion
+    return 0
 
 
 async def _read_quietly(upstream: aiohttp.ClientResponse) -> bytes:

@@ -22,6 +22,7 @@ from serving.router.fleet import Fleet
 from serving.router.forward import Forwarder
 from serving.router.settings import RouterSettings
 from serving.router.traffic import TrafficMeter
+from serving.router.windows import WindowMeter
 
 log = logging.getLogger("loraplane.router")
 CONVERGE_POLL_S = 0.1  # nodes' reports are read this often while they load a new generation
@@ -38,6 +39,7 @@ class Router:
         self.keys = AppKeys(str(settings.registry_url), settings.key_cache_s)
         self.new_generation = asyncio.Event()
         self.traffic = TrafficMeter()
+        self.windows = WindowMeter()
 
     async def run(self, stop: asyncio.Event) -> None:
         s = self.settings
@@ -49,7 +51,7 @@ class Router:
                                          auto_decompress=False) as http:
             forwarder = Forwarder(self.fleet, http, cooldown_s=s.node_cooldown_s,
                                   load_wait_s=s.load_wait_s, retry_after_s=s.retry_after_s,
-                                  serial_wait_s=s.queue_timeout_s)
+                                  serial_wait_s=s.queue_timeout_s, windows=self.windows)
             admission = Admission(s.max_inflight, s.batch_max_inflight, s.queue_timeout_s,
                                   s.tenant_max_inflight, s.retry_after_s)
             self.app = RouterApp(s.pool, self.keys, admission, forwarder, s.max_body_bytes,
@@ -121,9 +123,12 @@ class Router:
                     log.error("this token is bound to no router id: traffic is not reported "
                               "(use a router token, or set LORAPLANE_ROUTER_ROUTER_ID)")
                     return
-                await self.registry.report_traffic(router_id, self.traffic.rates())
+                report = self.windows.take()
+                await self.registry.report_traffic(router_id, self.traffic.rates(), report)
+                self.windows.acknowledged()
             except RegistryUnavailable as error:
-                log.warning("cannot report traffic (%s); placement keeps the last rates", error)
+                log.warning("cannot report traffic (%s); placement keeps the last rates, and the "
+                            "window is sent again with the next report", error)
 
 
 def run(settings: RouterSettings) -> None:

@@ -24,6 +24,9 @@ MISSES = Counter("loraplane_router_misses_total", "Requests sent to a node where
                  ["served_name", "node"], registry=REGISTRY)
 RETRIES = Counter("loraplane_router_retries_total", "Requests tried again on another node because "
                   "one failed before its first byte.", ["node", "reason"], registry=REGISTRY)
+SHADOW = Counter("loraplane_router_shadow_total", "Canary requests also answered by production, by "
+                 "outcome: agreed, differed, unanswered, skipped.", ["served_name", "result"],
+                 registry=REGISTRY)
 QUEUED = Histogram("loraplane_router_queue_seconds", "Wait for an admission slot.", ["tier"],
                    buckets=LATENCY_BUCKETS, registry=REGISTRY)
 INFLIGHT = Gauge("loraplane_router_inflight", "Requests being forwarded.", ["tier"], registry=REGISTRY)

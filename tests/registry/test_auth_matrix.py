@@ -162,6 +162,14 @@ ENDPOINTS = {
         (lambda w: ("GET", "/v1/adapters/acme/matrix/versions/1/evaluations", {}), READERS)],
     "GET /v1/evaluations/{evaluation_id}": [
         (lambda w: ("GET", "/v1/evaluations/999999", {}), NOT_FOUND_FOR_PEOPLE)],
+    "GET /v1/promotions/{promotion_id}/canary": [
+        (lambda w: ("GET", "/v1/promotions/999999/canary", {}), NOT_FOUND_FOR_PEOPLE)],
+    "POST /v1/promotions/{promotion_id}/canary/pause": [
+        (lambda w: ("POST", "/v1/promotions/999999/canary/pause", {}),
+         expect(403, global_admin=404, acme_admin=404, acme_reviewer=404, globex_admin=404))],
+    "POST /v1/promotions/{promotion_id}/canary/resume": [
+        (lambda w: ("POST", "/v1/promotions/999999/canary/resume", {}),
+         expect(403, global_admin=404, acme_admin=404, acme_reviewer=404, globex_admin=404))],
     "GET /v1/audit": [(lambda w: ("GET", "/v1/audit", {}),
                        expect(403, global_admin=200, acme_admin=200, globex_admin=200))],
     "GET /v1/audit/verify": [(lambda w: ("GET", "/v1/audit/verify", {}), expect(403, global_admin=200))],

@@ -12,7 +12,7 @@ from registry.tables import Base
 
 TABLES = {"tenants", "api_tokens", "base_models", "base_model_aliases", "pools", "adapters",
           "adapter_versions", "audit_events", "eval_suites", "evaluations", "evaluation_examples",
-          "promotions", "pool_aliases", "pool_retirements", "node_statuses", "router_traffic", "webhooks",
+          "promotions", "pool_aliases", "pool_retirements", "node_statuses", "router_traffic", "traffic_windows", "webhooks",
           "webhook_deliveries", "identities", "dashboard_sessions", "attestations", "tenant_signing_keys",
           "requalifications", "module_tables"}
 

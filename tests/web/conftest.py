@@ -20,7 +20,7 @@ ARTIFACTS = Path(os.environ.get("LORAPLANE_TEST_ARTIFACTS", REPO / "test-artifac
 POOL, SUITE = "web-pool", "web-digits"
 METRICS = {"exact_match": {"min": 0.8}, "contains": {"min": 0.8}, "reference_loglik": {"min_margin": 5.0},
            "parity": {"max_logprob_diff": 1e-3, "max_token_mismatch_rate": 0.0},
-           "serving": {"min_throughput_ratio": 0.05}}
+           "serving": {"min_throughput_ratio": 0.05, "prompts": 4}}
 
 
 @pytest.fixture(scope="module")

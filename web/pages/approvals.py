@@ -1,4 +1,5 @@
-"""The approval queue, one promotion with its evidence, and the decision on it."""
+"""The approval queue, one promotion with its evidence and, for a canary under analysis, its
+live checks; the decision on it, and pausing or resuming a canary."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from registry.canaries import service as canaries
 from registry.errors import LoraplaneError, Unprocessable
 from registry.promotions import service as promotions
 from registry.promotions.rules import AWAITING
@@ -59,8 +61,25 @@ def _promotion_page(request: Request, session: Session, visit: Visit, promotion_
                            promotion.version)
     who = visit.principal
     may_reject = who.is_global_admin or (who.role in promotions.DECIDERS and who.tenant == promotion.tenant)
+    canary = canaries.status_of(session, who, promotion_id) if promotion.analysis else None
     return page(request, visit, "promotion.html", status=status, promotion=promotion,
-                may_reject=may_reject, error=error, comment=comment, **version)
+                may_reject=may_reject, error=error, comment=comment, canary=canary, **version)
+
+
+@router.post("/ui/promotions/{promotion_id}/canary")
+def steer_canary(request: Request, promotion_id: int = PromotionId, action: str = Form(..., max_length=16),
+                 csrf_token: str = Form("", max_length=128), visit: Visit = Depends(viewer),
+                 session: Session = RequestSession) -> Response:
+    """Pause a canary's analysis, or resume it (also through a manual gate)."""
+    check_csrf(visit, csrf_token)
+    try:
+        if action not in ("pause", "resume"):
+            raise Unprocessable(f"unknown action {action[:16]!r}", hint="Use Pause or Resume.")
+        (canaries.pause if action == "pause" else canaries.resume)(session, visit.principal, promotion_id)
+    except LoraplaneError as error:
+        session.rollback()
+        return _promotion_page(request, session, visit, promotion_id, status=error.status, error=error)
+    return see_other(f"/ui/promotions/{promotion_id}?canary={action}")
 
 
 @router.post("/ui/promotions/{promotion_id}/decide")

@@ -181,7 +181,8 @@ async def _measure_serving(client: EngineClient, served_base: str, batch: BatchR
         try:
             costs[evaluation_id] = await serving_cost.measure(
                 client, served_base, served_name, works[suite_id],
-                max_in_flight=settings.engine_max_in_flight, rounds=limits.get("rounds", 1))
+                max_in_flight=settings.engine_max_in_flight, rounds=limits.get("rounds", 1),
+                prompts=limits.get("prompts", 16))
         except AdapterRejected as rejected:
             batch.adapters[evaluation_id].rejected = str(rejected)
         batch.timings[f"serving_s.{evaluation_id}"] = time.perf_counter() - started

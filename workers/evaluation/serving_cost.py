@@ -1,7 +1,7 @@
 """What serving an adapter costs against serving the base, measured like for like.
 
-The adapter and the base each run the same bursts: the suite's prompts, all sent at once (up to
-the worker's in-flight limit), each generating exactly max_tokens (ignore_eos), so both sides see
+The adapter and the base each run the same bursts: the suite's first prompts (the metric's
+`prompts`), all sent at once (up to the worker's in-flight limit), each generating exactly max_tokens (ignore_eos), so both sides see
 the same batch shape, concurrency and output length on the same engine. Bursts alternate
 base, adapter, adapter, base (ABBA, repeated `rounds` times), so a drift in the machine's speed
 during the measurement weighs on both sides alike. Throughput is output tokens over the bursts'
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from statistics import median
 
 from workers.evaluation.engine import EngineClient
-from workers.evaluation.runner import Bounded, SuiteWork
+from workers.evaluation.runner import Bounded, SuiteWork, Tokenized
 
 
 @dataclass(frozen=True)
@@ -52,22 +52,22 @@ class ServingCost:
 
 
 async def measure(client: EngineClient, served_base: str, adapter: str, work: SuiteWork, *,
-                  max_in_flight: int, rounds: int) -> ServingCost:
-    order = "ABBA" * rounds
+                  max_in_flight: int, rounds: int, prompts: int) -> ServingCost:
+    order, burst = "ABBA" * rounds, work.tokenized[:prompts]
     sides = {"A": Side(), "B": Side()}
     for turn in order:
         model = served_base if turn == "A" else adapter
-        sides[turn].bursts.append(await _burst(client, model, work, Bounded(max_in_flight)))
-    return ServingCost(adapter=sides["B"], base=sides["A"], prompts=len(work.tokenized),
-                       concurrency=min(len(work.tokenized), max_in_flight), max_tokens=work.max_tokens,
-                       order=order)
+        sides[turn].bursts.append(await _burst(client, model, burst, work.max_tokens, Bounded(max_in_flight)))
+    return ServingCost(adapter=sides["B"], base=sides["A"], prompts=len(burst),
+                       concurrency=min(len(burst), max_in_flight), max_tokens=work.max_tokens, order=order)
 
 
-async def _burst(client: EngineClient, model: str, work: SuiteWork, bounded: Bounded) -> Burst:
+async def _burst(client: EngineClient, model: str, burst: list[Tokenized], max_tokens: int,
+                 bounded: Bounded) -> Burst:
     started = time.perf_counter()
     generations = await asyncio.gather(*(
-        bounded(client.generate(model, t.prompt_ids, max_tokens=work.max_tokens, stop=[], ignore_eos=True))
-        for t in work.tokenized))
+        bounded(client.generate(model, t.prompt_ids, max_tokens=max_tokens, stop=[], ignore_eos=True))
+        for t in burst))
     wall_s = time.perf_counter() - started
     return Burst(tokens=sum(len(g.token_ids) for g in generations), wall_s=wall_s,
                  ttfts_s=[g.ttft_s for g in generations if g.ttft_s is not None])

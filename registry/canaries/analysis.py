@@ -1,0 +1,101 @@
+"""Judge a canary against production on the traffic of one window. Pure: rows in, verdict out.
+
+Each check is judged only once both sides it compares have the policy's `min_requests`, so that
+a handful of requests never decides. A failed check fails the canary at once; the step passes
+when its window is over, the canary had enough requests, and no check failed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from registry.canaries.schemas import Check, SideMetrics
+from registry.promotions.analysis_policy import CanaryAnalysis
+from registry.traffic_windows.schemas import WINDOW_BUCKETS
+from registry.tables import TrafficWindow
+
+FAIL, PASS, WAIT = "fail", "pass", "wait"
+
+
+def side(served_name: str, rows: Iterable[TrafficWindow]) -> SideMetrics:
+    mine = [r for r in rows if r.served_name == served_name]
+    requests = sum(r.requests for r in mine)
+    errors: dict[str, int] = {}
+    for row in mine:
+        for kind, count in row.errors.items():
+            errors[kind] = errors.get(kind, 0) + count
+    busy = sum(r.busy_s for r in mine)
+    compared = sum(r.shadow_compared for r in mine)
+    return SideMetrics(
+        served_name=served_name, requests=requests, errors=errors,
+        error_rate=sum(errors.values()) / requests if requests else None,
+        ttft_p95_ms=_ms(quantile(_sum_buckets(r.ttft_buckets for r in mine), 0.95)),
+        latency_p95_ms=_ms(quantile(_sum_buckets(r.latency_buckets for r in mine), 0.95)),
+        tokens_per_s=sum(r.completion_tokens for r in mine) / busy if busy > 0 else None,
+        shadow_agreement=sum(r.shadow_agreed for r in mine) / compared if compared else None,
+        shadow_compared=compared)
+
+
+def judge(policy: CanaryAnalysis, canary: SideMetrics, production: SideMetrics,
+          elapsed_s: float) -> tuple[list[Check], str]:
+    enough = canary.requests >= policy.min_requests
+    both = enough and production.requests >= policy.min_requests
+    checks = [_limit("error_rate", canary.error_rate, canary.error_rate, production.error_rate,
+                     policy.max_error_rate, enough, at_most=True)]
+    if policy.max_error_rate_increase is not None:
+        increase = (None if canary.error_rate is None or production.error_rate is None
+                    else canary.error_rate - production.error_rate)
+        checks.append(_limit("error_rate_increase", increase, canary.error_rate, production.error_rate,
+                             policy.max_error_rate_increase, both, at_most=True))
+    for metric, mine, theirs, limit, at_most in (
+            ("ttft_p95_ratio", canary.ttft_p95_ms, production.ttft_p95_ms, policy.max_ttft_p95_ratio, True),
+            ("latency_p95_ratio", canary.latency_p95_ms, production.latency_p95_ms,
+             policy.max_latency_p95_ratio, True),
+            ("tokens_per_s_ratio", canary.tokens_per_s, production.tokens_per_s,
+             policy.min_tokens_per_s_ratio, False)):
+        if limit is not None:
+            ratio = mine / theirs if mine is not None and theirs else None
+            checks.append(_limit(metric, ratio, mine, theirs, limit, both, at_most=at_most))
+    if any(c.passed is False for c in checks):
+        return checks, FAIL
+    if enough and elapsed_s >= policy.window_s:
+        return checks, PASS
+    return checks, WAIT
+
+
+def _limit(metric: str, value: float | None, mine: float | None, theirs: float | None, limit: float,
+           judged: bool, *, at_most: bool) -> Check:
+    if not judged or value is None:
+        return Check(metric=metric, passed=None, canary=mine, production=theirs, limit=limit,
+                     detail="not judged yet: too few requests")
+    passed = value <= limit if at_most else value >= limit
+    word = "at most" if at_most else "at least"
+    return Check(metric=metric, passed=passed, canary=mine, production=theirs, limit=limit,
+                 detail=f"{metric} {value:.4g}, {word} {limit:g} allowed")
+
+
+def _sum_buckets(lists: Iterable[list[int]]) -> list[int]:
+    total = [0] * (len(WINDOW_BUCKETS) + 1)
+    for counts in lists:
+        total = [a + b for a, b in zip(total, counts)]
+    return total
+
+
+def quantile(buckets: list[int], q: float) -> float | None:
+    """The q-quantile of a histogram, interpolated within its bucket as Prometheus does; what
+    lies above the last bound counts as the last bound."""
+    count = sum(buckets)
+    if count == 0:
+        return None
+    rank, below = q * count, 0
+    for index, in_bucket in enumerate(buckets):
+        if below + in_bucket >= rank and in_bucket:
+            if index == len(WINDOW_BUCKETS):
+                return WINDOW_BUCKETS[-1]
+            lower = WINDOW_BUCKETS[index - 1] if index else 0.0
+            return lower + (WINDOW_BUCKETS[index] - lower) * (rank - below) / in_bucket
+        below += in_bucket
+    return WINDOW_BUCKETS[-1]
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+
+class SideMetrics(BaseModel):
+    served_name: str
+    requests: int
+    errors: dict[str, int]
+    error_rate: float | None
+    ttft_p95_ms: float | None
+    latency_p95_ms: float | None
+    tokens_per_s: float | None
+    shadow_agreement: float | None = None
+    shadow_compared: int = 0
+
+
+class Check(BaseModel):
+    metric: str
+    passed: bool | None = Field(description="None: not judged (too little traffic on a side).")
+    canary: float | None
+    production: float | None
+    limit: float
+    detail: str
+
+
+class CanaryStatus(BaseModel):
+    promotion_id: int
+    step: int = Field(description="Index into the policy's steps.")
+    weight: int
+    state: str = Field(description="analysing, waiting_for_traffic, paused, awaiting_gate, promoted, "
+                                   "rolled_back")
+    step_started_at: datetime
+    checked_at: datetime | None = None
+    canary: SideMetrics | None = None
+    production: SideMetrics | None = None
+    checks: list[Check] = Field(default_factory=list)
+    verdict: str | None = None

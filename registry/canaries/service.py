@@ -1,0 +1,195 @@
+"""Run each canary's analysis: judge it on the traffic since its step began, then wait, step up,
+stop at a manual gate, promote, or roll back. The housekeeper calls `check` for every analysed
+canary on a schedule; several housekeepers may, since every change is made under the pool's lock
+after reading the canary afresh.
+
+A reviewer may pause a canary (its analysis stops, its weight stays) and resume it (the current
+step starts over), and resumes a canary waiting at a manual gate."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy.orm import Session
+
+from registry.active_set.change import ActiveSetChange
+from registry.adapters import service as adapters
+from registry.auth.principal import Principal, Role
+from registry.canaries import analysis
+from registry.canaries.schemas import CanaryStatus
+from registry.clock import aware
+from registry.errors import Conflict, NotFound
+from registry.promotions import activation, canary_actions, rules
+from registry.promotions import repository as promotions
+from registry.promotions.analysis_policy import CanaryAnalysis
+from registry.tables import Adapter, AdapterVersion, Promotion, Tenant
+from registry.traffic_windows import repository as windows
+
+DECIDERS = {Role.ADMIN, Role.REVIEWER}
+READERS = {Role.ADMIN, Role.REVIEWER, Role.UPLOADER}
+ANALYSING, WAITING, PAUSED, AT_GATE = (canary_actions.ANALYSING, "waiting_for_traffic", "paused",
+                                       "awaiting_gate")
+PROMOTED, ROLLED_BACK, HELD = "promoted", "rolled_back", "held"
+
+
+def check(session: Session, promotion_id: int, *, now: datetime | None = None) -> str | None:
+    """Judge one canary and act on the verdict; returns what happened (None: nothing to judge)."""
+    now = now or _now()
+    promotion = session.get(Promotion, promotion_id)  # judged unlocked; acted on under the locks
+    if not _under_analysis(promotion):
+        return None
+    policy, state = CanaryAnalysis.model_validate(promotion.analysis), dict(promotion.analysis_state)
+    status = _status(session, promotion, policy, state, now)
+    step = state["step"]
+    evidence = {"policy": promotion.analysis, "step": step, "status": status.model_dump(mode="json")}
+    gate = status.verdict == analysis.PASS and policy.steps[step].manual_gate and not state.get("gate_opened")
+    if status.verdict == analysis.WAIT or gate:
+        promotion = promotions.promotion_for_update(session, promotion_id)
+        if not _under_analysis(promotion) or promotion.analysis_state.get("step") != step:
+            return "changed meanwhile"
+        if gate:
+            _save(promotion, state, status, AT_GATE)
+            activation.record(session, promotion, "canary.awaiting_gate", canary_actions.AUTOMATIC,
+                              evidence=evidence)
+            return AT_GATE
+        _save(promotion, state, status, ANALYSING if status.canary.requests >= policy.min_requests else WAITING)
+        return promotion.analysis_state["state"]
+    return _act(session, promotion, policy, state, status, evidence, now)
+
+
+def _act(session: Session, promotion: Promotion, policy: CanaryAnalysis, state: dict, status: CanaryStatus,
+         evidence: dict, now: datetime) -> str:
+    """A verdict that changes the active set, under the pool's lock (taken before the canary's,
+    as every change takes them), reading the canary again."""
+    step = state["step"]
+    with ActiveSetChange(session, promotion.pool_id) as change:
+        promotion = promotions.promotion_for_update(session, promotion.id)
+        if not _under_analysis(promotion) or promotion.analysis_state.get("step") != step:
+            return "changed meanwhile"
+        if status.verdict == analysis.FAIL:
+            _save(promotion, state, status, ROLLED_BACK)
+            canary_actions.roll_back(session, promotion, change.generation, evidence)
+            return ROLLED_BACK
+        if step + 1 < len(policy.steps):
+            weight = policy.steps[step + 1].weight
+            state.update(step=step + 1, gate_opened=False, **canary_actions.step_start(session, now))
+            _save(promotion, state, status, ANALYSING)
+            canary_actions.step(session, promotion, weight, change.generation, evidence)
+            return f"step {step + 1}: {weight}%"
+        why_not = canary_actions.promote(session, promotion, change.generation, evidence)
+        if why_not is None:
+            _save(promotion, state, status, PROMOTED)
+            return PROMOTED
+    # Nothing moved, yet the change bumped the generation: harmless, nodes find the same set.
+    _hold(session, promotion.id, why_not, evidence)
+    return HELD
+
+
+def _hold(session: Session, promotion_id: int, reason: str, evidence: dict) -> None:
+    """The analysis passed but the version cannot be promoted: pause, and say why."""
+    promotion = promotions.promotion_for_update(session, promotion_id)
+    promotion.analysis_state = {**promotion.analysis_state, "state": PAUSED, "held_because": reason}
+    activation.record(session, promotion, "canary.held", canary_actions.AUTOMATIC,
+                      comment=reason, evidence=evidence)
+
+
+def pause(session: Session, principal: Principal, promotion_id: int) -> CanaryStatus:
+    promotion = _decidable(session, principal, promotion_id)
+    state = dict(promotion.analysis_state)
+    if state["state"] in (PAUSED,):
+        raise Conflict(f"canary {promotion_id} is already paused", code="already_paused",
+                       hint=f"Resume it with POST /v1/promotions/{promotion_id}/canary/resume.")
+    state["state"] = PAUSED
+    promotion.analysis_state = state
+    activation.record(session, promotion, "canary.paused", principal.label)
+    return status_of(session, principal, promotion_id)
+
+
+def resume(session: Session, principal: Principal, promotion_id: int) -> CanaryStatus:
+    """Go on from a pause (the step's window starts over) or through a manual gate (the next step,
+    or production after the last, follows at the next check)."""
+    promotion = _decidable(session, principal, promotion_id)
+    state = dict(promotion.analysis_state)
+    if state["state"] not in (PAUSED, AT_GATE):
+        raise Conflict(f"canary {promotion_id} is {state['state']}, neither paused nor at a gate",
+                       code="not_paused", hint="Only a paused canary, or one at a manual gate, resumes.")
+    if state["state"] == AT_GATE:
+        state["gate_opened"] = True
+    else:
+        state.update(canary_actions.step_start(session, _now()))
+    state["state"] = ANALYSING
+    state.pop("held_because", None)
+    promotion.analysis_state = state
+    activation.record(session, promotion, "canary.resumed", principal.label)
+    return status_of(session, principal, promotion_id)
+
+
+def status_of(session: Session, principal: Principal, promotion_id: int) -> CanaryStatus:
+    principal.require(READERS)  # the role first: a node token learns nothing, not even a 404
+    promotion = session.get(Promotion, promotion_id)
+    if promotion is None or promotion.analysis is None or not _may_read(session, principal, promotion):
+        raise NotFound(f"promotion {promotion_id} has no canary analysis", code="canary_not_found",
+                       hint="Request a canary with an `analysis` policy (POST /v1/pools/{pool}/promotions).")
+    state = promotion.analysis_state or {}
+    last = state.get("last")
+    if last is not None:
+        return CanaryStatus.model_validate({**last, "state": state["state"], "step": state["step"],
+                                            "step_started_at": state["step_started_at"]})
+    return CanaryStatus(promotion_id=promotion.id, step=state.get("step", 0), weight=promotion.weight or 0,
+                        state=state.get("state", "requested"),
+                        step_started_at=state.get("step_started_at") or promotion.created_at)
+
+
+def _status(session: Session, promotion: Promotion, policy: CanaryAnalysis, state: dict,
+            now: datetime) -> CanaryStatus:
+    since = aware(datetime.fromisoformat(state["step_started_at"]))
+    canary_name = _served(session, promotion.version_id)
+    production_id = promotions.aliased_version_id(session, promotion.pool_id, promotion.adapter_id, "production")
+    production_name = _served(session, production_id) if production_id else ""
+    rows = windows.windows_after(session, promotion.pool_id, [canary_name, production_name],
+                                    state.get("after_window_id", 0))
+    canary, production = analysis.side(canary_name, rows), analysis.side(production_name, rows)
+    checks, verdict = analysis.judge(policy, canary, production, (now - since).total_seconds())
+    return CanaryStatus(promotion_id=promotion.id, step=state["step"], weight=promotion.weight or 0,
+                        state=state["state"], step_started_at=since, checked_at=now, canary=canary,
+                        production=production, checks=checks, verdict=verdict)
+
+
+def _save(promotion: Promotion, state: dict, status: CanaryStatus, label: str) -> None:
+    state["state"] = label
+    state["last"] = status.model_dump(mode="json")
+    promotion.analysis_state = dict(state)  # a new object: JSON columns track assignment
+
+
+def _under_analysis(promotion: Promotion | None) -> bool:
+    return (promotion is not None and promotion.state == rules.ACTIVE and promotion.analysis is not None
+            and promotion.analysis_state is not None
+            and promotion.analysis_state.get("state") in (ANALYSING, WAITING))
+
+
+def _decidable(session: Session, principal: Principal, promotion_id: int) -> Promotion:
+    principal.require(DECIDERS)
+    status_of(session, principal, promotion_id)  # 404 unless the caller may see it
+    promotion = promotions.promotion_for_update(session, promotion_id)
+    principal.require(DECIDERS, _tenant_of(session, promotion))
+    if promotion.state != rules.ACTIVE or promotion.analysis_state is None:
+        raise Conflict(f"canary {promotion_id} is {promotion.state}, not under analysis",
+                       code="canary_not_active", hint="Only an active canary is paused or resumed.")
+    return promotion
+
+
+def _may_read(session: Session, principal: Principal, promotion: Promotion) -> bool:
+    return principal.is_global_admin or (principal.role in READERS
+                                         and _tenant_of(session, promotion) == principal.tenant)
+
+
+def _tenant_of(session: Session, promotion: Promotion) -> str:
+    return session.get(Tenant, session.get(Adapter, promotion.adapter_id).tenant_id).name
+
+
+def _served(session: Session, version_id: int) -> str:
+    return adapters.version_out(session, session.get(AdapterVersion, version_id)).served_name
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,84 @@
+"""What a canary's analysis does on its own: step the canary's weight, roll it back, or make its
+version production. The caller holds the pool's active-set change; every action is audited with
+the evidence it was taken on, and the audit event goes to the tenant's webhooks.
+
+Promoting needs no new reviewer: the reviewer who approved the canary approved its analysis
+policy too, and that approval is the second pair of eyes. The production promotion records them
+as its decider, and passes every gate again."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from registry.active_set import changes
+from registry.active_set.snapshot import CANARY, PRODUCTION
+from registry.adapters import service as adapters
+from registry.promotions import activation, gates, repository, rules
+from registry.tables import Adapter, AdapterVersion, Pool, Promotion
+from registry.traffic_windows import repository as windows
+
+AUTOMATIC = "canary-analysis"
+ANALYSING = "analysing"
+
+
+def start(session: Session, canary: Promotion) -> None:
+    """A canary with a policy became active: its first step begins."""
+    canary.analysis_state = {"step": 0, **step_start(session, activation.now()), "state": ANALYSING,
+                             "last": None}
+
+
+def step_start(session: Session, now: datetime) -> dict:
+    """A step's window: its time, and the traffic stored after it. Windows are read by id, so a
+    report that arrives late counts in the step it reaches, never in none."""
+    return {"step_started_at": now.isoformat(), "after_window_id": windows.last_window_id(session)}
+
+
+def step(session: Session, canary: Promotion, weight: int, generation: int, evidence: dict) -> None:
+    canary.weight = weight
+    changes.point_alias(session, pool_id=canary.pool_id, adapter_id=canary.adapter_id, alias=CANARY,
+                        version_id=canary.version_id, weight=weight, promotion_id=canary.id,
+                        generation=generation)
+    activation.record(session, canary, "canary.step", AUTOMATIC, evidence=evidence)
+
+
+def roll_back(session: Session, canary: Promotion, generation: int, evidence: dict) -> None:
+    """Production takes all the traffic again; the canary's version leaves once traffic has moved."""
+    rules.transition(canary, rules.ROLLED_BACK)
+    canary.ended_at = activation.now()
+    changes.drop_alias(session, pool_id=canary.pool_id, adapter_id=canary.adapter_id, alias=CANARY,
+                       generation=generation)
+    activation.record(session, canary, "canary.rolled_back", AUTOMATIC, evidence=evidence)
+
+
+def promote(session: Session, canary: Promotion, generation: int, evidence: dict) -> str | None:
+    """Make the canary's version production. Returns why it cannot, leaving everything as it was
+    (a production request awaits a reviewer, or a gate blocks)."""
+    if repository.awaiting_request(session, canary.pool_id, canary.adapter_id, PRODUCTION) is not None:
+        return "a production promotion of this adapter awaits a reviewer; decide it first"
+    version = session.get(AdapterVersion, canary.version_id)
+    served = adapters.version_out(session, version).served_name
+    target = gates.Target(pool=session.get(Pool, canary.pool_id), adapter=session.get(Adapter, canary.adapter_id),
+                          version=version, served_name=served, alias=PRODUCTION, weight=None)
+    results = gates.check(session, target)
+    blocked = gates.blocking(results)
+    if blocked:
+        return "; ".join(f"[{g.name}] {g.message}" for g in blocked)
+    now = activation.now()
+    promotion = Promotion(
+        pool_id=canary.pool_id, adapter_id=canary.adapter_id, version_id=canary.version_id,
+        alias=PRODUCTION, weight=None, kind=rules.PROMOTE, state=rules.REQUESTED,
+        gates=[g.as_dict() for g in results], requested_by=AUTOMATIC, requested_by_subject=AUTOMATIC,
+        requested_by_identity_id=canary.requested_by_identity_id,
+        comment=f"canary {canary.id} passed every step of its analysis",
+        decided_by=f"{AUTOMATIC} (policy approved by {canary.decided_by})",
+        decided_by_identity_id=canary.decided_by_identity_id,
+        decision_comment="the approved analysis policy decided", decided_at=now)
+    session.add(promotion)
+    session.flush()
+    rules.transition(promotion, rules.AWAITING)
+    rules.transition(promotion, rules.APPROVED)
+    activation.activate(session, promotion, generation, AUTOMATIC)
+    activation.record(session, promotion, "canary.promoted", AUTOMATIC, evidence=evidence)
+    return None

@@ -1,0 +1,64 @@
+"""What a router reports of each served name and alias between two of its traffic reports."""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from registry.names import SERVED_NAME
+
+# Histogram bounds of the routers' TTFT and latency windows, in seconds (the router's own
+# LATENCY_BUCKETS; a report with others is refused). One more bucket counts what lies above.
+WINDOW_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+ERROR_CLASSES = ("server_error", "timeout", "unavailable", "broken")
+MAX_WINDOWS = 512  # (served name, alias) pairs in one report
+_ALIAS = r"^[a-z][a-z0-9-]{0,31}$"
+REPORT_ID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+_MAX_COUNT = 10**9
+
+
+class WindowDelta(BaseModel):
+    """What one router saw of one served name under one alias since its last report."""
+
+    model_config = ConfigDict(extra="forbid")
+    served_name: str = Field(max_length=140, pattern=SERVED_NAME)
+    alias: str = Field(max_length=32, pattern=_ALIAS)
+    requests: int = Field(ge=0, le=_MAX_COUNT)
+    errors: dict[str, int] = Field(default_factory=dict, max_length=len(ERROR_CLASSES))
+    completion_tokens: int = Field(0, ge=0, le=10**12)
+    busy_s: float = Field(0, ge=0, le=1e9)
+    ttft_buckets: list[int] = Field(min_length=len(WINDOW_BUCKETS) + 1, max_length=len(WINDOW_BUCKETS) + 1)
+    latency_buckets: list[int] = Field(min_length=len(WINDOW_BUCKETS) + 1, max_length=len(WINDOW_BUCKETS) + 1)
+    shadow_compared: int = Field(0, ge=0, le=_MAX_COUNT, description=(
+        "Shadowed requests whose production answer came back and was compared."))
+    shadow_agreed: int = Field(0, ge=0, le=_MAX_COUNT, description="Of those, answers that agreed.")
+
+    @field_validator("errors")
+    @classmethod
+    def _known_classes(cls, errors: dict[str, int]) -> dict[str, int]:
+        for name, count in errors.items():
+            if name not in ERROR_CLASSES:
+                raise ValueError(f"unknown error class {name[:40]!r}; one of {', '.join(ERROR_CLASSES)}")
+            if not 0 <= count <= _MAX_COUNT:
+                raise ValueError(f"the count of {name} must be between 0 and {_MAX_COUNT}")
+        return errors
+
+    @field_validator("ttft_buckets", "latency_buckets")
+    @classmethod
+    def _counts(cls, buckets: list[int]) -> list[int]:
+        if any(not 0 <= b <= _MAX_COUNT for b in buckets):
+            raise ValueError(f"bucket counts must be between 0 and {_MAX_COUNT}")
+        return buckets
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "WindowDelta":
+        if sum(self.errors.values()) > self.requests:
+            raise ValueError(f"{self.served_name}: more errors than requests")
+        if self.shadow_agreed > self.shadow_compared:
+            raise ValueError(f"{self.served_name}: more shadow agreements than comparisons")
+        if not math.isfinite(self.busy_s):
+            raise ValueError("busy_s must be finite")
+        return self
+
+

@@ -1,0 +1,231 @@
+"""A canary under analysis, driven by traffic reports sent as a router sends them and judged by
+the housekeeper's own function at chosen moments: it steps up, stops at a manual gate, becomes
+production with the policy's approval, or is rolled back at once on failing evidence."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from devkit.pipeline_steps import request_promotion
+from registry.canaries import service as canaries
+from registry.tables import AuditEvent, Promotion, TrafficWindow, WebhookDelivery
+from registry.traffic_windows.schemas import WINDOW_BUCKETS
+from tests.support.asserts import assert_refused
+from tests.support.nodes import issue_token
+
+ADAPTER, WINDOW_S = "acme/canaried", 60
+SLOTS = len(WINDOW_BUCKETS) + 1
+
+
+def window(served: str, alias: str, requests: int, *, errors: int = 0, bucket: int = 4,
+           tokens: int = 16) -> dict:
+    answered = requests - errors
+    counts = [0] * SLOTS
+    counts[bucket] = answered
+    return {"served_name": served, "alias": alias, "requests": requests,
+            "errors": {"server_error": errors} if errors else {}, "completion_tokens": tokens * answered,
+            "busy_s": 0.08 * answered, "ttft_buckets": counts, "latency_buckets": counts}
+
+
+@pytest.fixture(scope="module")
+def router_client(admin, client_with, promo_pools):
+    token = issue_token(admin, "router-c", role="router", pool=promo_pools["open"], instance_id="router-c")
+    return client_with(token)
+
+
+def report(router_client, pool: str, *windows: dict, report_id: str | None = None):
+    body = {"requests_per_s": {}, "report_id": report_id or str(uuid.uuid4()), "windows": list(windows)}
+    return router_client.put(f"/v1/pools/{pool}/routers/router-c/traffic", json=body)
+
+
+@pytest.fixture(scope="module")
+def first(make_ready, client_for, promo_pools, second_reviewer) -> dict:
+    version = make_ready("canaried")
+    created = request_promotion(client_for("acme_uploader"), promo_pools["open"], version)
+    assert second_reviewer.post(f"/v1/promotions/{created.json()['id']}/approve",
+                                json={"comment": "production"}).status_code == 200
+    return version
+
+
+def production_of(admin, pool: str) -> str:
+    entries = admin.get(f"/v1/pools/{pool}/active-set").json()["entries"]
+    return next(e["served_name"] for e in entries if e["adapter"] == "canaried"
+                and any(a["alias"] == "production" for a in e["aliases"]))
+
+
+def start_canary(make_ready, client_for, second_reviewer, pool: str, **policy) -> tuple[dict, int]:
+    version = make_ready("canaried")
+    body = {"adapter": ADAPTER, "version": version["number"], "alias": "canary",
+            "analysis": {"window_s": WINDOW_S, "min_requests": 20, **policy}}
+    created = client_for("acme_uploader").post(f"/v1/pools/{pool}/promotions", json=body)
+    assert created.status_code == 201, created.text
+    assert created.json()["weight"] == policy["steps"][0]["weight"]
+    approved = second_reviewer.post(f"/v1/promotions/{created.json()['id']}/approve",
+                                    json={"comment": "canary with analysis"})
+    assert approved.status_code == 200 and approved.json()["canary_state"] == "analysing", approved.text
+    return version, created.json()["id"]
+
+
+def judge(engine, promotion_id: int, after_s: float) -> None:
+    """The housekeeper's check, as if `after_s` had passed since the step began."""
+    with Session(engine) as session, session.begin():
+        state = session.get(Promotion, promotion_id).analysis_state
+        began = datetime.fromisoformat(state["step_started_at"])
+        canaries.check(session, promotion_id, now=began.astimezone(UTC) + timedelta(seconds=after_s))
+
+
+def canary_weight(admin, pool: str, served: str) -> int | None:
+    for entry in admin.get(f"/v1/pools/{pool}/active-set").json()["entries"]:
+        for alias in entry["aliases"]:
+            if entry["served_name"] == served and alias["alias"] == "canary":
+                return alias["weight"]
+    return None
+
+
+def events(engine, action: str, promotion_id: int) -> list[AuditEvent]:
+    with Session(engine) as session:
+        rows = session.scalars(select(AuditEvent).where(AuditEvent.action == action).order_by(AuditEvent.id))
+        return [e for e in rows if (e.after or {}).get("id") == promotion_id]
+
+
+def test_a_good_canary_steps_up_waits_at_its_gate_then_becomes_production(
+        first, make_ready, client_for, second_reviewer, promo_pools, router_client, admin, engine):
+    pool = promo_pools["open"]
+    version, promotion_id = start_canary(make_ready, client_for, second_reviewer, pool,
+                                         steps=[{"weight": 10}, {"weight": 50, "manual_gate": True}])
+    served, production = version["served_name"], production_of(admin, pool)
+    assert canary_weight(admin, pool, served) == 10
+
+    assert report(router_client, pool, window(served, "canary", 25), window(production, "production", 200)).status_code == 204
+    judge(engine, promotion_id, after_s=WINDOW_S / 2)
+    assert canary_weight(admin, pool, served) == 10  # the window is not over
+    judge(engine, promotion_id, after_s=WINDOW_S + 1)
+    assert canary_weight(admin, pool, served) == 50
+    (stepped,) = events(engine, "canary.step", promotion_id)
+    assert stepped.actor == "canary-analysis" and stepped.after["evidence"]["status"]["verdict"] == "pass"
+
+    report(router_client, pool, window(served, "canary", 30), window(production, "production", 30))
+    judge(engine, promotion_id, after_s=WINDOW_S + 1)
+    status = client_for("acme_reviewer").get(f"/v1/promotions/{promotion_id}/canary").json()
+    assert status["state"] == "awaiting_gate" and status["canary"]["requests"] == 30
+    judge(engine, promotion_id, after_s=10 * WINDOW_S)
+    assert canary_weight(admin, pool, served) == 50  # a gate waits for a person
+
+    refused = client_for("acme_uploader").post(f"/v1/promotions/{promotion_id}/canary/resume")
+    assert_refused(refused, 403, "forbidden", "role 'uploader' may not do this")
+    assert second_reviewer.post(f"/v1/promotions/{promotion_id}/canary/resume").json()["state"] == "analysing"
+    judge(engine, promotion_id, after_s=WINDOW_S + 1)
+
+    assert production_of(admin, pool) == served and canary_weight(admin, pool, served) is None
+    (promoted,) = [e for e in events_all(engine, "canary.promoted") if e.after["served_name"] == served]
+    assert promoted.actor == "canary-analysis"
+    assert {c["metric"] for c in promoted.after["evidence"]["status"]["checks"]} >= {"error_rate", "latency_p95_ratio"}
+    listed = admin.get("/v1/promotions", params={"pool": pool, "state": "active", "limit": 200}).json()["items"]
+    now_production = next(p for p in listed if p["served_name"] == served and p["alias"] == "production")
+    assert now_production["decided_by"].startswith("canary-analysis (policy approved by acme_reviewer_2")
+
+
+def events_all(engine, action: str) -> list[AuditEvent]:
+    with Session(engine) as session:
+        return list(session.scalars(select(AuditEvent).where(AuditEvent.action == action).order_by(AuditEvent.id)))
+
+
+def test_a_failing_canary_is_rolled_back_within_its_window_and_says_why(
+        first, make_ready, client_for, second_reviewer, promo_pools, router_client, admin, engine):
+    pool = promo_pools["open"]
+    hook = client_for("acme_admin").post("/v1/webhooks", json={
+        "url": "https://8.8.8.8/canary-hook", "tenant": "acme", "events": ["canary.rolled_back"]})
+    assert hook.status_code == 201, hook.text
+    version, promotion_id = start_canary(make_ready, client_for, second_reviewer, pool,
+                                         steps=[{"weight": 20}, {"weight": 50}])
+    served, production = version["served_name"], production_of(admin, pool)
+    report(router_client, pool, window(served, "canary", 10, errors=10), window(production, "production", 40))
+    judge(engine, promotion_id, after_s=2)
+    assert canary_weight(admin, pool, served) == 20  # ten requests decide nothing
+
+    report(router_client, pool, window(served, "canary", 15, errors=5), window(production, "production", 60))
+    judge(engine, promotion_id, after_s=3)
+
+    assert canary_weight(admin, pool, served) is None and production_of(admin, pool) == production
+    with Session(engine) as session:
+        assert session.get(Promotion, promotion_id).state == "rolled_back"
+    rolled = [e for e in events_all(engine, "canary.rolled_back") if e.after["id"] == promotion_id]
+    assert len(rolled) == 1 and rolled[0].actor == "canary-analysis"
+    failed = [c for c in rolled[0].after["evidence"]["status"]["checks"] if c["passed"] is False]
+    assert [c["metric"] for c in failed] == ["error_rate"] and failed[0]["canary"] == pytest.approx(0.6)
+    with Session(engine) as session:
+        sent = session.scalars(select(WebhookDelivery).where(
+            WebhookDelivery.webhook_id == hook.json()["id"])).all()
+    assert [(d.event, d.payload["data"]["id"]) for d in sent] == [("canary.rolled_back", promotion_id)]
+    assert "error_rate" in str(sent[0].payload["data"]["evidence"])
+    shown = client_for("acme_reviewer").get(f"/v1/promotions/{promotion_id}").json()
+    assert (shown["state"], shown["canary_state"]) == ("rolled_back", "rolled_back")
+
+
+def test_a_report_sent_twice_counts_once_and_a_bad_one_is_refused_whole(
+        first, router_client, promo_pools, engine, admin):
+    pool, served = promo_pools["open"], production_of(admin, promo_pools["open"])
+    report_id = str(uuid.uuid4())
+    before = stored_windows(engine)
+    assert report(router_client, pool, window(served, "production", 5), report_id=report_id).status_code == 204
+    assert report(router_client, pool, window(served, "production", 5), report_id=report_id).status_code == 204
+    assert stored_windows(engine) == before + 1
+
+    bad = window(served, "production", 5)
+    for broken, message in ((dict(bad, ttft_buckets=[1, 2]), "ttft_buckets"),
+                            (dict(bad, errors={"oops": 1}), "unknown error class 'oops'"),
+                            (dict(bad, errors={"server_error": 9}), "more errors than requests"),
+                            (dict(bad, served_name="not a name"), "served_name")):
+        response = report(router_client, pool, window(served, "production", 1), broken)
+        assert_refused(response, 422, "invalid_request", message)
+    missing_id = router_client.put(f"/v1/pools/{pool}/routers/router-c/traffic",
+                                   json={"requests_per_s": {}, "windows": [bad]})
+    assert_refused(missing_id, 422, "invalid_request", "windows need a report_id")
+    assert stored_windows(engine) == before + 1
+
+
+def stored_windows(engine) -> int:
+    with Session(engine) as session:
+        return session.scalar(select(func.count()).select_from(TrafficWindow))
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"alias": "production", "analysis": {"steps": [{"weight": 5}]}}, "only the 'canary' alias carries an analysis policy"),
+    ({"alias": "canary", "weight": 30, "analysis": {"steps": [{"weight": 5}]}}, "the weight (30) must be the first step's (5)"),
+    ({"alias": "canary", "analysis": {"steps": [{"weight": 50}, {"weight": 10}]}}, "step weights must rise"),
+])
+def test_a_bad_analysis_request_is_refused_and_nothing_is_stored(body, message, first, client_for, promo_pools, engine):
+    with Session(engine) as session:
+        before = session.scalar(select(func.count()).select_from(Promotion))
+    response = client_for("acme_uploader").post(f"/v1/pools/{promo_pools['open']}/promotions",
+                                                json={"adapter": ADAPTER, "version": first["number"], **body})
+    assert_refused(response, 422, "invalid_request", message)
+    with Session(engine) as session:
+        assert session.scalar(select(func.count()).select_from(Promotion)) == before
+
+
+def test_a_paused_canary_is_not_judged_and_resumes_with_a_fresh_window(
+        first, make_ready, client_for, second_reviewer, promo_pools, router_client, admin, engine):
+    pool = promo_pools["open"]
+    version, promotion_id = start_canary(make_ready, client_for, second_reviewer, pool, steps=[{"weight": 5}])
+    assert_refused(client_for("globex_admin").post(f"/v1/promotions/{promotion_id}/canary/pause"),
+                   404, "canary_not_found", f"promotion {promotion_id} has no canary analysis")
+    paused = second_reviewer.post(f"/v1/promotions/{promotion_id}/canary/pause")
+    assert paused.status_code == 200 and paused.json()["state"] == "paused"
+    report(router_client, pool, window(version["served_name"], "canary", 50, errors=50))
+    judge(engine, promotion_id, after_s=5)
+    assert canary_weight(admin, pool, version["served_name"]) == 5  # not judged while paused
+    again = second_reviewer.post(f"/v1/promotions/{promotion_id}/canary/pause")
+    assert_refused(again, 409, "already_paused", "already paused")
+
+    resumed = second_reviewer.post(f"/v1/promotions/{promotion_id}/canary/resume").json()
+    assert resumed["state"] == "analysing"
+    judge(engine, promotion_id, after_s=1)
+    # The failures came before the resume: its fresh window has seen none of them.
+    assert canary_weight(admin, pool, version["served_name"]) == 5
+    second_reviewer.post(f"/v1/pools/{pool}/aliases/{ADAPTER}/canary/rollback", json={"comment": "done"})
