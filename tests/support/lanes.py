@@ -30,14 +30,21 @@ def arrange(items: list[pytest.Item]) -> None:
     """Order the items, and with workers give each its lane: the kit's, or its module's own."""
     kit_modules = {item.module for item in items if needs_kit(item)}
     if worker() is None:
-        items.sort(key=lambda item: item.module in kit_modules)  # stable: collection order within
+        # stable: collection order within
+        items.sort(key=lambda item: (item.module in kit_modules, _leaves_required_suites(item)))
         return
     for item in items:
         lane = KIT_LANE if item.module in kit_modules else item.module.__name__
         item.add_marker(pytest.mark.xdist_group(lane))
     # The kit's lane first: it is the longer one, and loadgroup (--no-loadscope-reorder) hands
-    # out lanes in this order.
-    items.sort(key=lambda item: item.module not in kit_modules)
+    # out lanes in this order. Within it, the dashboard's modules go last: they leave a pool that
+    # requires a full suite on the kit's base, and every later upload to that base would be
+    # evaluated against it too.
+    items.sort(key=lambda item: (item.module not in kit_modules, _leaves_required_suites(item)))
+
+
+def _leaves_required_suites(item: pytest.Item) -> bool:
+    return item.nodeid.startswith("tests/web/")
 
 
 def lane_fixtures(items: list[pytest.Item]) -> set[str]:
