@@ -37,6 +37,9 @@ class ClaimedEvaluation:
     # derived from it (fold_scaling), so that the engine is judged against what was trained.
     reference_digest: str
     reference_files: list[dict[str, Any]]
+    # The incumbent's half of a comparison: only the task metrics are compared, so parity and
+    # serving cost (properties of the engine, measured when it was promoted) are not measured again.
+    incumbent_half: bool = False
 
 
 @dataclass
@@ -108,7 +111,8 @@ def _claimed(session: Session, row: Evaluation) -> ClaimedEvaluation:
     return ClaimedEvaluation(id=row.id, served_name=out.served_name, digest=version.digest,
                              files=version.files, rank=version.rank, suite_id=row.suite_id,
                              attempts=row.attempts, last_reason=row.reason,
-                             reference_digest=upload["digest"], reference_files=upload["files"])
+                             reference_digest=upload["digest"], reference_files=upload["files"],
+                             incumbent_half=repository.challenger_of(session, row.id) is not None)
 
 
 def renew(session: Session, token: str, ids: list[int], *, lease_s: float) -> int:

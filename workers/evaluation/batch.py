@@ -20,6 +20,7 @@ from pathlib import Path
 from registry.db import transaction
 from registry.errors import NotFound, Unprocessable
 from registry.eval_suites import service as suites
+from registry.evaluation_policies.schemas import QUALITY_METRICS
 from registry.evaluations import claims
 from registry.requalification import service as requalification
 from registry.storage import get_store
@@ -126,6 +127,7 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
         if not claimed:
             return outcomes
         info = await client.describe()
+        halves = {e.id for e in claimed if e.incumbent_half}
         store, loaded, references = get_store(), {}, {}
         for evaluation in claimed:
             try:
@@ -148,12 +150,17 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
             batch = await runner.generate(client, info.served_base, works, loaded,
                                           settings.engine_max_in_flight)
             # Before the parity reference starts: the bursts' timings must not share the CPU.
-            serving = await _measure_serving(client, info.served_base, batch, works, specs, loaded, settings)
+            serving = await _measure_serving(client, info.served_base, batch, works, specs, loaded, halves,
+                                             settings)
             # The parity reference runs on the worker's CPU while the engine scores.
             checking = asyncio.get_running_loop().run_in_executor(
-                _PARITY_THREAD, _parity_all, batch, works, specs, loaded, references, info, settings)
+                _PARITY_THREAD, _parity_all, batch, works, specs, loaded, halves, references, info, settings)
             try:
-                await runner.score(client, info.served_base, works, loaded, batch)
+                # Prompt log-probabilities go to the engine one at a time (runner's note): only
+                # for the suites that measure reference_loglik.
+                scored = {suite_id for suite_id, spec in specs.items() if "reference_loglik" in spec}
+                await runner.score(client, info.served_base, {s: works[s] for s in scored},
+                                   {e: v for e, v in loaded.items() if v[1] in scored}, batch)
             finally:
                 checks = await checking
         finally:
@@ -162,20 +169,23 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
     finally:
         await client.aclose()
     for evaluation_id, (_, suite_id) in loaded.items():
-        outcomes[evaluation_id] = _judge(batch, evaluation_id, works[suite_id], specs[suite_id],
+        spec = specs[suite_id]
+        if evaluation_id in halves:
+            spec = {metric: limit for metric, limit in spec.items() if metric in QUALITY_METRICS}  # what a comparison reads
+        outcomes[evaluation_id] = _judge(batch, evaluation_id, works[suite_id], spec,
                                          checks.get(evaluation_id), serving.get(evaluation_id), info, settings)
     return outcomes
 
 
 async def _measure_serving(client: EngineClient, served_base: str, batch: BatchRun,
                            works: dict[int, SuiteWork], specs: dict[int, dict],
-                           loaded: dict[int, tuple[str, int]],
+                           loaded: dict[int, tuple[str, int]], halves: set[int],
                            settings: WorkerSettings) -> dict[int, serving_cost.ServingCost]:
     """The like-for-like serving cost of each adapter whose suite measures it."""
     costs = {}
     for evaluation_id, (served_name, suite_id) in loaded.items():
         limits = specs[suite_id].get("serving")
-        if limits is None or batch.adapters[evaluation_id].rejected:
+        if limits is None or evaluation_id in halves or batch.adapters[evaluation_id].rejected:
             continue
         started = time.perf_counter()
         try:
@@ -209,12 +219,12 @@ def _load_suites(suite_ids: set[int]) -> tuple[dict[int, SuiteWork], dict[int, d
 
 
 def _parity_all(batch: BatchRun, works: dict[int, SuiteWork], specs: dict[int, dict],
-                loaded: dict[int, tuple[str, int]], references: dict[int, Path], info: EngineInfo,
-                settings: WorkerSettings) -> dict[int, list[parity.ParityExample]]:
+                loaded: dict[int, tuple[str, int]], halves: set[int], references: dict[int, Path],
+                info: EngineInfo, settings: WorkerSettings) -> dict[int, list[parity.ParityExample]]:
     checks, reference = {}, None
     for evaluation_id, (_, suite_id) in loaded.items():
         side, work = batch.adapters[evaluation_id], works[suite_id]
-        if "parity" not in specs[suite_id] or side.rejected:
+        if "parity" not in specs[suite_id] or evaluation_id in halves or side.rejected:
             continue
         started = time.perf_counter()
         reference = reference or parity.Reference(settings.engine_model_dir or Path(info.model_dir))
