@@ -25,7 +25,8 @@ class WorkerSettings(RegistrySettings):
     engine_dtype: Literal["float16", "bfloat16", "float32"] = "float32"
     engine_request_timeout_s: float = Field(default=120, gt=0, le=3600)
     engine_max_in_flight: int = Field(default=64, ge=1, le=4096, description=(
-        "Concurrent requests to the engine; continuous batching does the rest."))
+        "Prompts in flight at the engine (an evaluation's generations go 16 to a request); "
+        "continuous batching does the rest."))
 
     artifact_cache_dir: Path | None = Field(default=None, description=(
         "Where adapters are unpacked for the engine to read. Empty means data_dir/eval-cache."))
