@@ -85,7 +85,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--good-runs", type=int, default=20)
     parser.add_argument("--bad-runs", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=3, help="Challenger rounds, after a warm-up.")
+    parser.add_argument("--rounds", type=int, default=9, help="Challenger rounds, after a warm-up.")
     args = parser.parse_args()
     kit = build_task_kit(REPO / ".cache" / "task-kit", base_model_name=BASE)
     work = Path(tempfile.mkdtemp(prefix="loraplane-bench-delivery-"))
