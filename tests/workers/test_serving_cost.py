@@ -7,16 +7,20 @@ kit's tiny base 25-40% of its throughput whatever the adapter targets (measured 
 0.75 for q_proj alone, q_proj and v_proj, and all linear layers). So the ratio of an adapter it
 serves in full lies in [0.4, 1.5] here, where comparing every adapter at once against the base
 alone, the old measure, read about 40. The upper end is wide because the suite's other lane
-shares the two cores: once, with it busy, the ratio read 1.24."""
+shares the two cores: once, with it busy, the ratio read 1.24. A burst of the other lane's work
+slows the LoRA path most (one round read 0.24 so), which is why the metric is the median of
+three rounds' ratios here."""
 
 from __future__ import annotations
+
+import statistics
 
 import pytest
 
 from devkit.pipeline_steps import create_suite, upload_dir
 from tests.support.evals import request_evaluation, wait_finished
 
-PROMPTS, MAX_TOKENS, ROUNDS = 16, 32, 2
+PROMPTS, MAX_TOKENS, ROUNDS = 16, 32, 3
 BAND = (0.4, 1.5)
 
 
@@ -37,7 +41,8 @@ def test_an_adapter_and_the_base_are_measured_with_the_same_bursts(uploader, ser
     serving = result["metrics"]["serving"]
     assert serving["order"] == "ABBA" * ROUNDS and serving["method"] == "abba_bursts"
     assert (serving["prompts"], serving["concurrency"], serving["max_tokens"]) == (PROMPTS, PROMPTS, MAX_TOKENS)
-    assert serving["value"] == pytest.approx(serving["tokens_per_s"] / serving["base_tokens_per_s"])
+    assert len(serving["round_ratios"]) == ROUNDS
+    assert serving["value"] == pytest.approx(statistics.median(serving["round_ratios"]))
     assert serving["ttft_ratio"] == pytest.approx(serving["ttft_ms"] / serving["base_ttft_ms"])
     assert BAND[0] <= serving["value"] <= BAND[1], serving["detail"]
     assert "serving_s" in result["timings"]

@@ -72,8 +72,7 @@ def _serving(limits: dict, cost: ServingCost | None) -> dict:
     if cost is None:
         return {"value": None, "base": 1.0, "threshold": limits, "passed": False,
                 "detail": "not measured: the adapter was not served"}
-    rate, base_rate = cost.adapter.tokens_per_s, cost.base.tokens_per_s
-    ratio = rate / base_rate if base_rate > 0 else 0.0
+    rate, base_rate, ratio = cost.adapter.tokens_per_s, cost.base.tokens_per_s, cost.throughput_ratio
     ttft, base_ttft = cost.adapter.median_ttft_ms, cost.base.median_ttft_ms
     ttft_ratio = ttft / base_ttft if ttft is not None and base_ttft else None
     passed = ratio >= limits["min_throughput_ratio"]
@@ -85,7 +84,8 @@ def _serving(limits: dict, cost: ServingCost | None) -> dict:
              f"bursts {'-'.join('base' if t == 'A' else 'adapter' for t in cost.order)}")
     return {"value": ratio, "base": 1.0, "threshold": limits, "passed": passed,
             "detail": f"like for like, {shape}: {rate:.1f} tok/s vs {base_rate:.1f} base "
-                      f"({ratio:.2f}x); {timing}",
-            "tokens_per_s": rate, "base_tokens_per_s": base_rate, "ttft_ms": ttft, "base_ttft_ms": base_ttft,
+                      f"({ratio:.2f}x, the median of {len(cost.round_ratios)} rounds); {timing}",
+            "tokens_per_s": rate, "base_tokens_per_s": base_rate, "round_ratios": cost.round_ratios,
+            "ttft_ms": ttft, "base_ttft_ms": base_ttft,
             "ttft_ratio": ttft_ratio, "method": "abba_bursts", "order": cost.order,
             "prompts": cost.prompts, "concurrency": cost.concurrency, "max_tokens": cost.max_tokens}
