@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import or_, select
+from sqlalchemy import exists, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from registry.evaluations import rules
@@ -50,12 +50,20 @@ def stale_ids(session: Session, base_model: str, *, now: datetime) -> list[int]:
         .order_by(Evaluation.id)))
 
 
+def not_an_incumbent_half():
+    """Leaves out the incumbent's half of a comparison: it measures the task metrics only (no
+    parity, no serving cost), so it is evidence for the comparison, never for the incumbent's own
+    gates, attestation or re-qualification."""
+    challenger = aliased(Evaluation)
+    return ~exists().where(challenger.incumbent_evaluation_id == Evaluation.id)
+
+
 def latest_unfailed(session: Session, version_id: int, suite_id: int) -> Evaluation | None:
-    """The newest evaluation of this version on this suite that has not failed."""
+    """The newest evaluation of this version on this suite that has not failed, and is its own."""
     return session.scalar(
         select(Evaluation).where(Evaluation.version_id == version_id,
                                  Evaluation.suite_id == suite_id,
-                                 Evaluation.state != rules.FAILED)
+                                 Evaluation.state != rules.FAILED, not_an_incumbent_half())
         .order_by(Evaluation.id.desc()).limit(1))
 
 
@@ -76,15 +84,11 @@ def page_of_version(session: Session, version_id: int, *, limit: int,
                       Evaluation.id, limit=limit, cursor=cursor)
 
 
-def evaluations_by_suite(session: Session, version_id: int) -> list[tuple[str, Evaluation]]:
-    """(suite name, evaluation) of the version, oldest first."""
-    return [tuple(row) for row in session.execute(
-        select(EvalSuite.name, Evaluation).join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
-        .where(Evaluation.version_id == version_id).order_by(Evaluation.id)).all()]
-
-
 def latest_evaluations(session: Session, version_id: int) -> dict[str, Evaluation]:
-    rows = evaluations_by_suite(session, version_id)
+    """The version's newest evaluation of its own on each suite, by suite name."""
+    rows = session.execute(
+        select(EvalSuite.name, Evaluation).join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
+        .where(Evaluation.version_id == version_id, not_an_incumbent_half()).order_by(Evaluation.id)).all()
     return {suite: evaluation for suite, evaluation in rows}  # later rows win
 
 

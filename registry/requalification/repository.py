@@ -10,6 +10,7 @@ from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
 from registry.evaluations import rules as evaluation_rules
+from registry.evaluations.repository import not_an_incumbent_half
 from registry.tables import (
     Adapter, AdapterVersion, EvalSuite, Evaluation, Pool, PoolAlias, PoolRetirement,
     Requalification, Tenant,
@@ -88,21 +89,21 @@ class SuiteResult:
 
 
 def evaluations_of(session: Session, version_ids: set[int], suites: list[str]) -> list[SuiteResult]:
-    """The versions' evaluations against these suites, oldest first."""
+    """The versions' own evaluations against these suites, oldest first."""
     rows = session.execute(
         select(Evaluation.id, Evaluation.version_id, EvalSuite.name, Evaluation.state,
                Evaluation.finished_at)
         .join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
-        .where(Evaluation.version_id.in_(version_ids), EvalSuite.name.in_(suites))
+        .where(Evaluation.version_id.in_(version_ids), EvalSuite.name.in_(suites), not_an_incumbent_half())
         .order_by(Evaluation.id)).all()
     return [SuiteResult(*row) for row in rows]
 
 
 def queued_evaluation(session: Session, version_id: int, suite_id: int) -> Evaluation | None:
-    """One not yet started: it will run after the change, so it can count for the mark."""
+    """One of its own not yet started: it will run after the change, so it can count for the mark."""
     return session.scalar(select(Evaluation).where(
         Evaluation.version_id == version_id, Evaluation.suite_id == suite_id,
-        Evaluation.state == evaluation_rules.QUEUED, Evaluation.started_at.is_(None))
+        Evaluation.state == evaluation_rules.QUEUED, Evaluation.started_at.is_(None), not_an_incumbent_half())
         .order_by(Evaluation.id.desc()).limit(1))
 
 
