@@ -124,6 +124,13 @@ def resume(session: Session, principal: Principal, promotion_id: int) -> CanaryS
     return status_of(session, principal, promotion_id)
 
 
+def statuses_of(session: Session, principal: Principal, promotion_ids: list[int]) -> dict[int, CanaryStatus]:
+    """The status of each of these promotions that is a canary under analysis (a pool's page)."""
+    principal.require(READERS)
+    return {promotion_id: status_of(session, principal, promotion_id) for promotion_id in promotion_ids
+            if (row := session.get(Promotion, promotion_id)) is not None and row.analysis is not None}
+
+
 def status_of(session: Session, principal: Principal, promotion_id: int) -> CanaryStatus:
     principal.require(READERS)  # the role first: a node token learns nothing, not even a 404
     promotion = session.get(Promotion, promotion_id)

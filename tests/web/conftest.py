@@ -1,18 +1,17 @@
-"""The dashboard in real Chromium (Debian's, driven by Playwright) against the session's
-registry, with a version that the real eval engine has evaluated and that awaits approval."""
+"""The dashboard in real Chromium (tests/support/browser.py) against the session's registry,
+with a version that the real eval engine has evaluated and that awaits approval."""
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from devkit.pipeline_steps import create_suite, evaluations_of, request_promotion, upload_dir
+from tests.support.browser import browser, open_as, shoot  # noqa: F401 (fixtures, and shoot for the modules here)
 from tests.support.evals import wait_finished
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,44 +22,11 @@ METRICS = {"exact_match": {"min": 0.8}, "contains": {"min": 0.8}, "reference_log
            "serving": {"min_throughput_ratio": 0.05, "prompts": 4}}
 
 
-@pytest.fixture(scope="module")
-def browser():
-    """Chromium for one module: Playwright's sync API keeps an event loop running in this thread
-    while it is open, which would break asyncio.run() in whatever tests the worker runs next."""
-    from playwright.sync_api import sync_playwright
-
-    chromium = shutil.which("chromium") or "/usr/bin/chromium"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, headless=True)
-        yield browser
-        browser.close()
-
-
 @pytest.fixture(scope="session")
 def screenshots() -> Path:
     shutil.rmtree(ARTIFACTS, ignore_errors=True)
     ARTIFACTS.mkdir(parents=True)
     return ARTIFACTS
-
-
-@pytest.fixture
-def open_as(browser, registry, tokens) -> Iterator:
-    """A fresh browser context signed in as a test principal, on a laptop-sized window."""
-    contexts = []
-
-    def sign_in(principal: str):
-        context = browser.new_context(viewport={"width": 1366, "height": 768}, base_url=registry.url)
-        contexts.append(context)
-        page = context.new_page()
-        page.goto("/ui/sign-in")
-        page.get_by_label("API token").fill(tokens[principal])
-        page.get_by_role("button", name="Sign in").click()
-        page.wait_for_url(re.compile(r".*/ui/approvals$"))
-        return page
-
-    yield sign_in
-    for context in contexts:
-        context.close()
 
 
 @pytest.fixture(scope="module")
@@ -80,20 +46,3 @@ def awaiting(admin: httpx.Client, uploader: httpx.Client, kit_base: str, task_ki
     assert promotion.status_code == 201, promotion.text
     assert promotion.json()["state"] == "awaiting_approval"
     return {"version": version, "promotion": promotion.json()}
-
-
-def unlabelled_controls(page) -> list[str]:
-    """Every visible form control without a label a screen reader would announce."""
-    return page.evaluate("""() => [...document.querySelectorAll('input, select, textarea, button')]
-        .filter(el => el.type !== 'hidden')
-        .filter(el => {
-            if (el.tagName === 'BUTTON') return !el.textContent.trim() && !el.getAttribute('aria-label');
-            return !(el.labels && el.labels.length) && !el.getAttribute('aria-label')
-                && !el.getAttribute('aria-labelledby');
-        })
-        .map(el => el.outerHTML.slice(0, 120))""")
-
-
-def shoot(page, screenshots: Path, name: str) -> None:
-    page.screenshot(path=str(screenshots / f"{name}.png"), full_page=True)
-    assert unlabelled_controls(page) == [], f"{name}: form controls without a label"

@@ -191,6 +191,7 @@ def test_the_pool_page_shows_canary_weights_and_follows_its_nodes_live(
     page.goto(f"/ui/pools/{POOL}")
     expect(page.get_by_role("row", name=re.compile(r"^acme.web-digits canary"))).to_contain_text("acme/web-digits@2")
     expect(page.get_by_role("row", name=re.compile(r"^acme.web-digits canary"))).to_contain_text("20%")
+    expect(page.get_by_role("row", name=re.compile(r"^acme.web-digits canary"))).to_contain_text("weight set by hand")
     expect(page.get_by_role("img", name="Traffic share by alias")).to_contain_text("80 %")
     expect(page.get_by_role("heading", name=re.compile("^Nodes: 1 of 2 converged"))).to_be_visible()
     nodes_table = page.get_by_role("table", name="Per-node convergence and drift")

@@ -1,4 +1,4 @@
-"""Pools: what each serves (aliases and canary weights), how its nodes converge, its capacity,
+"""Pools: what each serves (aliases, canary weights and analyses), how its nodes converge, its capacity,
 and what multi-LoRA costs against one replica per adapter."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from registry.active_set import placement_reading as placement
 from registry.auth.principal import Role
+from registry.canaries import service as canaries
 from registry.nodes import service as nodes
 from registry.pools import service as pools
 from registry.promotions import service as promotions
@@ -57,11 +58,12 @@ def _serving_view(session: Session, visit: Visit, name: str) -> dict:
     aliases = promotions.list_aliases(session, visit.principal, name)
     placed = placement.placement_out(session, visit.principal, name)
     marked = requalification.listing(session, visit.principal, name)
+    analyses = canaries.statuses_of(session, visit.principal, [a.promotion_id for a in aliases if a.alias == "canary"])
     by_adapter = defaultdict(list)
     for alias in aliases:
         by_adapter[f"{alias.tenant}/{alias.adapter}"].append(alias)
     return {"pool": pool, "rollout": rollout, "by_adapter": dict(by_adapter), "placement": placed,
-            "requalification": marked,
+            "requalification": marked, "analyses": analyses,
             "traffic_chart": _traffic_chart(by_adapter),
             "nodes_chart": _nodes_chart(rollout, pool, visit.principal.tenant)}
 

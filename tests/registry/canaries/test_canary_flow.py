@@ -1,13 +1,16 @@
 """A canary under analysis, driven by traffic reports sent as a router sends them and judged by
 the housekeeper's own function at chosen moments: it steps up, stops at a manual gate, becomes
-production with the policy's approval, or is rolled back at once on failing evidence."""
+production with the policy's approval, or is rolled back at once on failing evidence; and the
+dashboard, in Chromium, shows it and lets a reviewer pause and resume it."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from playwright.sync_api import expect
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -16,6 +19,7 @@ from registry.canaries import service as canaries
 from registry.tables import AuditEvent, Promotion, TrafficWindow, WebhookDelivery
 from registry.traffic_windows.schemas import WINDOW_BUCKETS
 from tests.support.asserts import assert_refused
+from tests.support.browser import unlabelled_controls
 from tests.support.nodes import issue_token
 
 ADAPTER, WINDOW_S = "acme/canaried", 60
@@ -229,3 +233,44 @@ def test_a_paused_canary_is_not_judged_and_resumes_with_a_fresh_window(
     # The failures came before the resume: its fresh window has seen none of them.
     assert canary_weight(admin, pool, version["served_name"]) == 5
     second_reviewer.post(f"/v1/pools/{pool}/aliases/{ADAPTER}/canary/rollback", json={"comment": "done"})
+
+
+def test_the_dashboard_shows_the_analysis_and_a_reviewer_steers_it_there(
+        first, make_ready, client_for, second_reviewer, promo_pools, router_client, admin, engine, open_as):
+    pool = promo_pools["open"]
+    version, promotion_id = start_canary(make_ready, client_for, second_reviewer, pool,
+                                         steps=[{"weight": 10, "manual_gate": True}, {"weight": 50}])
+    served, production = version["served_name"], production_of(admin, pool)
+    report(router_client, pool, window(served, "canary", 30), window(production, "production", 30))
+    judge(engine, promotion_id, after_s=WINDOW_S + 1)
+
+    page = open_as("acme_reviewer")
+    page.goto(f"/ui/promotions/{promotion_id}")
+    heading = page.get_by_role("heading", name=re.compile("^Canary analysis"))
+    expect(heading).to_have_text("Canary analysis: awaiting gate")
+    checks = page.get_by_role("table", name="Live checks of the canary against production")
+    expect(checks.get_by_role("row", name=re.compile("^requests"))).to_contain_text("30")
+    expect(checks.get_by_role("row", name=re.compile("^error_rate"))).to_contain_text("passed")
+    assert unlabelled_controls(page) == []
+    page.get_by_role("button", name="Resume").click()  # the gate opens: the next check steps up
+    expect(heading).to_have_text("Canary analysis: analysing")
+    report(router_client, pool, window(served, "canary", 30), window(production, "production", 30))
+    judge(engine, promotion_id, after_s=WINDOW_S + 1)
+    assert canary_weight(admin, pool, served) == 50
+    page.reload()
+    page.get_by_role("button", name="Pause").click()
+    expect(heading).to_have_text("Canary analysis: paused")
+    page.get_by_role("button", name="Resume").click()
+    expect(heading).to_have_text("Canary analysis: analysing")
+
+    page.goto(f"/ui/pools/{pool}")
+    row = page.get_by_role("row", name=re.compile(r"^acme.canaried canary"))
+    expect(row).to_contain_text(f"{served} 50%")
+    expect(row.get_by_role("link", name="analysing, step 2")).to_have_attribute("href", f"/ui/promotions/{promotion_id}")
+
+    report(router_client, pool, window(served, "canary", 30, errors=20), window(production, "production", 30))
+    judge(engine, promotion_id, after_s=3)
+    page.goto(f"/ui/promotions/{promotion_id}")
+    expect(heading).to_have_text("Canary analysis: rolled back")
+    expect(checks.get_by_role("row", name=re.compile("^error_rate"))).to_contain_text("failed")
+    expect(page.get_by_role("button", name="Pause")).to_have_count(0)
