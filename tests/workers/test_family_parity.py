@@ -11,6 +11,7 @@ import pytest
 from devkit import engine, family_parity
 from devkit.family_models import build_base
 from devkit.services import free_port, start_vllm, stop_group
+from tests.support import cpu_lock
 
 FAMILIES = ("phi3", "qwen2")
 
@@ -22,11 +23,12 @@ def family_engine(request, tiny_base, tmp_path_factory):
     base = build_base(family, folder / "base", tokenizer=tiny_base)
     spec = engine.EngineSpec(model_dir=base, served_name=f"family-{family}", port=free_port(),
                              max_loras=1, max_cpu_loras=2, max_lora_rank=8)
-    service = start_vllm(folder / "vllm", spec)
-    served = family_parity.Engine(service.url, spec.served_name, base)
-    yield family, base, served
-    served.close()
-    stop_group(service)
+    with cpu_lock.engine_running(tmp_path_factory):
+        service = start_vllm(folder / "vllm", spec)
+        served = family_parity.Engine(service.url, spec.served_name, base)
+        yield family, base, served
+        served.close()
+        stop_group(service)
 
 
 def test_the_registry_agrees_with_vllm_on_every_recipe(family_engine, tmp_path):
