@@ -20,6 +20,7 @@ from devkit.fault_proxy import FaultProxy
 from devkit.pipeline_steps import evaluations_of, finish_evaluation, promoter, create_suite, upload_dir
 from devkit.services import wait_for
 from registry.tables import AuditEvent
+from tests.support import cpu_lock
 from tests.support.nodes import issue_token
 
 POOL, ADAPTER = "canary-pool", "acme/c-digits"
@@ -120,16 +121,24 @@ def decision(engine, action: str, served: str) -> AuditEvent:
 
 
 def test_a_good_canary_becomes_production_after_its_window(production, stack, admin, uploader, engine,
-                                                           task_kit, tokens):
+                                                           task_kit, tokens, tmp_path_factory):
     window_s = 6
+    # Latency limits wide enough for a p95 over a dozen requests on two shared cores: this test is
+    # about the decision, and the delivery benchmark measures false rollbacks at 3x on a quiet machine.
     version, _ = request_canary(uploader, admin, engine, task_kit.adapters["digits_to_words_v2"], {
         "steps": [{"weight": 50}], "window_s": window_s, "min_requests": 8, "max_error_rate": 0.05,
-        "max_ttft_p95_ratio": 4.0, "max_latency_p95_ratio": 4.0, "shadow_fraction": 0.5})
+        "max_ttft_p95_ratio": 10.0, "max_latency_p95_ratio": 10.0, "shadow_fraction": 0.5})
     prompt = task_kit.suites["digits_to_words"][0]["prompt"]
 
-    with Traffic(stack["router"].url, tokens["acme_app"], prompt) as traffic:
-        wait_for(lambda: aliases(admin).get("production") == version["served_name"], timeout_s=window_s + 60,
-                 what="the canary promoted")
+    def promoted() -> bool:
+        now = aliases(admin)
+        if "canary" not in now and now.get("production") != version["served_name"]:
+            rolled = decision(engine, "canary.rolled_back", version["served_name"])
+            pytest.fail(f"the good canary was rolled back: {rolled.after['evidence']['status']['checks']}")
+        return now.get("production") == version["served_name"]
+
+    with cpu_lock.measuring_alone(tmp_path_factory), Traffic(stack["router"].url, tokens["acme_app"], prompt) as traffic:
+        wait_for(promoted, timeout_s=window_s + 60, what="the canary promoted")
 
     assert "canary" not in aliases(admin)
     served = {name for _, status, name in traffic.answers if status == 200}
