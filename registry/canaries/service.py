@@ -35,7 +35,9 @@ PROMOTED, ROLLED_BACK, HELD = "promoted", "rolled_back", "held"
 def check(session: Session, promotion_id: int, *, now: datetime | None = None) -> str | None:
     """Judge one canary and act on the verdict; returns what happened (None: nothing to judge)."""
     now = now or _now()
-    promotion = session.get(Promotion, promotion_id)  # judged unlocked; acted on under the locks
+    # Judged unlocked; acted on under the locks only if the state is still the one judged, so a
+    # pause or a resume that came meanwhile is never overwritten.
+    promotion = session.get(Promotion, promotion_id)
     if not _under_analysis(promotion):
         return None
     policy, state = CanaryAnalysis.model_validate(promotion.analysis), dict(promotion.analysis_state)
@@ -45,8 +47,8 @@ def check(session: Session, promotion_id: int, *, now: datetime | None = None) -
     gate = status.verdict == analysis.PASS and policy.steps[step].manual_gate and not state.get("gate_opened")
     if status.verdict == analysis.WAIT or gate:
         promotion = promotions.promotion_for_update(session, promotion_id)
-        if not _under_analysis(promotion) or promotion.analysis_state.get("step") != step:
-            return "changed meanwhile"
+        if not _under_analysis(promotion) or promotion.analysis_state != state:
+            return "changed meanwhile"  # a pause, a resume or another check: judged afresh next time
         if gate:
             _save(promotion, state, status, AT_GATE)
             activation.record(session, promotion, "canary.awaiting_gate", canary_actions.AUTOMATIC,
@@ -64,7 +66,7 @@ def _act(session: Session, promotion: Promotion, policy: CanaryAnalysis, state: 
     step = state["step"]
     with ActiveSetChange(session, promotion.pool_id) as change:
         promotion = promotions.promotion_for_update(session, promotion.id)
-        if not _under_analysis(promotion) or promotion.analysis_state.get("step") != step:
+        if not _under_analysis(promotion) or promotion.analysis_state != state:
             return "changed meanwhile"
         if status.verdict == analysis.FAIL:
             _save(promotion, state, status, ROLLED_BACK)
