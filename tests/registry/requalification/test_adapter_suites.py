@@ -20,12 +20,7 @@ def test_a_mark_requests_and_waits_for_the_adapters_own_suites_too(
     uploader = client_for("acme_uploader")
     make_pool(admin, POOL, RQ_BASE, RQ_SUITE)
     version = serve(POOL, "acme/rq-own")
-    created = uploader.post("/v1/eval-suites", json={
-        "name": "rq-task", "tenant": "acme", "base_model": RQ_BASE,
-        "examples": [{"prompt": "1 =>", "reference": "one"}], "metrics": {"exact_match": {"min": 0.5}}})
-    assert created.status_code == 201, created.text
-    policy = uploader.put("/v1/adapters/acme/rq-own/evaluation-policy", json={"required_suites": [TASK]})
-    assert policy.status_code == 200, policy.text
+    require_own_suite(uploader, "acme/rq-own", TASK)
     node = fleets(POOL).client("node-own")
     report(node, POOL, "node-own", "0.32.0")
 
@@ -54,12 +49,7 @@ def test_an_incumbents_half_of_a_comparison_neither_requalifies_it_nor_stands_fo
     uploader = client_for("acme_uploader")
     make_pool(admin, HALF_POOL, RQ_BASE, RQ_SUITE)
     serve(HALF_POOL, "acme/rq-half")
-    created = uploader.post("/v1/eval-suites", json={
-        "name": "rq-half-task", "tenant": "acme", "base_model": RQ_BASE,
-        "examples": [{"prompt": "1 =>", "reference": "one"}], "metrics": {"exact_match": {"min": 0.5}}})
-    assert created.status_code == 201, created.text
-    policy = uploader.put("/v1/adapters/acme/rq-half/evaluation-policy", json={"required_suites": [HALF_TASK]})
-    assert policy.status_code == 200, policy.text
+    require_own_suite(uploader, "acme/rq-half", HALF_TASK)
     node = fleets(HALF_POOL).client("node-half")
     report(node, HALF_POOL, "node-half", "0.32.0")
     report(node, HALF_POOL, "node-half", "0.32.0", enforce_eager=True)  # a round starts
@@ -85,6 +75,16 @@ def test_an_incumbents_half_of_a_comparison_neither_requalifies_it_nor_stands_fo
     report(node, HALF_POOL, "node-half", "0.32.0", enforce_eager=True)
     (cleared,) = marks(engine, HALF_POOL)
     assert cleared.outcome == "requalified" and sorted(cleared.cleared_with) == sorted(own.values())
+
+
+def require_own_suite(uploader, adapter: str, suite: str) -> None:
+    """Create the tenant's one-example task suite `suite` and make it the adapter's own."""
+    created = uploader.post("/v1/eval-suites", json={
+        "name": suite.split("/", 1)[1], "tenant": "acme", "base_model": RQ_BASE,
+        "examples": [{"prompt": "1 =>", "reference": "one"}], "metrics": {"exact_match": {"min": 0.5}}})
+    assert created.status_code == 201, created.text
+    policy = uploader.put(f"/v1/adapters/{adapter}/evaluation-policy", json={"required_suites": [suite]})
+    assert policy.status_code == 200, policy.text
 
 
 def suite_name(admin, evaluation: Evaluation) -> str:
