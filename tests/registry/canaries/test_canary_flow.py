@@ -235,6 +235,26 @@ def test_a_paused_canary_is_not_judged_and_resumes_with_a_fresh_window(
     second_reviewer.post(f"/v1/pools/{pool}/aliases/{ADAPTER}/canary/rollback", json={"comment": "done"})
 
 
+def test_a_check_that_read_the_canary_before_its_gate_opened_does_not_close_it_again(
+        first, make_ready, client_for, second_reviewer, promo_pools, router_client, admin, engine):
+    pool = promo_pools["open"]
+    version, promotion_id = start_canary(make_ready, client_for, second_reviewer, pool,
+                                         steps=[{"weight": 10, "manual_gate": True}, {"weight": 50}])
+    served, production = version["served_name"], production_of(admin, pool)
+    report(router_client, pool, window(served, "canary", 30), window(production, "production", 30))
+    with Session(engine) as slow, slow.begin():
+        read = slow.get(Promotion, promotion_id)  # a slow check's unlocked read (held, as check holds it)
+        judge(engine, promotion_id, after_s=WINDOW_S + 1)  # a quicker check stops it at the gate
+        resumed = second_reviewer.post(f"/v1/promotions/{promotion_id}/canary/resume")
+        assert resumed.json()["state"] == "analysing", resumed.text
+        assert read.analysis_state.get("gate_opened") is None  # what the slow check judges
+        assert canaries.check(slow, promotion_id) == "changed meanwhile"
+
+    judge(engine, promotion_id, after_s=WINDOW_S + 1)
+    assert canary_weight(admin, pool, served) == 50  # the gate stayed open
+    second_reviewer.post(f"/v1/pools/{pool}/aliases/{ADAPTER}/canary/rollback", json={"comment": "done"})
+
+
 def test_the_dashboard_shows_the_analysis_and_a_reviewer_steers_it_there(
         first, make_ready, client_for, second_reviewer, promo_pools, router_client, admin, engine, open_as):
     pool = promo_pools["open"]
