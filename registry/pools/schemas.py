@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from registry.names import NAME_PATTERN
 
@@ -14,6 +14,19 @@ RequalifyPolicy = Literal["keep_serving", "suspend"]  # registry/active_set/susp
 REQUALIFY_POLICY_DOC = ("What a version does after the pool's engine or base config changed, until "
                         "it passes the required suites again: keep_serving, or suspend (it leaves "
                         "the active set).")
+REQUIRED_SUITES_DOC = ("Global eval suites for the pool's base that every version must pass before it "
+                       "is promoted here, each named once.")
+
+
+def _unique(names: list[str]) -> list[str]:
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"required_suites names {', '.join(map(repr, repeated))} more than once")
+    return names
+
+
+SuiteNames = Annotated[list[Annotated[str, Field(min_length=1, max_length=200)]],
+                       Field(max_length=32), AfterValidator(_unique)]
 
 
 class PoolCreate(BaseModel):
@@ -24,7 +37,7 @@ class PoolCreate(BaseModel):
     max_cpu_loras: int = Field(ge=1, le=4096, description="vLLM --max-cpu-loras: resident adapters.")
     max_lora_rank: int = Field(description=f"vLLM --max-lora-rank, one of {VLLM_MAX_LORA_RANKS}.")
     dtype: Dtype = "bfloat16"
-    required_suites: list[str] = Field(default_factory=list, max_length=32)
+    required_suites: SuiteNames = Field(default_factory=list, description=REQUIRED_SUITES_DOC)
     requalify_policy: RequalifyPolicy = Field("keep_serving", description=REQUALIFY_POLICY_DOC)
 
     @model_validator(mode="after")
@@ -49,5 +62,15 @@ class PoolOut(BaseModel):
 
 
 class PoolUpdate(BaseModel):
+    """What a global admin may change in a live pool; a field left out keeps its value."""
     model_config = ConfigDict(extra="forbid")
-    requalify_policy: RequalifyPolicy = Field(description=REQUALIFY_POLICY_DOC)
+    requalify_policy: RequalifyPolicy | None = Field(None, description=REQUALIFY_POLICY_DOC)
+    required_suites: SuiteNames | None = Field(
+        None, description=REQUIRED_SUITES_DOC + " A suite added here is queued at once for every "
+        "version the pool serves; the gates require it from the next promotion on.")
+
+    @model_validator(mode="after")
+    def _check_something_changes(self) -> "PoolUpdate":
+        if self.requalify_policy is None and self.required_suites is None:
+            raise ValueError("give requalify_policy, required_suites or both")
+        return self

@@ -12,6 +12,7 @@ from registry.eval_suites import service as eval_suites
 from registry.names import check_name
 from registry.pools import repository
 from registry.pools.schemas import PoolCreate, PoolOut, PoolUpdate
+from registry.requalification import added_suites
 from registry.requalification import service as requalification
 from registry.base_models.stored_tables import config_digest
 from registry.tables import BaseModel, Pool
@@ -45,20 +46,40 @@ def create(session: Session, spec: PoolCreate, *, actor: str) -> PoolOut:
 
 
 def update(session: Session, name: str, spec: PoolUpdate, *, actor: str) -> PoolOut:
-    """Change the re-qualification policy. Under the pool's lock, as every change to what it
-    serves: switching to or from `suspend` adds or drops marked versions from the active set."""
+    """Change the re-qualification policy, the required suites, or both. Under the pool's lock,
+    as every change to what it serves: switching to or from `suspend` adds or drops marked
+    versions from the active set, and a suite added is queued for the versions serving."""
     row = _row(session, name, lock=True)
+    base = session.get(BaseModel, row.base_model_id)
+    if spec.required_suites is not None:
+        eval_suites.require_for_base(session, spec.required_suites, base.id, base.name)
+    if spec.requalify_policy is not None and spec.requalify_policy != row.requalify_policy:
+        _change_policy(session, row, spec.requalify_policy, actor=actor)
+    if spec.required_suites is not None and spec.required_suites != row.required_suites:
+        _change_required_suites(session, row, spec.required_suites, actor=actor)
+    return to_out(row, base)
+
+
+def _change_policy(session: Session, row: Pool, policy: str, *, actor: str) -> None:
     before = row.requalify_policy
-    if spec.requalify_policy != before:
-        suspended = requalification.suspended_version_ids(session, row.id)
-        row.requalify_policy = spec.requalify_policy
-        session.flush()
-        if requalification.suspended_version_ids(session, row.id) != suspended:
-            new_generation(session, row.id)
-        audit.record(session, actor=actor, action="pool.update", subject=f"pool/{row.name}",
-                     before={"requalify_policy": before},
-                     after={"requalify_policy": row.requalify_policy})
-    return to_out(row, session.get(BaseModel, row.base_model_id))
+    suspended = requalification.suspended_version_ids(session, row.id)
+    row.requalify_policy = policy
+    session.flush()
+    if requalification.suspended_version_ids(session, row.id) != suspended:
+        new_generation(session, row.id)
+    audit.record(session, actor=actor, action="pool.update", subject=f"pool/{row.name}",
+                 before={"requalify_policy": before}, after={"requalify_policy": policy})
+
+
+def _change_required_suites(session: Session, row: Pool, names: list[str], *, actor: str) -> None:
+    before = list(row.required_suites)
+    added = [name for name in names if name not in before]
+    row.required_suites = list(names)
+    session.flush()
+    queued = added_suites.request_for_served_versions(session, row, added, actor=actor)
+    audit.record(session, actor=actor, action="pool.update", subject=f"pool/{row.name}",
+                 before={"required_suites": before},
+                 after={"required_suites": row.required_suites, "evaluations": queued})
 
 
 def get(session: Session, name: str) -> PoolOut:

@@ -1,0 +1,29 @@
+"""A suite a pool starts to require is queued at once for every version the pool already serves,
+so that its reviewers learn how production fares against it before the next promotion asks."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from registry.eval_suites import service as suites
+from registry.evaluations import repository as evaluations_repository
+from registry.evaluations import service as evaluations
+from registry.requalification import repository
+from registry.tables import AdapterVersion, Pool
+
+
+def request_for_served_versions(session: Session, pool: Pool, added: list[str], *,
+                                actor: str) -> list[int]:
+    """The evaluations that will tell, one per served version and added suite: its own
+    unfinished or passed one stands, as for any request; otherwise one is queued."""
+    ids = []
+    for version_id in sorted(repository.active_version_ids(session, pool.id)):
+        version = session.get(AdapterVersion, version_id)
+        for name in added:
+            suite = suites.get_row(session, name)
+            row = evaluations_repository.latest_unfailed(session, version.id, suite.id)
+            if row is None:
+                row = evaluations.create(session, version, suite, actor=actor,
+                                         context={"pool_requires": pool.name})
+            ids.append(row.id)
+    return ids
