@@ -16,6 +16,11 @@ class RegistryUnavailable(Exception):
     pass
 
 
+class RegistryRefused(Exception):
+    """The registry answered that it will not take this request, sent again or not (a 4xx other
+    than 408 and 429)."""
+
+
 @dataclass(frozen=True)
 class ActiveSet:
     generation: int
@@ -70,8 +75,12 @@ class RegistryClient:
                                             json=body)
         except httpx.HTTPError as error:
             raise RegistryUnavailable(f"{type(error).__name__}: {error}") from error
-        if response.status_code != 204:
-            raise RegistryUnavailable(f"HTTP {response.status_code}: {response.text[:300]}")
+        if response.status_code == 204:
+            return
+        problem = f"HTTP {response.status_code}: {response.text[:300]}"
+        if 400 <= response.status_code < 500 and response.status_code not in (408, 429):
+            raise RegistryRefused(problem)
+        raise RegistryUnavailable(problem)
 
     async def whoami(self) -> dict[str, Any]:
         """Who this process's token is: its role, pool and the node or router id it is bound to."""

@@ -1,8 +1,11 @@
 """Judge a canary against production on the traffic of one window. Pure: rows in, verdict out.
 
-Each check is judged only once both sides it compares have the policy's `min_requests`, so that
-a handful of requests never decides. A failed check fails the canary at once; the step passes
-when its window is over, the canary had enough requests, and no check failed."""
+Each side is the traffic its alias took: the canary's weighted share (and requests that name the
+canary alias), never requests pinned to the same version by number. Each check is judged only
+once both sides it compares have the policy's `min_requests`, so that a handful of requests never
+decides. A failed check fails the canary at once; the step passes when its window is over and
+every check was judged and passed: a production too quiet to compare with keeps the canary
+waiting, never waves it through."""
 
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ from registry.tables import TrafficWindow
 FAIL, PASS, WAIT = "fail", "pass", "wait"
 
 
-def side(served_name: str, rows: Iterable[TrafficWindow]) -> SideMetrics:
-    mine = [r for r in rows if r.served_name == served_name]
+def side(served_name: str, alias: str, rows: Iterable[TrafficWindow]) -> SideMetrics:
+    mine = [r for r in rows if r.served_name == served_name and r.alias == alias]
     requests = sum(r.requests for r in mine)
     errors: dict[str, int] = {}
     for row in mine:
@@ -37,15 +40,15 @@ def side(served_name: str, rows: Iterable[TrafficWindow]) -> SideMetrics:
 
 def judge(policy: CanaryAnalysis, canary: SideMetrics, production: SideMetrics,
           elapsed_s: float) -> tuple[list[Check], str]:
-    enough = canary.requests >= policy.min_requests
-    both = enough and production.requests >= policy.min_requests
+    canary_short = _short_of("canary", canary, policy.min_requests)
+    both_short = canary_short or _short_of("production", production, policy.min_requests)
     checks = [_limit("error_rate", canary.error_rate, canary.error_rate, production.error_rate,
-                     policy.max_error_rate, enough, at_most=True)]
+                     policy.max_error_rate, canary_short, at_most=True)]
     if policy.max_error_rate_increase is not None:
         increase = (None if canary.error_rate is None or production.error_rate is None
                     else canary.error_rate - production.error_rate)
         checks.append(_limit("error_rate_increase", increase, canary.error_rate, production.error_rate,
-                             policy.max_error_rate_increase, both, at_most=True))
+                             policy.max_error_rate_increase, both_short, at_most=True))
     for metric, mine, theirs, limit, at_most in (
             ("ttft_p95_ratio", canary.ttft_p95_ms, production.ttft_p95_ms, policy.max_ttft_p95_ratio, True),
             ("latency_p95_ratio", canary.latency_p95_ms, production.latency_p95_ms,
@@ -54,19 +57,27 @@ def judge(policy: CanaryAnalysis, canary: SideMetrics, production: SideMetrics,
              policy.min_tokens_per_s_ratio, False)):
         if limit is not None:
             ratio = mine / theirs if mine is not None and theirs else None
-            checks.append(_limit(metric, ratio, mine, theirs, limit, both, at_most=at_most))
+            checks.append(_limit(metric, ratio, mine, theirs, limit, both_short, at_most=at_most))
     if any(c.passed is False for c in checks):
         return checks, FAIL
-    if enough and elapsed_s >= policy.window_s:
+    if elapsed_s >= policy.window_s and all(c.passed for c in checks):
         return checks, PASS
     return checks, WAIT
 
 
+def _short_of(name: str, metrics: SideMetrics, min_requests: int) -> str | None:
+    """Why a side cannot be judged yet, or None."""
+    if metrics.requests < min_requests:
+        return f"{name} has {metrics.requests} of the {min_requests} requests a verdict needs"
+    return None
+
+
 def _limit(metric: str, value: float | None, mine: float | None, theirs: float | None, limit: float,
-           judged: bool, *, at_most: bool) -> Check:
-    if not judged or value is None:
+           short: str | None, *, at_most: bool) -> Check:
+    if short is not None or value is None:
+        why = short or "no measurement of it in this window"
         return Check(metric=metric, passed=None, canary=mine, production=theirs, limit=limit,
-                     detail="not judged yet: too few requests")
+                     detail=f"not judged yet: {why}")
     passed = value <= limit if at_most else value >= limit
     word = "at most" if at_most else "at least"
     return Check(metric=metric, passed=passed, canary=mine, production=theirs, limit=limit,

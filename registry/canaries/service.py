@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from sqlalchemy.orm import Session
 
 from registry.active_set.change import ActiveSetChange
+from registry.active_set.snapshot import CANARY, PRODUCTION
 from registry.adapters import service as adapters
 from registry.auth.principal import Principal, Role
 from registry.canaries import analysis
@@ -54,7 +55,8 @@ def check(session: Session, promotion_id: int, *, now: datetime | None = None) -
             activation.record(session, promotion, "canary.awaiting_gate", canary_actions.AUTOMATIC,
                               evidence=evidence)
             return AT_GATE
-        _save(promotion, state, status, ANALYSING if status.canary.requests >= policy.min_requests else WAITING)
+        unjudged = any(c.passed is None for c in status.checks)
+        _save(promotion, state, status, WAITING if unjudged else ANALYSING)
         return promotion.analysis_state["state"]
     return _act(session, promotion, policy, state, status, evidence, now)
 
@@ -153,11 +155,12 @@ def _status(session: Session, promotion: Promotion, policy: CanaryAnalysis, stat
             now: datetime) -> CanaryStatus:
     since = aware(datetime.fromisoformat(state["step_started_at"]))
     canary_name = _served(session, promotion.version_id)
-    production_id = promotions.aliased_version_id(session, promotion.pool_id, promotion.adapter_id, "production")
+    production_id = promotions.aliased_version_id(session, promotion.pool_id, promotion.adapter_id, PRODUCTION)
     production_name = _served(session, production_id) if production_id else ""
     rows = windows.windows_after(session, promotion.pool_id, [canary_name, production_name],
                                     state.get("after_window_id", 0))
-    canary, production = analysis.side(canary_name, rows), analysis.side(production_name, rows)
+    canary = analysis.side(canary_name, CANARY, rows)
+    production = analysis.side(production_name, PRODUCTION, rows)
     checks, verdict = analysis.judge(policy, canary, production, (now - since).total_seconds())
     return CanaryStatus(promotion_id=promotion.id, step=state["step"], weight=promotion.weight or 0,
                         state=state["state"], step_started_at=since, checked_at=now, canary=canary,

@@ -53,8 +53,14 @@ class WindowDelta(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "WindowDelta":
-        if sum(self.errors.values()) > self.requests:
+        answered = self.requests - sum(self.errors.values())
+        if answered < 0:
             raise ValueError(f"{self.served_name}: more errors than requests")
+        # Each answered request is in both histograms, and a failed one in neither: a window
+        # whose requests carry no timings would leave its p95s unjudged.
+        if sum(self.ttft_buckets) != answered or sum(self.latency_buckets) != answered:
+            raise ValueError(f"{self.served_name}: the histograms must count each of the {answered} "
+                             "answered requests (requests minus errors) once")
         if self.shadow_agreed > self.shadow_compared:
             raise ValueError(f"{self.served_name}: more shadow agreements than comparisons")
         if not math.isfinite(self.busy_s):

@@ -12,7 +12,7 @@ from prometheus_client import start_http_server
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_random_exponential
 
 from serving.process import configure_logging, keep_running, until_signalled
-from serving.registry_client import RegistryClient, RegistryUnavailable
+from serving.registry_client import RegistryClient, RegistryRefused, RegistryUnavailable
 from serving.router import metrics
 from serving.router.admission import Admission
 from serving.router.app import RouterApp
@@ -119,16 +119,28 @@ class Router:
             try:
                 # A router token speaks for one router id: by default, report as that one.
                 router_id = router_id or (await self.registry.whoami()).get("instance_id") or ""
-                if not router_id:
-                    log.error("this token is bound to no router id: traffic is not reported "
-                              "(use a router token, or set LORAPLANE_ROUTER_ROUTER_ID)")
-                    return
-                report = self.windows.take()
-                await self.registry.report_traffic(router_id, self.traffic.rates(), report)
-                self.windows.acknowledged()
             except RegistryUnavailable as error:
-                log.warning("cannot report traffic (%s); placement keeps the last rates, and the "
-                            "window is sent again with the next report", error)
+                log.warning("cannot learn this router's id (%s); traffic waits for the next report", error)
+                continue
+            if not router_id:
+                log.error("this token is bound to no router id: traffic is not reported "
+                          "(use a router token, or set LORAPLANE_ROUTER_ROUTER_ID)")
+                return
+            await self.report_traffic(router_id)
+
+    async def report_traffic(self, router_id: str) -> None:
+        """Send the request rates and the next traffic windows."""
+        try:
+            await self.registry.report_traffic(router_id, self.traffic.rates(), self.windows.take())
+            self.windows.acknowledged()
+        except RegistryUnavailable as error:
+            log.warning("cannot report traffic (%s); placement keeps the last rates, and the "
+                        "window is sent again with the next report", error)
+        except RegistryRefused as error:
+            # Sent again, it would be refused again, and every later window would queue behind
+            # it: canary analysis would go blind. Drop this one and go on.
+            log.error("the registry refused a traffic report (%s); its windows are dropped", error)
+            self.windows.acknowledged()
 
 
 def run(settings: RouterSettings) -> None:

@@ -3,7 +3,10 @@ class, completion tokens, and TTFT and latency as histogram bucket counts. The r
 deltas over a canary's analysis window, for the canary and for production alike.
 
 A report the registry did not take is not lost: it is sent again, unchanged and under the same
-id, so a report whose answer was lost is counted once."""
+id, so a report whose answer was lost is counted once. A report holds at most
+MAX_WINDOWS_PER_REPORT served names and aliases, the registry's bound: the rest wait for the next
+one, oldest first, so a burst of names (or the traffic of a long outage) never makes a report the
+registry must refuse."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from serving.router.metrics import LATENCY_BUCKETS
 # What went wrong, as the analysis counts it: a node's own 5xx answer, a timeout, no node able to
 # answer, or an answer that broke off. A 4xx from a node is the client's mistake, not the version's.
 ERROR_CLASSES = ("server_error", "timeout", "unavailable", "broken")
+MAX_WINDOWS_PER_REPORT = 512  # registry/traffic_windows/schemas.py MAX_WINDOWS
 
 
 def error_class(status: int) -> str | None:
@@ -74,7 +78,10 @@ class WindowMeter:
         if self._pending is None:
             if not self._open:
                 return None
-            taken, self._open = self._open, {}
+            # Oldest first: a dict keeps the order its windows opened in, and what is left over
+            # stays ahead of what opens later.
+            names = list(self._open)
+            taken = {name: self._open.pop(name) for name in names[:MAX_WINDOWS_PER_REPORT]}
             self._pending = (str(uuid.uuid4()), [
                 {"served_name": name, "alias": alias, "requests": w.requests, "errors": w.errors,
                  "completion_tokens": w.completion_tokens, "busy_s": round(w.busy_s, 6),
@@ -84,6 +91,8 @@ class WindowMeter:
         return self._pending
 
     def acknowledged(self) -> None:
+        """The registry took the pending report, or refused it for good (it would refuse it
+        again): the next `take` makes a new one."""
         self._pending = None
 
     def _window(self, served_name: str, alias: str) -> Window:

@@ -184,7 +184,10 @@ def test_a_report_sent_twice_counts_once_and_a_bad_one_is_refused_whole(
     for broken, message in ((dict(bad, ttft_buckets=[1, 2]), "ttft_buckets"),
                             (dict(bad, errors={"oops": 1}), "unknown error class 'oops'"),
                             (dict(bad, errors={"server_error": 9}), "more errors than requests"),
-                            (dict(bad, served_name="not a name"), "served_name")):
+                            (dict(bad, served_name="not a name"), "served_name"),
+                            # requests without timings would leave the p95 checks unjudged
+                            (dict(bad, ttft_buckets=[0] * SLOTS, latency_buckets=[0] * SLOTS),
+                             "the histograms must count each of the 5 answered requests")):
         response = report(router_client, pool, window(served, "production", 1), broken)
         assert_refused(response, 422, "invalid_request", message)
     missing_id = router_client.put(f"/v1/pools/{pool}/routers/router-c/traffic",

@@ -7,6 +7,7 @@ import pytest
 from registry.canaries import analysis
 from registry.canaries.schemas import SideMetrics
 from registry.promotions.analysis_policy import CanaryAnalysis
+from registry.tables import TrafficWindow
 from registry.traffic_windows.schemas import WINDOW_BUCKETS
 
 SLOTS = len(WINDOW_BUCKETS) + 1
@@ -28,7 +29,7 @@ def test_a_quantile_interpolates_within_its_bucket_like_prometheus():
     assert analysis.quantile(buckets(), 0.95) is None
 
 
-def side(requests: int, errors: int = 0, p95_ms: float = 50.0, tps: float = 100.0) -> SideMetrics:
+def side(requests: int, errors: int = 0, p95_ms: float | None = 50.0, tps: float = 100.0) -> SideMetrics:
     return SideMetrics(served_name="acme/x@1", requests=requests, errors={"server_error": errors},
                        error_rate=errors / requests if requests else None, ttft_p95_ms=p95_ms,
                        latency_p95_ms=p95_ms, tokens_per_s=tps)
@@ -46,12 +47,43 @@ POLICY = CanaryAnalysis(steps=[{"weight": 10}], window_s=60, min_requests=20, ma
     (side(30, errors=5), side(300), 5, analysis.FAIL, {"error_rate"}),  # fails within the window
     (side(30, p95_ms=150), side(300), 61, analysis.FAIL, {"ttft_p95_ratio", "latency_p95_ratio"}),
     (side(30, tps=40), side(300), 61, analysis.FAIL, {"tokens_per_s_ratio"}),
-    (side(30, p95_ms=150), side(5), 61, analysis.PASS, set()),        # production too quiet to compare
+    # Production too quiet to compare with: the canary waits, however long, and is never passed
+    # on its own numbers.
+    (side(990, p95_ms=120_000), side(10), 6000, analysis.WAIT, set()),
+    (side(30), side(300, p95_ms=None), 61, analysis.WAIT, set()),     # no latency measured
 ])
 def test_each_verdict(canary, production, elapsed, verdict, failing):
     checks, got = analysis.judge(POLICY, canary, production, elapsed)
     assert got == verdict
     assert {c.metric for c in checks if c.passed is False} == failing
+
+
+def test_an_unjudged_check_says_which_side_is_short():
+    checks, verdict = analysis.judge(POLICY, side(990), side(10), 6000)
+    assert verdict == analysis.WAIT
+    by_metric = {c.metric: c for c in checks}
+    assert by_metric["error_rate"].passed is True  # the canary's own rate needs no production
+    assert by_metric["latency_p95_ratio"].passed is None
+    assert by_metric["latency_p95_ratio"].detail == \
+        "not judged yet: production has 10 of the 20 requests a verdict needs"
+
+
+def window(alias: str, requests: int, errors: int, at_bucket: int) -> TrafficWindow:
+    return TrafficWindow(served_name="acme/x@2", alias=alias, requests=requests,
+                         errors={"server_error": errors} if errors else {}, completion_tokens=requests,
+                         busy_s=float(requests), ttft_buckets=buckets(**{f"b{at_bucket}": requests - errors}),
+                         latency_buckets=buckets(**{f"b{at_bucket}": requests - errors}),
+                         shadow_compared=0, shadow_agreed=0)
+
+
+def test_a_side_is_its_alias_traffic_alone():
+    """Requests pinned to the canary's version by number (`acme/x@2`) are no evidence about the
+    canary alias: cheap pinned traffic cannot dilute a failing canary's numbers."""
+    rows = [window("canary", 100, 40, 14), window("pinned", 5000, 0, 0)]
+    canary = analysis.side("acme/x@2", "canary", rows)
+    assert (canary.requests, canary.error_rate) == (100, 0.4)
+    assert canary.latency_p95_ms == WINDOW_BUCKETS[-1] * 1000
+    assert analysis.side("acme/x@2", "production", rows).requests == 0
 
 
 @pytest.mark.parametrize(("spec", "message"), [
