@@ -4,7 +4,8 @@ canary on a schedule; several housekeepers may, since every change is made under
 after reading the canary afresh.
 
 A reviewer may pause a canary (its analysis stops, its weight stays) and resume it (the current
-step starts over), and resumes a canary waiting at a manual gate."""
+step starts over), and resumes a canary waiting at a manual gate: a second person, as approval
+needs, never its uploader or requester."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ from registry.auth.principal import Principal, Role
 from registry.canaries import analysis
 from registry.canaries.schemas import CanaryStatus
 from registry.clock import aware
-from registry.errors import Conflict, NotFound
-from registry.promotions import activation, canary_actions, rules
+from registry.errors import Conflict, Forbidden, NotFound
+from registry.promotions import activation, canary_actions, gates, rules
 from registry.promotions import repository as promotions
 from registry.promotions.analysis_policy import CanaryAnalysis
 from registry.tables import Adapter, AdapterVersion, Promotion, Tenant
@@ -118,6 +119,7 @@ def resume(session: Session, principal: Principal, promotion_id: int) -> CanaryS
         raise Conflict(f"canary {promotion_id} is {state['state']}, neither paused nor at a gate",
                        code="not_paused", hint="Only a paused canary, or one at a manual gate, resumes.")
     if state["state"] == AT_GATE:
+        _require_second_person(session, principal, promotion)
         state["gate_opened"] = True
     else:
         state.update(canary_actions.step_start(session, _now()))
@@ -126,6 +128,14 @@ def resume(session: Session, principal: Principal, promotion_id: int) -> CanaryS
     promotion.analysis_state = state
     activation.record(session, promotion, "canary.resumed", principal.label)
     return status_of(session, principal, promotion_id)
+
+
+def _require_second_person(session: Session, principal: Principal, promotion: Promotion) -> None:
+    """Opening a manual gate is an approval of the next step: four eyes, as for the promotion."""
+    gate = gates.four_eyes(session, promotion, principal)
+    if not gate.passed:
+        raise Forbidden(f"the gate of canary {promotion.id} cannot be opened by {principal.subject}: "
+                        f"{gate.message}", code="four_eyes", hint=gate.hint)
 
 
 def statuses_of(session: Session, principal: Principal, promotion_ids: list[int]) -> dict[int, CanaryStatus]:

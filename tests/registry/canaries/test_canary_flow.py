@@ -62,11 +62,12 @@ def production_of(admin, pool: str) -> str:
                 and any(a["alias"] == "production" for a in e["aliases"]))
 
 
-def start_canary(make_ready, client_for, second_reviewer, pool: str, **policy) -> tuple[dict, int]:
+def start_canary(make_ready, client_for, second_reviewer, pool: str, requester: str = "acme_uploader",
+                 **policy) -> tuple[dict, int]:
     version = make_ready("canaried")
     body = {"adapter": ADAPTER, "version": version["number"], "alias": "canary",
             "analysis": {"window_s": WINDOW_S, "min_requests": 20, **policy}}
-    created = client_for("acme_uploader").post(f"/v1/pools/{pool}/promotions", json=body)
+    created = client_for(requester).post(f"/v1/pools/{pool}/promotions", json=body)
     assert created.status_code == 201, created.text
     assert created.json()["weight"] == policy["steps"][0]["weight"]
     approved = second_reviewer.post(f"/v1/promotions/{created.json()['id']}/approve",
@@ -235,6 +236,28 @@ def test_a_paused_canary_is_not_judged_and_resumes_with_a_fresh_window(
     judge(engine, promotion_id, after_s=1)
     # The failures came before the resume: its fresh window has seen none of them.
     assert canary_weight(admin, pool, version["served_name"]) == 5
+    second_reviewer.post(f"/v1/pools/{pool}/aliases/{ADAPTER}/canary/rollback", json={"comment": "done"})
+
+
+def test_the_reviewer_who_requested_a_canary_does_not_open_its_gate(
+        first, make_ready, client_for, second_reviewer, promo_pools, router_client, admin, engine):
+    """A manual gate is an approval of the next step: the requester cannot wave it through."""
+    pool = promo_pools["open"]
+    version, promotion_id = start_canary(make_ready, client_for, second_reviewer, pool, requester="acme_reviewer",
+                                         steps=[{"weight": 10, "manual_gate": True}, {"weight": 50}])
+    served, production = version["served_name"], production_of(admin, pool)
+    report(router_client, pool, window(served, "canary", 30), window(production, "production", 30))
+    judge(engine, promotion_id, after_s=WINDOW_S + 1)
+    resumes = len(events(engine, "canary.resumed", promotion_id))
+
+    refused = client_for("acme_reviewer").post(f"/v1/promotions/{promotion_id}/canary/resume")
+    assert_refused(refused, 403, "four_eyes", f"the gate of canary {promotion_id} cannot be opened by "
+                                              "acme_reviewer: ")
+    assert "requested this promotion and may not approve it" in refused.json()["error"]["message"]
+    status = client_for("acme_reviewer").get(f"/v1/promotions/{promotion_id}/canary").json()
+    assert status["state"] == "awaiting_gate" and len(events(engine, "canary.resumed", promotion_id)) == resumes
+
+    assert second_reviewer.post(f"/v1/promotions/{promotion_id}/canary/resume").json()["state"] == "analysing"
     second_reviewer.post(f"/v1/pools/{pool}/aliases/{ADAPTER}/canary/rollback", json={"comment": "done"})
 
 
