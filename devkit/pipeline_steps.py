@@ -36,8 +36,9 @@ def create_suite(admin: httpx.Client, name: str, base: str, rows: list[dict], me
 
 def finish_evaluation(engine: Engine, evaluation_id: int, *, passed: bool = True,
                       parity: bool = True, failing: tuple[str, ...] = (),
-                      exact_match: float | None = None) -> None:
-    """Record an outcome as a worker would (`exact_match`: the score to report, else 1 or 0)."""
+                      exact_match: float | None = None, engine_record: dict | None = None) -> None:
+    """Record an outcome as a worker would (`exact_match`: the score to report, else 1 or 0;
+    `engine_record`: the engine it says it ran on)."""
     score = exact_match if exact_match is not None else 1.0 if passed else 0.0
     metrics = {"exact_match": {"value": score, "base": 0.0,
                                "threshold": {"min": 0.5}, "passed": passed},
@@ -52,7 +53,7 @@ def finish_evaluation(engine: Engine, evaluation_id: int, *, passed: bool = True
         if others:
             claims.release(session, claim.token, others, reason="not this test's evaluation")
         outcome = claims.Outcome(passed=not failing, reason=None if not failing else "thresholds",
-                                 failing_metrics=failing, metrics=metrics, engine=None, timings=None,
+                                 failing_metrics=failing, metrics=metrics, engine=engine_record, timings=None,
                                  examples=[])
         assert claims.record(session, claim.token, evaluation_id, outcome,
                              after_outcome=requalification.after_evaluation)

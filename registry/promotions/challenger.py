@@ -69,6 +69,11 @@ def _judge(suite: str, pair: tuple[Evaluation, Evaluation] | None, incumbent: st
             return True, f"{suite}: the comparison is still {run.state} (evaluation {challenger_run.id})"
         if not run.metrics:
             return True, f"{suite}: {who} could not be evaluated ({run.reason or 'no metrics'})"
+    if challenger_run.engine != incumbent_run.engine:
+        # A half evaluated again alone (its worker died between the two records) may have run
+        # on another engine: the comparison is only fair on one.
+        return True, (f"{suite}: the two versions were evaluated on different engines "
+                      f"({_engine_text(challenger_run.engine)} and {_engine_text(incumbent_run.engine)})")
     scores, worse = [], []
     for metric in QUALITY_METRICS:
         mine = (challenger_run.metrics.get(metric) or {}).get("value")
@@ -86,3 +91,9 @@ def _judge(suite: str, pair: tuple[Evaluation, Evaluation] | None, incumbent: st
     if worse:
         return True, f"{suite}: " + ", ".join(worse)
     return False, f"{suite}: " + (", ".join(scores) or "no task metric to compare")
+
+
+def _engine_text(engine: dict | None) -> str:
+    if not engine:
+        return "none recorded"
+    return f"vLLM {engine.get('vllm_version')} at {engine.get('url')}"

@@ -201,6 +201,23 @@ def test_a_challenger_worse_than_the_margin_is_blocked_with_both_scores(
     assert promotion_count(engine) == promotions
 
 
+def test_halves_evaluated_on_two_engines_are_not_compared(champion, make_ready, client_for, promo_pools, engine):
+    """A half evaluated again alone (its worker died between the two records) may run on another
+    engine: the challenger is not judged on that comparison, even a better one."""
+    version, paired = upload_challenger(make_ready, client_for)
+    one = {"url": "http://eval-a:8000", "vllm_version": "0.32.0", "dtype": "float32", "flags": {}}
+    finish_evaluation(engine, paired["pair"]["other_evaluation_id"], exact_match=0.5, engine_record=one)
+    finish_evaluation(engine, paired["id"], exact_match=1.0, engine_record={**one, "url": "http://eval-b:8000"})
+    promotions = promotion_count(engine)
+
+    response = request_promotion(client_for("acme_uploader"), promo_pools["open"], version)
+
+    assert_refused(response, 422, "gate_blocked",
+                   f"{TASK_SUITE}: the two versions were evaluated on different engines (vLLM 0.32.0 at "
+                   "http://eval-b:8000 and vLLM 0.32.0 at http://eval-a:8000)")
+    assert promotion_count(engine) == promotions
+
+
 def test_a_challenger_within_the_margin_passes_unless_improvement_is_required(
         champion, make_ready, client_for, promo_pools, engine, second_reviewer):
     uploader = client_for("acme_uploader")
