@@ -24,6 +24,13 @@ FAMILIES = {
     "mixtral": ("mixtral", "MixtralForCausalLM", {"num_local_experts": 4}),
     "qwen2_moe": ("qwen2_moe", "Qwen2MoeForCausalLM", {"num_experts": 4, "moe_intermediate_size": 32,
                                                        "shared_expert_intermediate_size": 64}),
+    # Multi-head latent attention (kv_a_proj_with_mqa, kv_b_proj). vLLM's CPU latent attention
+    # takes only a 512 + 64 wide latent, and every layer is dense: its MoE LoRA needs Triton.
+    "deepseek_v2": ("deepseek_v2", "DeepseekV2ForCausalLM", {
+        "kv_lora_rank": 512, "q_lora_rank": None, "qk_rope_head_dim": 64, "qk_nope_head_dim": 16,
+        "v_head_dim": 32, "num_key_value_heads": 4, "n_routed_experts": 4, "n_shared_experts": 1,
+        "moe_intermediate_size": 64, "num_experts_per_tok": 2, "first_k_dense_replace": 2,
+        "topk_group": 1, "n_group": 1}),
 }
 
 

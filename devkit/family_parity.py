@@ -61,8 +61,10 @@ def recipes(table: ModuleTable) -> dict[str, dict]:
     calls them: q_proj or a fused qkv_proj), every linear layer, its input embedding with one
     projection (an embedding LoRA, which vLLM takes for some families only), and the attention
     projections with a rank_pattern and an alpha_pattern (two modules with their own scaling)."""
+    facts = vllm_support.facts_for(table.architecture)
+    absorbed = facts.absorbed_modules if facts else frozenset()  # all-linear still tries them
     attention = sorted({entry.short_name for entry in table.modules
-                        if entry.kind == "linear" and ".self_attn." in entry.name})
+                        if entry.kind == "linear" and ".self_attn." in entry.name} - absorbed)
     embedding = next(entry.short_name for entry in table.modules if entry.kind == "embedding")
     return {"attention": {"target_modules": attention}, "all-linear": {"target_modules": "all-linear"},
             "embedding": {"target_modules": [embedding, attention[0]]},

@@ -4,8 +4,9 @@
 
 For every model class vLLM registers and can import here: whether it serves LoRA at all, and if
 it does, its packed modules (qkv_proj from q, k and v), the embedding modules it takes a LoRA on,
-and whether it wants expert LoRA as 3-D tensors. These are class attributes, read without
-building a model. Classes that cannot be imported here (they need a package this vLLM build
+whether it wants expert LoRA as 3-D tensors, and the modules it absorbs (its multi-head latent
+attention folds kv_b_proj's weight into the attention, so a LoRA on kv_b_proj is never applied
+as trained). These are read from the classes and their modules, without building a model. Classes that cannot be imported here (they need a package this vLLM build
 lacks) are left out: the registry leaves an architecture it has no facts for to the engine.
 """
 
@@ -37,8 +38,18 @@ def facts() -> dict:
                                (getattr(model_class, "packed_modules_mapping", None) or {}).items()},
             "embedding_modules": sorted(getattr(model_class, "embedding_modules", None) or {}),
             "experts_3d": bool(getattr(model_class, "is_3d_moe_weight", False)),
+            "absorbed_modules": ["kv_b_proj"] if _latent_attention(model_class) else [],
         }
     return {"vllm": vllm.__version__, "lora": lora, "no_lora": no_lora}
+
+
+def _latent_attention(model_class) -> bool:
+    """Whether the class (or one it derives from) attends through vLLM's multi-head latent
+    attention layer."""
+    from vllm.model_executor.layers.mla import MultiHeadLatentAttentionWrapper
+
+    return any(getattr(sys.modules.get(cls.__module__), "MultiHeadLatentAttentionWrapper", None)
+               is MultiHeadLatentAttentionWrapper for cls in model_class.__mro__)
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ module the base does not have is refused: vLLM would load it and silently never 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from registry.adapters import tensor_names
 from registry.adapters.module_scaling import Scaling
@@ -66,8 +66,11 @@ def check_layout(tensors: list[TensorInfo], spec: LoraSpec, table: ModuleTable) 
     pairs: dict[str, tuple[Site, dict[str, TensorInfo]]] = {}
     for tensor in tensors:
         name = tensor_names.read(tensor)
-        site = _site(name, tensor, table, targets)
-        _check_served(site, tensor, table, facts)
+        in_table = table.table_name(name.pattern)
+        # Spelt as this transformers spells a module the checkpoints (and vLLM) name otherwise?
+        checkpoint_name = table.checkpoint_name(name.module) if in_table == name.pattern else None
+        site = _site(replace(name, pattern=in_table), tensor, table, targets)
+        _check_served(site, tensor, table, facts, checkpoint_name)
         _, pair = pairs.setdefault(site.key, (site, {}))
         if name.side in pair:
             raise refuse(
@@ -183,7 +186,8 @@ def _check_layer(name: TensorName, tensor: TensorInfo, entry: ModuleEntry) -> No
                      code="layer_out_of_range", hint="The adapter was trained on a different base model.")
 
 
-def _check_served(site: Site, tensor: TensorInfo, table: ModuleTable, facts: LoraFacts | None) -> None:
+def _check_served(site: Site, tensor: TensorInfo, table: ModuleTable, facts: LoraFacts | None,
+                  checkpoint_name: str | None) -> None:
     """What vLLM's class for this architecture refuses, or would load and never apply."""
     if facts is None:
         return  # an architecture vLLM's facts do not cover: the pool's engine judges it
@@ -195,9 +199,16 @@ def _check_served(site: Site, tensor: TensorInfo, table: ModuleTable, facts: Lor
     elif site.form == "linear" and short in facts.packed_modules and short not in facts.packed_modules[short]:
         parts = ", ".join(facts.packed_modules[short])
         why = f"vLLM {vllm_support.version()} builds {short} from {parts} and takes their LoRAs, not {short}'s"
+    elif short in facts.absorbed_modules:
+        why = (f"vLLM {vllm_support.version()} folds {short}'s weight into {table.architecture}'s latent "
+               "attention, so a LoRA on it would be loaded and never applied as trained")
     elif site.form == "experts_3d" and not facts.experts_3d:
         why = (f"vLLM {vllm_support.version()} takes expert LoRAs for {table.architecture} one "
                "expert at a time (experts.N.gate_proj, up_proj, down_proj), not as 3-D tensors")
+    elif checkpoint_name is not None:
+        why = (f"{table.architecture}'s checkpoints, and vLLM {vllm_support.version()}, name this module "
+               f"{checkpoint_name!r}; under transformers {table.transformers}'s name {site.key!r} vLLM "
+               "would load the LoRA and never apply it")
     if why:
         raise refuse(f"tensor {tensor.name!r}: {why}", code="module_not_served",
                      hint="Train without this module; docs/families.md lists what vLLM serves per family.")
@@ -270,6 +281,7 @@ def _check_experts_complete(slices: list[Site]) -> None:
 def _check_targets_covered(table: ModuleTable, targets: Targets, pairs: dict) -> None:
     """What the config targets, peft saves: a targeted module without tensors means the config
     and the weights disagree (layers_to_transform, most often)."""
+    saved = {table.table_name(key) for key in pairs}
     for entry in table.modules:
         for layer in entry.layers or (None,):
             path = entry.name if layer is None else entry.name.replace(".*.", f".{layer}.", 1)
@@ -277,7 +289,7 @@ def _check_targets_covered(table: ModuleTable, targets: Targets, pairs: dict) ->
                 targeted = targets.parameter(path)
             else:
                 targeted = targets.module(path, linear=entry.kind == "linear" and not table.is_output_embedding(entry))
-            if targeted and path not in pairs:
+            if targeted and path not in saved:
                 raise refuse(
                     f"adapter_config.json targets {path!r}, but no tensor is saved for it",
                     code="target_without_tensors",

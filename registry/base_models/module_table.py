@@ -21,6 +21,10 @@ Kind = Literal["linear", "embedding", "expert_parameter"]
 DERIVE_TIMEOUT_S = 120  # the first import of torch and transformers takes seconds; a build, less
 MAX_OUTPUT_BYTES = 4 * 1024**2
 MAX_CONFIG_BYTES = 256 * 1024
+# What a stored table's derivation knew. Raise it when the derivation learns to say more (2:
+# checkpoint renames, the architecture config.json names, experts stored (experts, in, out)):
+# tables stored in an older format are derived again when they are next read.
+TABLE_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -52,15 +56,28 @@ class ModuleTable:
     vocab_size: int
     tied_embeddings: bool
     modules: tuple[ModuleEntry, ...]  # in the model's order: peft nests expert parameters by it
+    # Module path segments the model's checkpoints name otherwise than this transformers does,
+    # as (the checkpoints', the table's): Mixtral's (".block_sparse_moe.", ".mlp."). vLLM's
+    # classes keep the checkpoints' names, and look LoRAs up by them.
+    renamed: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict:
-        return {**{field.name: getattr(self, field.name) for field in fields(self) if field.name != "modules"},
-                "modules": [{**asdict(entry), "layers": list(entry.layers)} for entry in self.modules]}
+        return {**{field.name: getattr(self, field.name) for field in fields(self)
+                   if field.name not in ("modules", "renamed")},
+                "modules": [{**asdict(entry), "layers": list(entry.layers)} for entry in self.modules],
+                "renamed": [list(pair) for pair in self.renamed], "format": TABLE_FORMAT}
+
+    @staticmethod
+    def is_current(data: dict) -> bool:
+        """Whether a stored table was derived as this code derives them."""
+        return data.get("format", 1) >= TABLE_FORMAT
 
     @classmethod
     def from_json(cls, data: dict) -> ModuleTable:
+        data = {key: value for key, value in data.items() if key != "format"}
         return cls(**{**data, "modules": tuple(ModuleEntry(**{**entry, "layers": tuple(entry["layers"])})
-                                               for entry in data["modules"])})
+                                               for entry in data["modules"]),
+                      "renamed": tuple(tuple(pair) for pair in data.get("renamed", ()))})
 
     def entry(self, pattern: str, layer: int | None = None) -> ModuleEntry | None:
         """The module at this name (`*` for its layer number) in this layer. A name can have
@@ -68,6 +85,22 @@ class ModuleTable:
         found = self._by_name.get(pattern, [])
         in_layer = [entry for entry in found if layer is None or layer in entry.layers or not entry.layers]
         return (in_layer or found or [None])[0]
+
+    def table_name(self, path: str) -> str:
+        """A module path as this table spells it: the checkpoints' names read as transformers'."""
+        dotted = f".{path}."
+        for checkpoints, table in self.renamed:
+            dotted = dotted.replace(checkpoints, table)
+        return dotted[1:-1]
+
+    def checkpoint_name(self, path: str) -> str | None:
+        """The checkpoints' name of a path spelt as this transformers spells a renamed module
+        (the name vLLM knows it by), or None when no segment of it was renamed."""
+        dotted = f".{path}."
+        named = dotted
+        for checkpoints, table in self.renamed:
+            named = named.replace(table, checkpoints)
+        return named[1:-1] if named != dotted else None
 
     def expert_parameters(self, owner: str) -> list[ModuleEntry]:
         """The 3-D parameters a module holds, in the order the model registers them."""

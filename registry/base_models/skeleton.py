@@ -24,6 +24,7 @@ from collections import defaultdict
 MEMORY_BYTES = 4 * 1024**3
 CPU_SECONDS = 120
 LAYER = re.compile(r"\.(\d+)\.")  # the first number in a name is its decoder layer
+SEGMENT_RENAME = re.compile(r"\.[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\.")
 
 
 def describe(config: dict) -> dict:
@@ -38,6 +39,7 @@ def describe(config: dict) -> dict:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(built, trust_remote_code=False)
 
+    text = built.get_text_config()
     found: dict[tuple, list[int]] = defaultdict(list)
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Linear):
@@ -52,9 +54,10 @@ def describe(config: dict) -> dict:
     layers_with_weights = (torch.nn.Linear, Conv1D, torch.nn.Embedding)
     for name, parameter in model.named_parameters():
         owner_name, _, parameter_name = name.rpartition(".")
-        if parameter.dim() == 3:  # experts fused into one parameter: (experts, out, in)
+        if parameter.dim() == 3:  # experts fused into one parameter: (experts, out, in) or (experts, in, out)
             experts, out_features, in_features = parameter.shape
-            if getattr(model.get_submodule(owner_name), "is_transposed", False):  # GPT-OSS: (experts, in, out)
+            if _stored_in_first(model.get_submodule(owner_name), parameter_name, parameter.shape,
+                                int(text.hidden_size)):
                 experts, in_features, out_features = parameter.shape
             _add(found, name, ("expert_parameter", in_features, out_features, experts))
         elif (parameter.dim() == 2 and parameter_name == "weight"
@@ -64,13 +67,62 @@ def describe(config: dict) -> dict:
     modules = [{"name": name, "kind": kind, "in_features": int(in_f), "out_features": int(out_f),
                 "experts": None if experts is None else int(experts), "layers": layers}
                for (name, kind, in_f, out_f, experts), layers in found.items()]
-    text = built.get_text_config()
     output, embedding = model.get_output_embeddings(), model.get_input_embeddings()
-    return {"transformers": transformers.__version__, "architecture": type(model).__name__,
+    return {"transformers": transformers.__version__, "architecture": _architecture(config, model),
             "hidden_size": int(text.hidden_size), "num_layers": int(text.num_hidden_layers),
             "vocab_size": int(text.vocab_size),
             "tied_embeddings": output is not None and output.weight is embedding.weight,
-            "modules": modules}
+            "modules": modules, "renamed": _checkpoint_renames(model_type)}
+
+
+def _architecture(config: dict, model) -> str:
+    """The class config.json names: vLLM picks its model class by it, and it may be spelled
+    otherwise than transformers' (PhiMoEForCausalLM beside PhimoeForCausalLM)."""
+    named = config.get("architectures")
+    if isinstance(named, list) and named and isinstance(named[0], str):
+        return named[0]
+    return type(model).__name__
+
+
+def _stored_in_first(owner, parameter_name: str, shape, hidden_size: int) -> bool:
+    """Whether a 3-D expert parameter is stored (experts, in, out), as GPT-OSS and Llama 4 store
+    theirs, rather than (experts, out, in) as Mixtral's. A module that says so (`is_transposed`)
+    is believed; otherwise the residual stream tells: a down projection writes it, every other
+    projection reads it. Where both sides are as wide, (experts, out, in) is assumed."""
+    flag = getattr(owner, "is_transposed", None)
+    if isinstance(flag, bool):
+        return flag
+    _, first, second = shape
+    writes_residual = "down" in parameter_name or parameter_name == "w2"
+    hidden_first = first == hidden_size and second != hidden_size
+    hidden_second = second == hidden_size and first != hidden_size
+    return hidden_second if writes_residual else hidden_first
+
+
+def _checkpoint_renames(model_type: str) -> list[list[str]]:
+    """The module renames transformers applies when it loads this model type's checkpoints
+    (its conversion mapping), as (checkpoint's segment, transformers' segment): the plain ones,
+    which rename a module and nothing else."""
+    try:
+        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+        from transformers.core_model_loading import WeightRenaming
+    except ImportError:  # a transformers that renames nothing
+        return []
+    renames = []
+    for rule in get_checkpoint_conversion_mapping(model_type) or []:
+        if type(rule) is not WeightRenaming or len(rule.source_patterns) != 1 or len(rule.target_patterns) != 1:
+            continue
+        old, new = (_as_segment(rule.source_patterns[0]), _as_segment(rule.target_patterns[0]))
+        if old and new:
+            renames.append([old, new])
+    return renames
+
+
+def _as_segment(pattern: str) -> str | None:
+    """`.block_sparse_moe.` as it is, `.gate.weight` as `.gate.` (a module's weight renamed is the
+    module renamed); None for a pattern that is a regular expression or no whole segment."""
+    segment = pattern.removesuffix("weight")
+    return segment if SEGMENT_RENAME.fullmatch(segment) else None
 
 
 def _model_type_of(architectures) -> str:

@@ -21,10 +21,11 @@ def config_digest(config: dict[str, Any]) -> str:
 
 
 def table_for_config(session: Session, config: dict[str, Any]) -> ModuleTable:
-    """The stored table of this config, derived and stored first if there is none."""
+    """The stored table of this config, derived and stored first if there is none, or if the
+    stored one was derived by an older registry (it knew less of the architecture)."""
     digest = config_digest(config)
     stored = repository.stored_table(session, digest)
-    if stored is not None:
+    if stored is not None and ModuleTable.is_current(stored):
         return ModuleTable.from_json(stored)
     table = derive(config)  # seconds: a process that imports torch
     repository.store_table(session, digest, table.to_json())

@@ -3,7 +3,8 @@
 The facts (vllm_lora_facts.json) are read from vLLM's own model classes by
 `devkit.vllm_lora_facts`, never written by hand: which architectures serve LoRA at all, the
 packed modules each one builds (its qkv_proj from q_proj, k_proj and v_proj), the embedding
-modules it takes a LoRA on, and whether it wants expert LoRA as 3-D tensors. For an
+modules it takes a LoRA on, whether it wants expert LoRA as 3-D tensors, and the modules whose
+weight it folds into another (kv_b_proj under latent attention), whose LoRA it never applies. For an
 architecture not in the file, the registry checks only the module table, and the pool's engine
 judges the rest when it evaluates.
 """
@@ -25,6 +26,7 @@ class LoraFacts:
     packed_modules: dict[str, list[str]]
     embedding_modules: frozenset[str]
     experts_3d: bool
+    absorbed_modules: frozenset[str]
 
 
 @cache
@@ -42,7 +44,8 @@ def facts_for(architecture: str) -> LoraFacts | None:
         return None
     return LoraFacts(packed_modules=known["packed_modules"],
                      embedding_modules=frozenset(known["embedding_modules"]),
-                     experts_3d=known["experts_3d"])
+                     experts_3d=known["experts_3d"],
+                     absorbed_modules=frozenset(known.get("absorbed_modules", ())))
 
 
 def refuse_unserved(architecture: str) -> None:

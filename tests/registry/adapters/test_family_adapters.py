@@ -66,6 +66,9 @@ def upload(client: httpx.Client, name: str, folder: Path, **fields) -> httpx.Res
     # Llama's list on Phi-3: peft targets the two names Phi-3 has, and saves the whole list.
     ("phi3", {"target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]},
      ["down_proj", "o_proj"]),
+    # Latent attention's projections that vLLM runs as layers.
+    ("deepseek_v2", {"target_modules": ["q_proj", "kv_a_proj_with_mqa", "o_proj"]},
+     ["kv_a_proj_with_mqa", "o_proj", "q_proj"]),
     ("gemma2", {"target_modules": "all-linear", "exclude_modules": ["down_proj"]},
      ["gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]),
 ])
@@ -89,9 +92,11 @@ def edit_config(folder: Path, **changes) -> Path:
     return folder
 
 
-def per_expert(folder: Path, *, skip: str | None = None, wrong: str | None = None) -> Path:
+def per_expert(folder: Path, *, skip: str | None = None, wrong: str | None = None,
+               owner: str = "block_sparse_moe") -> Path:
     """A Mixtral adapter with each expert's LoRA saved one by one (experts.N.w1/w2/w3), as vLLM
-    takes them; `skip` leaves one out, `wrong` gives one a lora_B of the wrong width."""
+    takes them, under the checkpoints' name of the experts' module (`owner`; transformers 5 calls
+    it `mlp`); `skip` leaves one out, `wrong` gives one a lora_B of the wrong width."""
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -101,7 +106,7 @@ def per_expert(folder: Path, *, skip: str | None = None, wrong: str | None = Non
         for layer in (0, 1):
             for expert in range(4):
                 for projection, (n_in, n_out) in shapes.items():
-                    module = f"base_model.model.model.layers.{layer}.mlp.experts.{expert}.{projection}"
+                    module = f"base_model.model.model.layers.{layer}.{owner}.experts.{expert}.{projection}"
                     if module.endswith(skip or "-"):
                         continue
                     width = n_out + 1 if module.endswith(wrong or "-") else n_out
@@ -145,17 +150,18 @@ QKV0 = "base_model.model.model.layers.0.self_attn.qkv_proj"
      "shape_mismatch", "module 'model.layers.0.self_attn.qkv_proj' (linear): expected lora_A (4, 128) "
                        "and lora_B (256, 4), got (4, 128) and (64, 4)"),
     ("mixtral", {"target_modules": ["q_proj", "v_proj"]}, lambda folder: per_expert(folder, wrong="3.w2"),
-     "shape_mismatch", "module 'model.layers.0.mlp.experts.3.w2' (expert_parameter): expected "
+     "shape_mismatch", "module 'model.layers.0.block_sparse_moe.experts.3.w2' (expert_parameter): expected "
                        "lora_A (4, 256) and lora_B (128, 4), got (4, 256) and (129, 4)"),
     ("mixtral", {"target_modules": ["q_proj", "v_proj"]}, lambda folder: per_expert(folder, skip="2.w3"),
-     "incomplete_experts", "'model.layers.0.mlp.experts' has LoRAs for some experts but none for "
+     "incomplete_experts", "'model.layers.0.block_sparse_moe.experts' has LoRAs for some experts but none for "
                            "expert 2's up_proj (1 missing)"),
     # Expert 0's w1 saved a second time under its other name: vLLM would stack one of the two.
     ("mixtral", {"target_modules": ["q_proj", "v_proj"]}, lambda folder: edit_config(edit_tensors(
         per_expert(folder), lambda t: t.update({name.replace(".0.w1.", ".0.gate_proj."): value
                                                 for name, value in list(t.items()) if ".experts.0.w1." in name})),
         target_modules=["q_proj", "v_proj", "w1", "w2", "w3", "gate_proj"]),
-     "duplicate_module", "'model.layers.0.mlp.experts.0.gate_proj' and 'model.layers.0.mlp.experts.0.w1' are "
+     "duplicate_module", "'model.layers.0.block_sparse_moe.experts.0.gate_proj' and "
+                         "'model.layers.0.block_sparse_moe.experts.0.w1' are "
                          "both expert 0's gate_proj; vLLM would serve one of them"),
     # Trained on layer 1 only, but the config now says layers 0 and 1.
     ("llama", {"target_modules": ["q_proj"], "layers_to_transform": [1]},
@@ -170,9 +176,18 @@ QKV0 = "base_model.model.model.layers.0.self_attn.qkv_proj"
      lambda folder: edit_tensors(folder, lambda t: t.update(
          {name.replace("qkv_proj", "q_proj"): value for name, value in list(t.items())})),
      "unknown_module", "is for module 'model.layers.0.self_attn.q_proj', which Phi3ForCausalLM does not have"),
+    # Experts saved one by one under transformers 5's name of their module (mlp); vLLM's Mixtral
+    # keeps the checkpoints' (block_sparse_moe) and would never apply them.
+    ("mixtral", {"target_modules": ["q_proj", "v_proj"]}, lambda folder: per_expert(folder, owner="mlp"),
+     "module_not_served", "MixtralForCausalLM's checkpoints, and vLLM 0.32.0, name this module "
+                          "'model.layers.0.block_sparse_moe.experts.0.w1'; under transformers"),
+    # Latent attention folds kv_b_proj's weight into the attention: vLLM would load its LoRA
+    # and serve the base's answer (measured: log-probabilities 0.68 off peft's).
+    ("deepseek_v2", {"target_modules": ["q_proj", "kv_b_proj"]}, None, "module_not_served",
+     "vLLM 0.32.0 folds kv_b_proj's weight into DeepseekV2ForCausalLM's latent attention"),
 ], ids=["embedding_not_served", "mixtral_all_linear", "experts_only_not_served", "experts_3d_not_served", "fused_wrong_shape", "expert_wrong_shape",
         "expert_missing", "expert_named_twice", "layers_to_transform_missing_layer", "layers_to_transform_extra_layer",
-        "module_the_family_lacks"])
+        "module_the_family_lacks", "experts_under_transformers_5_names", "latent_attention_absorbs_kv_b_proj"])
 def test_what_vllm_would_not_serve_is_refused_naming_the_module(uploader, adapter, stored_state,
                                                                family, lora, change, code, message):
     folder = adapter(family, **lora)
@@ -198,8 +213,8 @@ def test_experts_of_one_projection_at_two_ranks_are_served_only_folded(uploader,
     before = stored_state()
 
     assert_refused(upload(uploader, "mixtral-expert-ranks", folder), 422, "expert_ranks_differ",
-                   "'model.layers.0.mlp.experts.0.w1' has rank 8 but 'model.layers.0.mlp.experts.1.w1' has "
-                   "rank 4; vLLM stacks every expert's gate_proj into one LoRA of one rank")
+                   "'model.layers.0.block_sparse_moe.experts.0.w1' has rank 8 but "
+                   "'model.layers.0.block_sparse_moe.experts.1.w1' has rank 4; vLLM stacks every expert's gate_proj into one LoRA of one rank")
     assert stored_state() == before
     folded = upload(uploader, "mixtral-expert-ranks", folder, fold_scaling="true")
     assert folded.status_code == 201, folded.text

@@ -43,4 +43,10 @@ LAYER_MODULES = {
                               linear("mlp.shared_expert.down_proj", 64, 128),
                               linear("mlp.shared_expert_gate", 128, 1),
                               experts("gate_up_proj", 128, 64), experts("down_proj", 32, 128)},
+    # Latent attention: q is 4 heads x (16 + 64 rotary) wide; kv_a projects to the 512-wide latent
+    # and the 64 rotary dims, kv_b from the latent to 4 heads x (16 keys + 32 values).
+    "deepseek_v2": {linear("self_attn.q_proj", 128, 320), linear("self_attn.kv_a_proj_with_mqa", 128, 576),
+                    linear("self_attn.kv_b_proj", 512, 192), linear("self_attn.o_proj", 128, 128),
+                    linear("mlp.gate_proj", 128, 256), linear("mlp.up_proj", 128, 256),
+                    linear("mlp.down_proj", 256, 128)},
 }

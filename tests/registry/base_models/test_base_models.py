@@ -7,8 +7,12 @@ import json
 
 import pytest
 import transformers
+from sqlalchemy.orm import Session
 
 from devkit.family_models import FAMILIES, config_of
+from registry.base_models import repository
+from registry.base_models.module_table import ModuleTable, derive
+from registry.base_models.stored_tables import config_digest, table_for_config
 from tests.registry.base_models.families import LAYER_MODULES
 from tests.support.asserts import assert_refused
 
@@ -105,3 +109,22 @@ def test_an_oversized_chunked_body_is_refused_with_413(admin, base_model):
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "body_too_large"
     assert admin.get("/v1/base-models", params={"limit": 200}).json()["items"] == before
+
+
+def test_a_table_an_older_registry_stored_is_derived_again_when_read(engine):
+    """A registry that learned more of architectures (here: checkpoint renames, and the name
+    config.json gives the class) does not keep serving what an older one stored."""
+    config = {**config_of("mixtral"), "vocab_size": 257}  # a config, and a stored table, of its own
+    older = derive(config).to_json()
+    del older["format"]
+    older.update(architecture="MixtralStale", renamed=[])
+    with Session(engine) as session, session.begin():
+        repository.store_table(session, config_digest(config), older)
+
+    with Session(engine) as session, session.begin():
+        table = table_for_config(session, config)
+
+    assert table.architecture == "MixtralForCausalLM" and table.renamed == ((".block_sparse_moe.", ".mlp."),)
+    with Session(engine) as session:
+        stored = repository.stored_table(session, config_digest(config))
+    assert ModuleTable.is_current(stored) and stored["architecture"] == "MixtralForCausalLM"

@@ -9,6 +9,7 @@ from registry.base_models.module_table import MAX_CONFIG_BYTES, ModuleTable, der
 from registry.errors import Unprocessable
 from devkit.family_models import SIZES, config_of
 
+
 def test_a_config_transformers_cannot_build_is_refused_naming_its_version():
     import transformers
 
@@ -56,3 +57,26 @@ def test_a_module_with_two_shapes_is_checked_against_the_one_in_its_layer():
                for layer, out in ((0, 128), (1, 256)) for side, shape in (("A", (4, 64)), ("B", (out, 4)))]
 
     assert check_layout(tensors, spec, table).modules == ("q_proj",)
+
+
+def test_experts_stored_in_first_are_read_so_whatever_the_module_says():
+    """Llama 4 stores its experts (experts, in, out) without saying so, Mixtral (experts, out, in):
+    the residual stream's width tells which side is which."""
+    llama4 = derive({**SIZES, "model_type": "llama4_text", "architectures": ["Llama4ForCausalLM"],
+                     "head_dim": 32, "intermediate_size": 32, "intermediate_size_mlp": 256,
+                     "num_local_experts": 4, "interleave_moe_layer_step": 1})
+    mixtral = derive(config_of("mixtral"))
+
+    def experts(table: ModuleTable) -> dict[str, tuple[int, int]]:
+        return {e.short_name: (e.in_features, e.out_features) for e in table.modules if e.kind == "expert_parameter"}
+
+    assert experts(llama4) == {"gate_up_proj": (128, 64), "down_proj": (32, 128)}
+    assert experts(mixtral) == {"gate_up_proj": (128, 512), "down_proj": (256, 128)}
+
+
+def test_the_architecture_is_the_one_config_json_names_as_vllm_reads_it():
+    """transformers spells PhiMoE's class PhimoeForCausalLM; vLLM, and config.json, PhiMoEForCausalLM.
+    The table keeps config.json's, so that vLLM's facts for it apply."""
+    table = derive({**SIZES, "model_type": "phimoe", "architectures": ["PhiMoEForCausalLM"],
+                    "num_local_experts": 4, "num_experts_per_tok": 2})
+    assert table.architecture == "PhiMoEForCausalLM"
