@@ -17,8 +17,11 @@ class RegistryUnavailable(Exception):
 
 
 class RegistryRefused(Exception):
-    """The registry answered that it will not take this request, sent again or not (a 4xx other
-    than 408 and 429)."""
+    """The registry answered that it will never take this request as it is (400, 413, 422): a
+    token, a route or a registry that is away answers otherwise, and is waited out."""
+
+
+FINAL_REFUSALS = (400, 413, 422)
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ class RegistryClient:
         if response.status_code == 204:
             return
         problem = f"HTTP {response.status_code}: {response.text[:300]}"
-        if 400 <= response.status_code < 500 and response.status_code not in (408, 429):
+        if response.status_code in FINAL_REFUSALS:
             raise RegistryRefused(problem)
         raise RegistryUnavailable(problem)
 

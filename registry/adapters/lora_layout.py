@@ -281,15 +281,18 @@ def _check_experts_complete(slices: list[Site]) -> None:
 def _check_targets_covered(table: ModuleTable, targets: Targets, pairs: dict) -> None:
     """What the config targets, peft saves: a targeted module without tensors means the config
     and the weights disagree (layers_to_transform, most often)."""
-    saved = {table.table_name(key) for key in pairs}
     for entry in table.modules:
+        linear = entry.kind == "linear" and not table.is_output_embedding(entry)
         for layer in entry.layers or (None,):
             path = entry.name if layer is None else entry.name.replace(".*.", f".{layer}.", 1)
+            # peft matched the config's rules against the names of the model it trained on:
+            # the checkpoints' or this transformers'. A module both would target needs tensors.
+            spellings = [name for name in (path, table.checkpoint_name(path)) if name is not None]
             if entry.kind == "expert_parameter":
-                targeted = targets.parameter(path)
+                targeted = all(targets.parameter(name) for name in spellings)
             else:
-                targeted = targets.module(path, linear=entry.kind == "linear" and not table.is_output_embedding(entry))
-            if targeted and path not in saved:
+                targeted = all(targets.module(name, linear=linear) for name in spellings)
+            if targeted and not any(name in pairs for name in spellings):
                 raise refuse(
                     f"adapter_config.json targets {path!r}, but no tensor is saved for it",
                     code="target_without_tensors",

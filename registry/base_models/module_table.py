@@ -74,7 +74,9 @@ class ModuleTable:
 
     @classmethod
     def from_json(cls, data: dict) -> ModuleTable:
-        data = {key: value for key, value in data.items() if key != "format"}
+        """Keys it does not know are left out: a newer registry's table still reads."""
+        known = {field.name for field in fields(cls)}
+        data = {key: value for key, value in data.items() if key in known}
         return cls(**{**data, "modules": tuple(ModuleEntry(**{**entry, "layers": tuple(entry["layers"])})
                                                for entry in data["modules"]),
                       "renamed": tuple(tuple(pair) for pair in data.get("renamed", ()))})

@@ -24,6 +24,7 @@ from collections import defaultdict
 MEMORY_BYTES = 4 * 1024**3
 CPU_SECONDS = 120
 LAYER = re.compile(r"\.(\d+)\.")  # the first number in a name is its decoder layer
+EXPERT_PROJECTIONS = ("gate_up_proj", "gate_proj", "up_proj", "down_proj", "w1", "w2", "w3")
 SEGMENT_RENAME = re.compile(r"\.[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\.")
 
 
@@ -92,8 +93,10 @@ def _stored_in_first(owner, parameter_name: str, shape, hidden_size: int) -> boo
     flag = getattr(owner, "is_transposed", None)
     if isinstance(flag, bool):
         return flag
+    if parameter_name not in EXPERT_PROJECTIONS:
+        return False  # a name whose role is unknown here: (experts, out, in), as most store them
     _, first, second = shape
-    writes_residual = "down" in parameter_name or parameter_name == "w2"
+    writes_residual = parameter_name in ("down_proj", "w2")
     hidden_first = first == hidden_size and second != hidden_size
     hidden_second = second == hidden_size and first != hidden_size
     return hidden_second if writes_residual else hidden_first

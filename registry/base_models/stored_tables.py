@@ -4,14 +4,18 @@ base registered from the same config, every upload and every sizing read the sto
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from registry.base_models import repository
 from registry.base_models.module_table import ModuleTable, derive
+from registry.errors import LoraplaneError
 from registry.tables import BaseModel
 from signed_digests.provenance import canonical
+
+log = logging.getLogger(__name__)
 
 
 def config_digest(config: dict[str, Any]) -> str:
@@ -27,7 +31,15 @@ def table_for_config(session: Session, config: dict[str, Any]) -> ModuleTable:
     stored = repository.stored_table(session, digest)
     if stored is not None and ModuleTable.is_current(stored):
         return ModuleTable.from_json(stored)
-    table = derive(config)  # seconds: a process that imports torch
+    try:
+        table = derive(config)  # seconds: a process that imports torch
+    except LoraplaneError as failed:
+        if stored is None:
+            raise
+        # What worked before keeps working: the older table, until a derivation succeeds.
+        log.warning("the module table of config %s could not be derived again (%s); using the one "
+                    "stored by an older registry", digest[:12], failed)
+        return ModuleTable.from_json(stored)
     repository.store_table(session, digest, table.to_json())
     return table
 

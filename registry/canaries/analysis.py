@@ -55,9 +55,17 @@ def judge(policy: CanaryAnalysis, canary: SideMetrics, production: SideMetrics,
              policy.max_latency_p95_ratio, True),
             ("tokens_per_s_ratio", canary.tokens_per_s, production.tokens_per_s,
              policy.min_tokens_per_s_ratio, False)):
-        if limit is not None:
-            ratio = mine / theirs if mine is not None and theirs else None
-            checks.append(_limit(metric, ratio, mine, theirs, limit, both_short, at_most=at_most))
+        if limit is None:
+            continue
+        if both_short is None and mine is not None and not theirs:
+            # Production answered nothing it could be measured on (every answer failed, or
+            # carried no tokens): no ratio exists, and waiting would never make one.
+            checks.append(Check(metric=metric, passed=True, canary=mine, production=theirs, limit=limit,
+                                detail=f"production has no {metric.removesuffix('_ratio')} in this window "
+                                       "to compare with; the canary is held to its other checks"))
+            continue
+        ratio = mine / theirs if mine is not None and theirs else None
+        checks.append(_limit(metric, ratio, mine, theirs, limit, both_short, at_most=at_most))
     if any(c.passed is False for c in checks):
         return checks, FAIL
     if elapsed_s >= policy.window_s and all(c.passed for c in checks):

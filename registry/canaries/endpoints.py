@@ -30,5 +30,7 @@ def pause_canary(promotion_id: int = PromotionId, principal: Principal = Depends
 @router.post("/{promotion_id}/canary/resume", response_model=CanaryStatus)
 def resume_canary(promotion_id: int = PromotionId, principal: Principal = Depends(authenticated),
                   session: Session = RequestSession):
-    """Go on after a pause (the step's window starts over) or through a manual gate."""
+    """Go on after a pause (the step's window starts over) or through a manual gate. Opening a
+    gate approves the next step: a second person's, never the version's uploader or the canary's
+    requester (403 four_eyes)."""
     return service.resume(session, principal, promotion_id)

@@ -15,7 +15,7 @@ REQUALIFY_POLICY_DOC = ("What a version does after the pool's engine or base con
                         "it passes the required suites again: keep_serving, or suspend (it leaves "
                         "the active set).")
 REQUIRED_SUITES_DOC = ("Global eval suites for the pool's base that every version must pass before it "
-                       "is promoted here, each named once.")
+                       "is promoted here, each named once (at most 32).")
 
 
 def _unique(names: list[str]) -> list[str]:

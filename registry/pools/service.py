@@ -80,6 +80,7 @@ def _change_required_suites(session: Session, row: Pool, names: list[str], *, ac
     audit.record(session, actor=actor, action="pool.update", subject=f"pool/{row.name}",
                  before={"required_suites": before},
                  after={"required_suites": row.required_suites, "evaluations": queued})
+    requalification.after_suites_changed(session, row)
 
 
 def get(session: Session, name: str) -> PoolOut:

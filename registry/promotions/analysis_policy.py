@@ -20,9 +20,11 @@ class CanaryAnalysis(BaseModel):
     steps: list[Step] = Field(min_length=1, max_length=10, description=(
         "The canary's weights, in order. After the last step passes, it becomes production."))
     window_s: float = Field(60, ge=1, le=7 * 86400, description=(
-        "How long each step lasts: its analysis covers the traffic since the step began."))
+        "The shortest a step lasts: its analysis covers the traffic since the step began, and it "
+        "passes once its window is over and every check was judged and passed."))
     min_requests: int = Field(20, ge=1, le=10**7, description=(
-        "Canary requests a step needs before any verdict, failure included."))
+        "Requests each side needs in a step before a check that compares them is judged (the "
+        "canary's own error rate needs the canary's alone); failure included."))
     max_error_rate: float = Field(0.05, ge=0, le=1, description=(
         "Highest share of the canary's requests that may fail (its node's 5xx answers, timeouts, "
         "no node to answer, broken answers)."))

@@ -15,13 +15,18 @@ from registry.tables import AdapterVersion, Pool
 def request_for_served_versions(session: Session, pool: Pool, added: list[str], *,
                                 actor: str) -> list[int]:
     """The evaluations that will tell, one per served version and added suite: its own
-    unfinished or passed one stands, as for any request; otherwise one is queued."""
+    unfinished or passed one stands, as for any request; otherwise one is queued. A version
+    marked to qualify again needs one that runs after its mark, as the mark's own do."""
+    marked = {mark.version_id for mark in repository.open_marks(session, pool.id)}
     ids = []
     for version_id in sorted(repository.active_version_ids(session, pool.id)):
         version = session.get(AdapterVersion, version_id)
         for name in added:
             suite = suites.get_row(session, name)
-            row = evaluations_repository.latest_unfailed(session, version.id, suite.id)
+            if version_id in marked:
+                row = repository.queued_evaluation(session, version.id, suite.id)
+            else:
+                row = evaluations_repository.latest_unfailed(session, version.id, suite.id)
             if row is None:
                 row = evaluations.create(session, version, suite, actor=actor,
                                          context={"pool_requires": pool.name})

@@ -44,6 +44,12 @@ def observe_base_model(session: Session, base_model_id: int) -> None:
         _observe(session, pool, engine=None, engine_actor=SETTLE_ACTOR)
 
 
+def after_suites_changed(session: Session, pool: Pool) -> None:
+    """Call once the pool's required suites changed: a mark waiting only for a suite no longer
+    required clears now, not at the pool's next node report."""
+    _observe(session, pool, engine=None, engine_actor=SETTLE_ACTOR)
+
+
 def after_evaluation(session: Session, version_id: int) -> None:
     """Call once an evaluation's outcome is recorded: a mark it completes clears now, not at the
     pool's next node report."""

@@ -129,6 +129,18 @@ Q0 = "base_model.model.model.layers.0.self_attn.q_proj"
 QKV0 = "base_model.model.model.layers.0.self_attn.qkv_proj"
 
 
+def test_an_adapter_with_the_checkpoints_names_is_judged_by_the_rules_peft_matched_them_with(uploader, adapter):
+    """Trained where Mixtral's router is block_sparse_moe.gate (transformers 5's mlp.gate), with
+    the router excluded under that name: the router needs no tensors."""
+    folder = edit_config(per_expert(adapter("mixtral", target_modules=["q_proj", "v_proj"])),
+                         target_modules=["q_proj", "v_proj", "w1", "w2", "w3", "gate"],
+                         exclude_modules=["block_sparse_moe.gate"])
+
+    response = upload(uploader, "family-mixtral-checkpoint-names", folder)
+
+    assert response.status_code == 201, response.text
+
+
 @pytest.mark.parametrize(("family", "lora", "change", "code", "message"), [
     # vLLM's Qwen2 class takes no embedding LoRA: it would refuse the whole adapter at load.
     ("qwen2", {"target_modules": ["embed_tokens", "q_proj"]}, None, "module_not_served",

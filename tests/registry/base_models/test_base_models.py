@@ -128,3 +128,18 @@ def test_a_table_an_older_registry_stored_is_derived_again_when_read(engine):
     with Session(engine) as session:
         stored = repository.stored_table(session, config_digest(config))
     assert ModuleTable.is_current(stored) and stored["architecture"] == "MixtralForCausalLM"
+
+
+def test_an_older_table_still_serves_when_this_registry_cannot_derive_it_again(engine):
+    """A family this transformers no longer builds keeps the table an older registry stored,
+    and a table from a newer registry, with fields this one does not know, still reads."""
+    config = {**config_of("llama"), "model_type": "retired-family"}
+    older = derive(config_of("llama")).to_json()
+    del older["format"]
+    with Session(engine) as session, session.begin():
+        repository.store_table(session, config_digest(config), {**older, "a_newer_field": [1]})
+
+    with Session(engine) as session, session.begin():
+        table = table_for_config(session, config)
+
+    assert table == ModuleTable.from_json(older)

@@ -50,7 +50,9 @@ POLICY = CanaryAnalysis(steps=[{"weight": 10}], window_s=60, min_requests=20, ma
     # Production too quiet to compare with: the canary waits, however long, and is never passed
     # on its own numbers.
     (side(990, p95_ms=120_000), side(10), 6000, analysis.WAIT, set()),
-    (side(30), side(300, p95_ms=None), 61, analysis.WAIT, set()),     # no latency measured
+    (side(30, p95_ms=None), side(300), 61, analysis.WAIT, set()),     # no canary latency measured
+    # Production's answers all failed: nothing to compare with, and waiting would not help.
+    (side(30), side(300, errors=300, p95_ms=None, tps=0.0), 61, analysis.PASS, set()),
 ])
 def test_each_verdict(canary, production, elapsed, verdict, failing):
     checks, got = analysis.judge(POLICY, canary, production, elapsed)

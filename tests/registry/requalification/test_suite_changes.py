@@ -13,11 +13,11 @@ from devkit.pipeline_steps import (
 )
 from registry.tables import AuditEvent, Evaluation
 from tests.registry.requalification.support import (
-    RQ_SUITE, audit_count, make_pool, register_base_with_suite,
+    RQ_SUITE, audit_count, make_pool, marks, register_base_with_suite, report,
 )
 from tests.support.asserts import assert_refused
 
-BASE, POOL = "suite-change-base", "suite-change"
+BASE, POOL, MARKED_POOL = "suite-change-base", "suite-change", "suite-change-marked"
 SUITE, REGRESSION = "suite-change-task", "suite-change-regression"
 
 
@@ -97,6 +97,31 @@ def test_an_added_suite_is_queued_for_production_and_gates_the_next_promotion(
     assert dropped.status_code == 200 and dropped.json()["required_suites"] == [SUITE]
     assert evaluation_count(engine) == evaluations
     assert last_update(engine).after == {"required_suites": [SUITE], "evaluations": []}
+
+
+def test_a_version_marked_to_qualify_again_gets_a_fresh_evaluation_of_an_added_suite(
+        serving, admin, engine, serve, fleets, client_for):
+    """A mark clears on evaluations that finished after it: a suite added meanwhile is queued
+    afresh for the marked version, even one it passed before; dropping the suite clears a mark
+    that waited only for it, at once."""
+    make_pool(admin, MARKED_POOL, BASE, SUITE)
+    version = serve(MARKED_POOL, "acme/suite-change-marked", base=BASE, suite=SUITE)
+    path = f"/v1/adapters/acme/suite-change-marked/versions/{version['number']}/evaluations"
+    finish_evaluation(engine, client_for("acme_uploader").post(path, json={"suite": REGRESSION}).json()["id"])
+    node = fleets(MARKED_POOL).client("node-m")
+    report(node, MARKED_POOL, "node-m", "0.32.0")  # the engine the pool qualifies on
+    report(node, MARKED_POOL, "node-m", "0.32.0", enforce_eager=True)  # a flag changed: marked
+    (mark,) = marks(engine, MARKED_POOL, open_only=True)
+
+    assert admin.patch(f"/v1/pools/{MARKED_POOL}", json={"required_suites": [SUITE, REGRESSION]}).status_code == 200
+    regression = [e["state"] for e in evaluations_of(admin, version) if e["suite"] == REGRESSION]
+    assert regression == ["passed", "queued"]  # the pass from before the mark does not count for it
+    finish_evaluation(engine, mark.evaluation_ids[0])  # the pool's first suite, after the mark
+    assert [m.id for m in marks(engine, MARKED_POOL, open_only=True)] == [mark.id]  # the added one waits
+
+    assert admin.patch(f"/v1/pools/{MARKED_POOL}", json={"required_suites": [SUITE]}).status_code == 200
+    assert marks(engine, MARKED_POOL, open_only=True) == []
+    assert marks(engine, MARKED_POOL)[-1].outcome == "requalified"
 
 
 @pytest.mark.parametrize("body, status, code, message", [
