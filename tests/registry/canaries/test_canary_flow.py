@@ -56,10 +56,17 @@ def first(make_ready, client_for, promo_pools, second_reviewer) -> dict:
     return version
 
 
+def aliases_of(admin, pool: str) -> list[dict]:
+    """The pool's aliases, read from the database. Not the active set: these tests change it
+    outside the registry (the housekeeper's check, called here), and a registry process serves
+    the new set once the database's notification of it arrives, which may be a moment later."""
+    response = admin.get(f"/v1/pools/{pool}/aliases")
+    assert response.status_code == 200, response.text
+    return [a for a in response.json() if a["adapter"] == "canaried"]
+
+
 def production_of(admin, pool: str) -> str:
-    entries = admin.get(f"/v1/pools/{pool}/active-set").json()["entries"]
-    return next(e["served_name"] for e in entries if e["adapter"] == "canaried"
-                and any(a["alias"] == "production" for a in e["aliases"]))
+    return next(a["served_name"] for a in aliases_of(admin, pool) if a["alias"] == "production")
 
 
 def start_canary(make_ready, client_for, second_reviewer, pool: str, requester: str = "acme_uploader",
@@ -91,11 +98,8 @@ def judge(engine, promotion_id: int, after_s: float) -> str | None:
 
 
 def canary_weight(admin, pool: str, served: str) -> int | None:
-    for entry in admin.get(f"/v1/pools/{pool}/active-set").json()["entries"]:
-        for alias in entry["aliases"]:
-            if entry["served_name"] == served and alias["alias"] == "canary":
-                return alias["weight"]
-    return None
+    return next((a["weight"] for a in aliases_of(admin, pool)
+                 if a["served_name"] == served and a["alias"] == "canary"), None)
 
 
 def events(engine, action: str, promotion_id: int) -> list[AuditEvent]:
