@@ -39,8 +39,11 @@ def arrange(items: list[pytest.Item]) -> None:
     # The kit's lane first: it is the longer one, and loadgroup (--no-loadscope-reorder) hands
     # out lanes in this order. Within it, the dashboard's modules go last: they leave a pool that
     # requires a full suite on the kit's base, and every later upload to that base would be
-    # evaluated against it too.
-    items.sort(key=lambda item: (item.module not in kit_modules, _leaves_required_suites(item)))
+    # evaluated against it too. Of the other modules, those with an engine of their own go
+    # first, while the kit's lane trains the kit: the kit lane's speed measurements wait for
+    # every such engine to stop (tests/support/cpu_lock.py), and a late one held them 90 s.
+    items.sort(key=lambda item: (item.module not in kit_modules, item.get_closest_marker("own_engine") is None,
+                                 _leaves_required_suites(item)))
 
 
 def _leaves_required_suites(item: pytest.Item) -> bool:

@@ -14,6 +14,7 @@ from devkit.services import free_port, start_vllm, stop_group
 from tests.support import cpu_lock
 
 FAMILIES = ("phi3", "qwen2")
+pytestmark = pytest.mark.own_engine  # first in its lane: tests/support/lanes.py
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
