@@ -6,7 +6,8 @@ For every model class vLLM registers and can import here: whether it serves LoRA
 it does, its packed modules (qkv_proj from q, k and v), the embedding modules it takes a LoRA on,
 whether it wants expert LoRA as 3-D tensors, and the modules it absorbs (its multi-head latent
 attention folds kv_b_proj's weight into the attention, so a LoRA on kv_b_proj is never applied
-as trained). These are read from the classes and their modules, without building a model. Classes that cannot be imported here (they need a package this vLLM build
+as trained). These are read from the classes and their modules, without building a model.
+Classes that cannot be imported here (they need a package this vLLM build
 lacks) are left out: the registry leaves an architecture it has no facts for to the engine.
 """
 

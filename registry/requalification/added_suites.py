@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 from registry.eval_suites import service as suites
 from registry.evaluations import repository as evaluations_repository
 from registry.evaluations import service as evaluations
-from registry.requalification import repository
+from registry.requalification import marking, repository
 from registry.tables import AdapterVersion, Pool
 
 
@@ -23,12 +23,11 @@ def request_for_served_versions(session: Session, pool: Pool, added: list[str], 
         version = session.get(AdapterVersion, version_id)
         for name in added:
             suite = suites.get_row(session, name)
+            context = {"pool_requires": pool.name}
             if version_id in marked:
-                row = repository.queued_evaluation(session, version.id, suite.id)
+                row = marking.fresh_evaluation(session, version, suite, actor=actor, context=context)
             else:
-                row = evaluations_repository.latest_unfailed(session, version.id, suite.id)
-            if row is None:
-                row = evaluations.create(session, version, suite, actor=actor,
-                                         context={"pool_requires": pool.name})
+                row = (evaluations_repository.latest_unfailed(session, version.id, suite.id)
+                       or evaluations.create(session, version, suite, actor=actor, context=context))
             ids.append(row.id)
     return ids

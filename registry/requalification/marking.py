@@ -16,7 +16,7 @@ from registry.evaluation_policies import service as policies
 from registry.evaluations import service as evaluations
 from registry.requalification import repository
 from registry.requalification.reasons import public_change
-from registry.tables import Adapter, AdapterVersion, Pool, Requalification
+from registry.tables import Adapter, AdapterVersion, EvalSuite, Evaluation, Pool, Requalification
 from registry.webhooks.service import emit
 
 MARKED_EVENT = "requalification.required"
@@ -68,14 +68,14 @@ def _request_suites(session: Session, pool: Pool, version: AdapterVersion,
                     name: repository.VersionName, *, actor: str) -> list[int]:
     """Every evaluation that will count for the mark. A passed evaluation does not stand in for
     a new one, as a plain request would have it: it ran before the change."""
-    counted = []
-    for suite_name in policies.suites_for(pool, session.get(Adapter, version.adapter_id)):
-        suite = suites.get_row(session, suite_name)
-        waiting = repository.queued_evaluation(session, version.id, suite.id)
-        if waiting is not None:
-            counted.append(waiting.id)
-            continue
-        row = evaluations.create(session, version, suite, actor=actor,
-                                 context={"requalification": pool.name})
-        counted.append(row.id)
-    return counted
+    required = policies.suites_for(pool, session.get(Adapter, version.adapter_id))
+    return [fresh_evaluation(session, version, suites.get_row(session, suite_name), actor=actor,
+                             context={"requalification": pool.name}).id for suite_name in required]
+
+
+def fresh_evaluation(session: Session, version: AdapterVersion, suite: EvalSuite, *, actor: str,
+                     context: dict) -> Evaluation:
+    """One of the version's own evaluations on the suite that runs from now on: one queued and
+    not yet started, or a new one (`context` adds to what its request's event says)."""
+    waiting = repository.queued_evaluation(session, version.id, suite.id)
+    return waiting or evaluations.create(session, version, suite, actor=actor, context=context)
