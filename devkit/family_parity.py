@@ -28,7 +28,8 @@ import httpx
 from registry.adapters import lora_layout, peft_config, safetensors_check, scaling_fold
 from registry.adapters.validation import header_limit
 from registry.base_models import config_checks, vllm_support
-from registry.base_models.module_table import ModuleTable, derive
+from registry.base_models.derivation import derive
+from registry.base_models.module_table import ModuleTable
 from registry.errors import LoraplaneError
 from workers.evaluation.parity import Reference
 

@@ -1,26 +1,15 @@
 """A base's module table: every module and parameter a LoRA can target, with its kind and shape,
-derived from the real architecture by transformers (skeleton.py, in a process of its own).
-
-The registry never imports torch: `derive` starts that process (which bounds its own memory and
-CPU time), bounded in wall time and output, and reads its JSON. The table is computed once per base and stored with it.
+derived from the real architecture by transformers (derivation.py, in processes of their own).
+The table is computed once per base and stored with it (stored_tables.py).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from dataclasses import asdict, dataclass, fields
 from functools import cached_property
 from typing import Literal
 
-from registry.errors import Unavailable, Unprocessable
-
 Kind = Literal["linear", "embedding", "expert_parameter"]
-DERIVE_TIMEOUT_S = 120  # the first import of torch and transformers takes seconds; a build, less
-MAX_OUTPUT_BYTES = 4 * 1024**2
-MAX_CONFIG_BYTES = 256 * 1024
 # What a stored table's derivation knew. Raise it when the derivation learns to say more (2:
 # checkpoint renames, the architecture config.json names, experts stored (experts, in, out)):
 # tables stored in an older format are derived again when they are next read.
@@ -125,42 +114,3 @@ class ModuleTable:
         for entry in self.modules:
             named.setdefault(entry.name, []).append(entry)
         return named
-
-
-def derive(config: dict, *, python: str = sys.executable) -> ModuleTable:
-    """The table of the base this config.json describes; Unprocessable when the installed
-    transformers cannot build it, with the reason and its version."""
-    text = json.dumps(config)
-    if len(text) > MAX_CONFIG_BYTES:
-        raise Unprocessable(f"config.json is {len(text)} bytes; at most {MAX_CONFIG_BYTES} are accepted",
-                            code="invalid_base_config", hint="Send the model's config.json as it was saved.")
-    try:
-        done = subprocess.run([python, "-m", "registry.base_models.skeleton"], input=text.encode(),
-                              capture_output=True, timeout=DERIVE_TIMEOUT_S,
-                              env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-    except subprocess.TimeoutExpired:
-        raise Unprocessable(f"building the model from config.json took over {DERIVE_TIMEOUT_S} s",
-                            code="invalid_base_config",
-                            hint="Check num_hidden_layers and the other sizes in config.json.") from None
-    answer = _answer(done)
-    if "error" in answer:
-        raise Unprocessable(
-            f"transformers {answer.get('transformers', '?')} cannot build this base: {answer['error']}",
-            code="unsupported_architecture",
-            hint="Send the config.json the model was saved with; a newer architecture may need a newer "
-                 "transformers on the registry.")
-    return ModuleTable.from_json(answer)
-
-
-def _answer(done: subprocess.CompletedProcess) -> dict:
-    if len(done.stdout) > MAX_OUTPUT_BYTES:
-        raise Unprocessable("the base's module table is too large", code="invalid_base_config")
-    try:
-        answer = json.loads(done.stdout.decode() or "null")
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict):  # killed by its limits, or no transformers at all
-        raise Unavailable(f"deriving the module table failed (exit {done.returncode}): "
-                          f"{done.stderr.decode(errors='replace')[-500:]}", code="derivation_failed",
-                          hint="Check that torch and transformers are installed beside the registry.")
-    return answer

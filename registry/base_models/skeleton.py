@@ -1,26 +1,34 @@
 """Every module and parameter a LoRA can target in a base, read from its real architecture.
 
-Runs as its own process (`python -m registry.base_models.skeleton < config.json`), because it
-imports torch and transformers: the registry's request path never does (module_table.py starts
-it, bounded in time and memory). transformers builds the model from the config alone on the meta
-device: no weights, no memory for them, and never code from the config (no trust_remote_code).
+This module runs in the registry's derivation processes only (derivation.py), never in the
+registry itself: it imports torch and transformers, and the registry's request path must not.
+A warm process imports it once; each derivation runs in a process forked from it, which bounds
+its own memory and CPU time. transformers builds the model from the config alone on the meta
+device: no weights, no memory for them, never code from the config (no trust_remote_code), and
+never the network (the hub is offline before transformers is imported).
 
-It writes one JSON object to stdout: {"transformers": version, "architecture": class name,
-"hidden_size", "num_layers", "vocab_size", "tied_embeddings", "modules": [...]}
+`answer` sends one JSON object: {"transformers": version, "architecture": class name,
+"hidden_size", "num_layers", "vocab_size", "tied_embeddings", "modules": [...], "renamed": [...]}
 (module_table.ModuleTable's fields; modules in the model's own order, which names the expert
-parameters peft nests), or {"error": message, "transformers": version} with exit status 2.
+parameters peft nests), or {"error": message, "transformers": version}.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import resource
-import sys
 from collections import defaultdict
 
-# A skeleton holds no weights, so it needs far less than this; the limits are set here, in the
-# process itself, since a preexec_fn is unsafe in a threaded server such as the registry.
+os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+
+import torch  # noqa: E402  (imported once, in the warm process: each derivation forks from it)
+import transformers  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel  # noqa: E402
+from transformers.pytorch_utils import Conv1D  # noqa: E402
+
+# A skeleton holds no weights, so it needs far less than this. Set in the forked process itself.
 MEMORY_BYTES = 4 * 1024**3
 CPU_SECONDS = 120
 LAYER = re.compile(r"\.(\d+)\.")  # the first number in a name is its decoder layer
@@ -28,12 +36,25 @@ EXPERT_PROJECTIONS = ("gate_up_proj", "gate_proj", "up_proj", "down_proj", "w1",
 SEGMENT_RENAME = re.compile(r"\.[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\.")
 
 
-def describe(config: dict) -> dict:
-    import torch
-    import transformers
-    from transformers import AutoConfig, AutoModelForCausalLM
-    from transformers.pytorch_utils import Conv1D
+def answer(sending, config_text: bytes) -> None:
+    """A derivation, in a process of its own: the table of this config.json, or why not."""
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
+    _quiet()
+    try:
+        config = json.loads(config_text)
+        if not isinstance(config, dict):
+            raise ValueError("config.json is not a JSON object")
+        found = describe(config)
+    except MemoryError:
+        found = {"error": f"building it from config.json needed over {MEMORY_BYTES // 1024**3} GiB",
+                 "transformers": transformers.__version__}
+    except Exception as error:  # any refusal of the config, reported to the registry
+        found = {"error": _first_sentence(str(error)), "transformers": transformers.__version__}
+    sending.send_bytes(json.dumps(found).encode())
 
+
+def describe(config: dict) -> dict:
     model_type = config.get("model_type") or _model_type_of(config.get("architectures"))
     settings = {key: value for key, value in config.items() if key not in ("model_type", "auto_map")}
     built = AutoConfig.for_model(model_type, **settings)
@@ -76,7 +97,7 @@ def describe(config: dict) -> dict:
             "modules": modules, "renamed": _checkpoint_renames(model_type)}
 
 
-def _architecture(config: dict, model) -> str:
+def _architecture(config: dict, model: PreTrainedModel) -> str:
     """The class config.json names: vLLM picks its model class by it, and it may be spelled
     otherwise than transformers' (PhiMoEForCausalLM beside PhimoeForCausalLM)."""
     named = config.get("architectures")
@@ -150,32 +171,16 @@ def _add(found: dict, name: str, entry: tuple) -> None:
     found[(pattern, *entry)].append(int(match.group(1)))
 
 
-def main() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
-    try:
-        config = json.load(sys.stdin)
-        if not isinstance(config, dict):
-            raise ValueError("config.json is not a JSON object")
-        print(json.dumps(describe(config)))
-    except Exception as error:  # any refusal of the config, reported to the registry
-        print(json.dumps({"error": _first_sentence(str(error)), "transformers": _version()}))
-        sys.exit(2)
-
-
 def _first_sentence(message: str, limit: int = 300) -> str:
     """transformers' messages can list every known model type: keep what says what is wrong."""
     first = message.strip().split("\n", 1)[0].split(". ", 1)[0]
     return first if len(first) <= limit else first[:limit] + "..."
 
 
-def _version() -> str:
-    try:
-        import transformers
-    except ImportError:
-        return "not installed"
-    return transformers.__version__
-
-
-if __name__ == "__main__":
-    main()
+def _quiet() -> None:
+    """transformers' warnings about a config are not the registry's log: what went wrong is
+    in the answer."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)

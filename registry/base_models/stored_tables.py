@@ -10,7 +10,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from registry.base_models import repository
-from registry.base_models.module_table import ModuleTable, derive
+from registry.base_models.derivation import derive
+from registry.base_models.module_table import ModuleTable
 from registry.errors import LoraplaneError
 from registry.tables import BaseModel
 from signed_digests.provenance import canonical
@@ -32,7 +33,7 @@ def table_for_config(session: Session, config: dict[str, Any]) -> ModuleTable:
     if stored is not None and ModuleTable.is_current(stored):
         return ModuleTable.from_json(stored)
     try:
-        table = derive(config)  # seconds: a process that imports torch
+        table = derive(config)  # in a process of its own
     except LoraplaneError as failed:
         if stored is None:
             raise

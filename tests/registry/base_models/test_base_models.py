@@ -11,7 +11,8 @@ from sqlalchemy.orm import Session
 
 from devkit.family_models import FAMILIES, config_of
 from registry.base_models import repository
-from registry.base_models.module_table import ModuleTable, derive
+from registry.base_models.derivation import derive
+from registry.base_models.module_table import ModuleTable
 from registry.base_models.stored_tables import config_digest, table_for_config
 from tests.registry.base_models.families import LAYER_MODULES
 from tests.support.asserts import assert_refused

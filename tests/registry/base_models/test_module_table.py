@@ -1,13 +1,24 @@
 """The module table comes from the real architecture: transformers builds each family's skeleton
-from its config.json, in a process of its own, and every module a LoRA can target is listed."""
+from its config.json, in a process of its own, and every module a LoRA can target is listed.
+A derivation that hangs or dies costs that derivation only."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+
+import psutil
 import pytest
 
-from registry.base_models.module_table import MAX_CONFIG_BYTES, ModuleTable, derive
-from registry.errors import Unprocessable
 from devkit.family_models import SIZES, config_of
+from devkit.services import wait_until
+from registry.base_models.derivation import MAX_CONFIG_BYTES, derive
+from registry.base_models.module_table import ModuleTable
+from registry.errors import Unavailable, Unprocessable
+
+# Tiny sizes, and so many layers that building them takes minutes.
+ENDLESS = {**SIZES, "model_type": "llama", "num_hidden_layers": 10_000_000}
 
 
 def test_a_config_transformers_cannot_build_is_refused_naming_its_version():
@@ -29,9 +40,61 @@ def test_an_architecture_nobody_knows_without_a_model_type_is_refused():
 def test_an_oversized_config_is_refused_before_any_process_starts():
     config = {**SIZES, "model_type": "llama", "padding": "x" * MAX_CONFIG_BYTES}
     with pytest.raises(Unprocessable) as refused:
-        derive(config, python="/nonexistent/python")  # never started: it would raise otherwise
+        derive(config, timeout_s=0)  # a derivation would run out of time at once
     assert refused.value.code == "invalid_base_config"
     assert f"at most {MAX_CONFIG_BYTES} are accepted" in str(refused.value)
+
+
+def test_a_derivation_past_its_time_is_killed_and_the_next_one_runs():
+    with pytest.raises(Unprocessable) as refused:
+        derive(ENDLESS, timeout_s=2)
+    assert refused.value.code == "invalid_base_config"
+    assert str(refused.value) == "building the model from config.json took over 2 s"
+    assert not _derivations()  # killed, not left running
+    assert derive(config_of("llama")).architecture == "LlamaForCausalLM"
+
+
+def test_a_derivation_killed_midway_is_reported_and_the_next_one_runs():
+    failed: list[Exception] = []
+    running = threading.Thread(target=lambda: _record_failure(failed, ENDLESS))
+    running.start()
+    wait_until(lambda: len(_derivations()) == 1, timeout_s=30, what="a derivation to start")
+    _derivations()[0].send_signal(signal.SIGKILL)
+    running.join(timeout=30)
+
+    assert len(failed) == 1 and isinstance(failed[0], Unavailable)
+    assert failed[0].code == "derivation_failed"
+    assert str(failed[0]) == "deriving the module table failed: its process was killed by signal 9 (Killed)"
+    assert derive(config_of("llama")).architecture == "LlamaForCausalLM"
+
+
+def test_a_warm_process_that_died_is_started_again_by_the_next_derivation():
+    derive(config_of("llama"))
+    warm = _warm_processes()
+    assert len(warm) == 1
+    warm[0].kill()
+    # Dead, and not reaped here: the next derivation finds it so, as the registry would.
+    wait_until(lambda: warm[0].status() == psutil.STATUS_ZOMBIE, timeout_s=30, what="the warm process to die")
+
+    assert derive(config_of("qwen2")).architecture == "Qwen2ForCausalLM"
+    assert len(_warm_processes()) == 1 and _warm_processes()[0].pid != warm[0].pid
+
+
+def _record_failure(failed: list[Exception], config: dict) -> None:
+    try:
+        derive(config, timeout_s=120)
+    except (Unavailable, Unprocessable) as error:
+        failed.append(error)
+
+
+def _warm_processes() -> list[psutil.Process]:
+    """This process's fork server: it imported torch once, and forks every derivation."""
+    return [child for child in psutil.Process(os.getpid()).children()
+            if "multiprocessing.forkserver" in " ".join(child.cmdline())]
+
+
+def _derivations() -> list[psutil.Process]:
+    return [child for warm in _warm_processes() for child in warm.children()]
 
 
 def test_a_table_survives_its_json_round_trip():

@@ -1,0 +1,103 @@
+"""Deriving a base's module table, in processes of their own: the registry never imports torch.
+
+One warm process per registry imports torch and transformers once (multiprocessing's fork server,
+started at the first derivation and stopped with the registry). Each derivation runs in a process
+forked from it, which bounds its own memory and CPU time (skeleton.answer) and is killed when it
+runs past its time: a config that hangs or exhausts one derivation leaves the next untouched, and
+a warm process that died is started again by the next. Importing torch costs seconds; a fork, a
+few milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import signal
+
+from registry.base_models.module_table import ModuleTable
+from registry.errors import Unavailable, Unprocessable
+
+DERIVE_TIMEOUT_S = 60  # a build takes well under a second; the first derivation also warms up
+MAX_OUTPUT_BYTES = 4 * 1024**2
+MAX_CONFIG_BYTES = 256 * 1024
+
+PROCESSES = multiprocessing.get_context("forkserver")
+# The main module first, so that a derivation never imports it again; then the skeleton, and
+# with it torch and transformers.
+PROCESSES.set_forkserver_preload(["__main__", "registry.base_models.skeleton"])
+
+
+def derive(config: dict, *, timeout_s: float = DERIVE_TIMEOUT_S) -> ModuleTable:
+    """The table of the base this config.json describes; Unprocessable when the installed
+    transformers cannot build it, with the reason and its version."""
+    text = json.dumps(config)
+    if len(text) > MAX_CONFIG_BYTES:
+        raise Unprocessable(f"config.json is {len(text)} bytes; at most {MAX_CONFIG_BYTES} are accepted",
+                            code="invalid_base_config", hint="Send the model's config.json as it was saved.")
+    answer = _answer(_run(text.encode(), timeout_s))
+    if "error" in answer:
+        raise Unprocessable(
+            f"transformers {answer.get('transformers', '?')} cannot build this base: {answer['error']}",
+            code="unsupported_architecture",
+            hint="Send the config.json the model was saved with; a newer architecture may need a newer "
+                 "transformers on the registry.")
+    return ModuleTable.from_json(answer)
+
+
+def _run(config_text: bytes, timeout_s: float) -> bytes:
+    """The derivation process's answer, read within the time and size bounds."""
+    receiving, sending = PROCESSES.Pipe(duplex=False)
+    process = PROCESSES.Process(target=_derive_here, args=(sending, config_text), name="module-table",
+                                daemon=True)
+    try:
+        process.start()
+        sending.close()  # the child holds its own end: a child that dies reads as the end of input
+        if not receiving.poll(timeout_s):
+            raise Unprocessable(f"building the model from config.json took over {timeout_s:g} s",
+                                code="invalid_base_config",
+                                hint="Check num_hidden_layers and the other sizes in config.json.")
+        return _receive(receiving, process)
+    finally:
+        receiving.close()
+        if process.is_alive():
+            process.kill()
+        if process.pid is not None:
+            process.join()
+            process.close()
+
+
+def _receive(receiving, process) -> bytes:
+    try:
+        return receiving.recv_bytes(MAX_OUTPUT_BYTES)
+    except OSError:  # longer than MAX_OUTPUT_BYTES
+        raise Unprocessable("the base's module table is too large", code="invalid_base_config") from None
+    except EOFError:  # it died without answering: killed by its limits, or no torch to import
+        process.join()
+        raise Unavailable(f"deriving the module table failed: its process {_ended(process.exitcode)}",
+                          code="derivation_failed",
+                          hint="Check that torch and transformers are installed beside the registry, "
+                               "and the registry's memory.") from None
+
+
+def _derive_here(sending, config_text: bytes) -> None:
+    """In the forked process: the skeleton is imported already, unless the warm process could not."""
+    from registry.base_models import skeleton
+
+    skeleton.answer(sending, config_text)
+
+
+def _answer(raw: bytes) -> dict:
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise Unavailable("deriving the module table failed: its process answered no table",
+                          code="derivation_failed")
+    return answer
+
+
+def _ended(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        return f"was killed by signal {-exitcode} ({signal.strsignal(-exitcode)})"
+    return f"exited with status {exitcode}"
