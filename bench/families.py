@@ -9,10 +9,10 @@ side by side. A family whose engine cannot start here is reported as such, with 
 is then not among the families vLLM serves here.
 
 Part 2 has no engine. It measures deriving the module table of a 70B-class config (Llama 3 70B's
-shape, no weights), in turns: `table_derivation_ms`, a registry's derivation once its warm process
-runs (a forked process), and `table_first_derivation_ms`, a fresh registry's first (a new process
-that imports torch and transformers to start the warm one). Each is the median of its runs. It
-also measures checking a large adapter's weights against that table
+shape, no weights) in fresh processes that derive as a registry does: `table_derivation_ms`, a
+derivation once the warm process runs (a forked process), and `table_first_derivation_ms`, the
+first (it imports torch and transformers to start the warm one). Each is a median. It also
+measures checking a large adapter's weights against that table
 (header, every tensor's name and shape, every value finite), beside the sha256 of the same
 bytes: the floor for reading them once.
 """
@@ -79,27 +79,30 @@ def family_outcomes(family: str, tokenizer: Path, work: Path) -> dict:
             "outcomes": [outcome.to_json() for outcome in outcomes]}
 
 
-FIRST_DERIVATION = """
+REGISTRY_DERIVATIONS = """
 import json, sys, time
 from registry.base_models.derivation import derive
 config = json.load(sys.stdin)
-start = time.perf_counter()
-derive(config)
-print((time.perf_counter() - start) * 1000)
+times = []
+for _ in range(4):
+    start = time.perf_counter()
+    derive(config)
+    times.append((time.perf_counter() - start) * 1000)
+print(json.dumps(times))
 """
 
 
 def derivation_ms(runs: int) -> tuple[float, float]:
-    """Medians, in turns: a derivation of a registry that has derived before (forked from its
-    warm process), and a registry's first (a fresh process that starts the warm one)."""
+    """Medians over `runs` fresh processes that derive as a registry does (a program whose main
+    module a derivation need not import again): each one's later derivations (forked from its
+    warm process) and its first (which imports torch and transformers to start the warm one)."""
     warm, first = [], []
     for _ in range(runs):
-        start = time.perf_counter()
-        derive(LLAMA_70B)
-        warm.append((time.perf_counter() - start) * 1000)
-        done = subprocess.run([sys.executable, "-c", FIRST_DERIVATION], input=json.dumps(LLAMA_70B),
+        done = subprocess.run([sys.executable, "-c", REGISTRY_DERIVATIONS], input=json.dumps(LLAMA_70B),
                               capture_output=True, text=True, check=True)
-        first.append(float(done.stdout))
+        times = json.loads(done.stdout)
+        first.append(times[0])
+        warm.extend(times[1:])
     return statistics.median(warm), statistics.median(first)
 
 

@@ -6,6 +6,10 @@ forked from it, which bounds its own memory and CPU time (skeleton.answer) and i
 runs past its time: a config that hangs or exhausts one derivation leaves the next untouched, and
 a warm process that died is started again by the next. Importing torch costs seconds; a fork, a
 few milliseconds.
+
+The warm process takes requests on a socket file only this user can open (Python 3.11.1 and later:
+before, an abstract socket any local user could reach). Nothing it answers is unpickled here: a
+derivation's answer is JSON bytes, read with a bound.
 """
 
 from __future__ import annotations
