@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import signal
+import threading
 
 from registry.base_models.module_table import ModuleTable
 from registry.errors import Unavailable, Unprocessable
@@ -26,6 +27,11 @@ MAX_OUTPUT_BYTES = 4 * 1024**2
 MAX_CONFIG_BYTES = 256 * 1024
 
 PROCESSES = multiprocessing.get_context("forkserver")
+# multiprocessing's bookkeeping of its children is not thread-safe: starting one polls the others,
+# and two threads reaping one child could both read its exit. One thread at a time starts or reaps.
+CHILDREN = threading.Lock()
+FAILED_HINT = ("Check that torch and transformers are installed beside the registry, and the "
+               "registry's memory.")
 # The main module first, so that a derivation never imports it again; then the skeleton, and
 # with it torch and transformers.
 PROCESSES.set_forkserver_preload(["__main__", "registry.base_models.skeleton"])
@@ -54,8 +60,7 @@ def _run(config_text: bytes, timeout_s: float) -> bytes:
     process = PROCESSES.Process(target=_derive_here, args=(sending, config_text), name="module-table",
                                 daemon=True)
     try:
-        process.start()
-        sending.close()  # the child holds its own end: a child that dies reads as the end of input
+        _start(process, sending)
         if not receiving.poll(timeout_s):
             raise Unprocessable(f"building the model from config.json took over {timeout_s:g} s",
                                 code="invalid_base_config",
@@ -63,11 +68,23 @@ def _run(config_text: bytes, timeout_s: float) -> bytes:
         return _receive(receiving, process)
     finally:
         receiving.close()
-        if process.is_alive():
-            process.kill()
-        if process.pid is not None:
-            process.join()
-            process.close()
+        with CHILDREN:
+            if process.is_alive():
+                process.kill()
+            if process.pid is not None:
+                process.join()
+                process.close()
+
+
+def _start(process, sending) -> None:
+    try:
+        with CHILDREN:
+            process.start()
+    except (OSError, EOFError) as failed:  # the warm process died starting, or could not fork
+        raise Unavailable(f"deriving the module table failed: its process could not start ({failed})",
+                          code="derivation_failed", hint=FAILED_HINT) from None
+    finally:
+        sending.close()  # the child holds its own end: a child that dies reads as the end of input
 
 
 def _receive(receiving, process) -> bytes:
@@ -76,11 +93,10 @@ def _receive(receiving, process) -> bytes:
     except OSError:  # longer than MAX_OUTPUT_BYTES
         raise Unprocessable("the base's module table is too large", code="invalid_base_config") from None
     except EOFError:  # it died without answering: killed by its limits, or no torch to import
-        process.join()
+        with CHILDREN:
+            process.join()
         raise Unavailable(f"deriving the module table failed: its process {_ended(process.exitcode)}",
-                          code="derivation_failed",
-                          hint="Check that torch and transformers are installed beside the registry, "
-                               "and the registry's memory.") from None
+                          code="derivation_failed", hint=FAILED_HINT) from None
 
 
 def _derive_here(sending, config_text: bytes) -> None:

@@ -80,6 +80,25 @@ def test_a_warm_process_that_died_is_started_again_by_the_next_derivation():
     assert len(_warm_processes()) == 1 and _warm_processes()[0].pid != warm[0].pid
 
 
+def test_derivations_from_several_threads_at_once_each_get_their_own_table():
+    """The registry derives from its request threads: each derivation is its own process."""
+    families = ("llama", "qwen2", "phi3", "gemma2")
+    tables: dict[str, str] = {}
+
+    def one(family: str) -> None:
+        tables[family] = derive(config_of(family)).architecture
+
+    threads = [threading.Thread(target=one, args=(family,)) for family in families]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert tables == {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "phi3": "Phi3ForCausalLM",
+                      "gemma2": "Gemma2ForCausalLM"}
+    assert not _derivations()
+
+
 def _record_failure(failed: list[Exception], config: dict) -> None:
     try:
         derive(config, timeout_s=120)
