@@ -3,6 +3,7 @@ nothing, so that a hostile or mistyped config never starts the costly derivation
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from registry.base_models import vllm_support
@@ -29,12 +30,44 @@ def check(config: dict[str, Any]) -> str:
     if model_type is not None and not (isinstance(model_type, str) and 0 < len(model_type) <= 100):
         raise Unprocessable("config.json field 'model_type' must be a short string",
                             code="invalid_base_config", hint=HINT)
+    _refuse_code_loading(config, "")
     for section in (config, config.get("text_config")):
         if isinstance(section, dict):
             _check_sizes(section)
     architecture = architectures[0]
     vllm_support.refuse_unserved(architecture)
     return architecture
+
+
+# Fields with which transformers runs code not installed here: a model's own Python (auto_map,
+# trust_remote_code) or a kernel fetched from the hub (an implementation named org/repo).
+CODE_FIELDS = ("auto_map", "trust_remote_code", "custom_pipelines", "kernel_config", "use_kernels")
+IMPLEMENTATION_FIELDS = ("attn_implementation", "_attn_implementation", "experts_implementation",
+                         "_experts_implementation")
+BUILT_IN_IMPLEMENTATION = re.compile(r"^[a-z0-9_]{1,40}$")
+MAX_DEPTH = 8
+
+
+def _refuse_code_loading(section: dict[str, Any], path: str, depth: int = 0) -> None:
+    """Every field that could make transformers load code, at any depth (sub-configs too)."""
+    if depth > MAX_DEPTH:
+        raise Unprocessable(f"config.json nests deeper than {MAX_DEPTH} levels", code="invalid_base_config",
+                            hint=HINT)
+    for key, value in section.items():
+        where = f"{path}{key}"
+        if key in CODE_FIELDS and value not in (None, False, {}):
+            raise Unprocessable(f"config.json field {where!r} would load code that is not part of "
+                                "transformers", code="invalid_base_config",
+                                hint="loraplane builds a base's skeleton from transformers' own classes "
+                                     "only: remove the field (vLLM must serve the architecture natively).")
+        if key in IMPLEMENTATION_FIELDS and value is not None and not (
+                isinstance(value, str) and BUILT_IN_IMPLEMENTATION.fullmatch(value)):
+            raise Unprocessable(f"config.json field {where!r} names {str(value)[:80]!r}, not one of "
+                                "transformers' built-in implementations", code="invalid_base_config",
+                                hint="Remove the field or use a built-in one such as 'sdpa' or "
+                                     "'eager': a kernel named org/repo is fetched and run from the hub.")
+        if isinstance(value, dict):
+            _refuse_code_loading(value, f"{where}.", depth + 1)
 
 
 def _check_sizes(section: dict[str, Any]) -> None:

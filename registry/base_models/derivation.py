@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import resource
 import signal
 import threading
 
@@ -25,6 +26,8 @@ from registry.errors import Unavailable, Unprocessable
 DERIVE_TIMEOUT_S = 60  # a build takes well under a second; the first derivation also warms up
 MAX_OUTPUT_BYTES = 4 * 1024**2
 MAX_CONFIG_BYTES = 256 * 1024
+# The memory a derivation is allowed (skeleton.MEMORY_BYTES, which the registry cannot import).
+DERIVATION_MEMORY_BYTES = 4 * 1024**3
 
 PROCESSES = multiprocessing.get_context("forkserver")
 # multiprocessing's bookkeeping of its children is not thread-safe: starting one polls the others,
@@ -45,6 +48,8 @@ def derive(config: dict, *, timeout_s: float = DERIVE_TIMEOUT_S) -> ModuleTable:
         raise Unprocessable(f"config.json is {len(text)} bytes; at most {MAX_CONFIG_BYTES} are accepted",
                             code="invalid_base_config", hint="Send the model's config.json as it was saved.")
     answer = _answer(_run(text.encode(), timeout_s))
+    if "out_of_memory" in answer:
+        raise _out_of_memory(answer["out_of_memory"])
     if "error" in answer:
         raise Unprocessable(
             f"transformers {answer.get('transformers', '?')} cannot build this base: {answer['error']}",
@@ -81,6 +86,10 @@ def _start(process, sending) -> None:
         with CHILDREN:
             process.start()
     except (OSError, EOFError) as failed:  # the warm process died starting, or could not fork
+        limit = _address_space_limit()
+        if limit is not None and limit < DERIVATION_MEMORY_BYTES:
+            raise _out_of_memory({"limit_bytes": limit, "needed_bytes": DERIVATION_MEMORY_BYTES,
+                                  "while": f"starting its process ({failed or type(failed).__name__})"}) from None
         raise Unavailable(f"deriving the module table failed: its process could not start ({failed})",
                           code="derivation_failed", hint=FAILED_HINT) from None
     finally:
@@ -100,10 +109,36 @@ def _receive(receiving, process) -> bytes:
 
 
 def _derive_here(sending, config_text: bytes) -> None:
-    """In the forked process: the skeleton is imported already, unless the warm process could not."""
-    from registry.base_models import skeleton
-
+    """In the forked process: the skeleton is imported already, unless the warm process could not
+    (under an address-space limit too low for torch, the import fails here, and says so)."""
+    try:
+        from registry.base_models import skeleton
+    except (MemoryError, ImportError, OSError) as error:
+        limit = _address_space_limit()
+        if limit is None:
+            raise
+        sending.send_bytes(json.dumps({"out_of_memory": {
+            "limit_bytes": limit, "needed_bytes": DERIVATION_MEMORY_BYTES,
+            "while": f"importing torch and transformers ({type(error).__name__})"}}).encode())
+        return
     skeleton.answer(sending, config_text)
+
+
+def _address_space_limit() -> int | None:
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    return None if limit == resource.RLIM_INFINITY else limit
+
+
+def _out_of_memory(report: dict) -> Unavailable:
+    gib = 1024**3
+    limit, needed = report.get("limit_bytes", 0) / gib, report.get("needed_bytes", 0) / gib
+    during = f" while {report['while']}" if report.get("while") else ""
+    return Unavailable(
+        f"deriving the module table ran out of memory{during}: the registry runs under an "
+        f"address-space limit of {limit:.1f} GiB, and a derivation may use up to {needed:.1f} GiB",
+        code="derivation_failed",
+        hint=f"Raise the registry's address-space limit (ulimit -v, or the container's memory) to at "
+             f"least {needed:.0f} GiB; a stored table of an older format still serves meanwhile.")
 
 
 def _answer(raw: bytes) -> dict:

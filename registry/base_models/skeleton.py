@@ -38,7 +38,8 @@ SEGMENT_RENAME = re.compile(r"\.[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]
 
 def answer(sending, config_text: bytes) -> None:
     """A derivation, in a process of its own: the table of this config.json, or why not."""
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+    limit = memory_limit()
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
     _quiet()
     try:
@@ -47,11 +48,23 @@ def answer(sending, config_text: bytes) -> None:
             raise ValueError("config.json is not a JSON object")
         found = describe(config)
     except MemoryError:
-        found = {"error": f"building it from config.json needed over {MEMORY_BYTES // 1024**3} GiB",
-                 "transformers": transformers.__version__}
+        found = ({"error": f"building it from config.json needed over {MEMORY_BYTES // 1024**3} GiB",
+                  "transformers": transformers.__version__} if limit >= MEMORY_BYTES
+                 else out_of_memory(limit, MEMORY_BYTES))
     except Exception as error:  # any refusal of the config, reported to the registry
         found = {"error": _first_sentence(str(error)), "transformers": transformers.__version__}
     sending.send_bytes(json.dumps(found).encode())
+
+
+def memory_limit() -> int:
+    """MEMORY_BYTES, or less where the registry itself runs under a lower hard limit."""
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    return MEMORY_BYTES if hard == resource.RLIM_INFINITY else min(MEMORY_BYTES, hard)
+
+
+def out_of_memory(limit: int, needed: int) -> dict:
+    """The answer of a derivation that ran out of the memory the registry's own limit left it."""
+    return {"out_of_memory": {"limit_bytes": limit, "needed_bytes": needed}}
 
 
 def describe(config: dict) -> dict:

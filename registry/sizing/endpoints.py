@@ -38,4 +38,4 @@ def get_sizing(
         gpu_hour_usd=gpu_hour_usd, gpu_memory_gib=gpu_memory_gib, tokens_per_s=tokens_per_s,
         lora_throughput_penalty=lora_throughput_penalty, demand_tokens_per_s=demand_tokens_per_s,
         weights_fraction=weights_fraction, adapters=adapters)
-    return service.size_pool(session, pool, inputs)
+    return service.size_pool(session, pool, inputs, principal.tenant)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 Source = Literal["measured", "assumed"]
 
@@ -78,6 +78,9 @@ class Comparison(BaseModel):
 
 class SizingOut(BaseModel):
     pool: str
+    scope: str = Field("pool", description=(
+        "What the active-set figures count: the whole pool (global admins), or 'tenant NAME', "
+        "the caller's own versions in it."))
     base_model: str
     dtype: str
     active_set: ActiveSetFigures

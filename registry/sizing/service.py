@@ -11,10 +11,12 @@ from registry.sizing.schemas import SizingInputs, SizingOut
 from registry.tables import BaseModel
 
 
-def size_pool(session: Session, pool_name: str, inputs: SizingInputs) -> SizingOut:
+def size_pool(session: Session, pool_name: str, inputs: SizingInputs, tenant: str | None) -> SizingOut:
+    """With `tenant`, the active-set figures count that tenant's versions only: a pool serves
+    every tenant, and one tenant may not learn the others' counts, ranks or sizes."""
     pool = pool_by_name(session, pool_name)
     base = session.get(BaseModel, pool.base_model_id)
-    active = repository.active_ranks_and_sizes(session, pool.id)
+    active = repository.active_ranks_and_sizes(session, pool.id, tenant)
     table = stored_tables.table_of(session, base)
     facts = calculator.PoolFacts(
         pool=pool.name, base_model=base.name, table=table, tied_embeddings=table.tied_embeddings,
@@ -22,4 +24,6 @@ def size_pool(session: Session, pool_name: str, inputs: SizingInputs) -> SizingO
         max_lora_rank=pool.max_lora_rank, dtype=pool.dtype,
         active_ranks=tuple(row.rank for row in active),
         active_bytes=sum(row.size_bytes for row in active))
-    return calculator.size(facts, inputs)
+    sized = calculator.size(facts, inputs)
+    sized.scope = f"tenant {tenant}" if tenant else "pool"
+    return sized

@@ -40,7 +40,7 @@ def pool_list(request: Request, visit: Visit = Depends(viewer),
 def pool_page(request: Request, pool: str = POOL_NAME, visit: Visit = Depends(viewer),
               session: Session = RequestSession) -> Response:
     live = _serving_view(session, visit, pool)
-    sized = sizing.size_pool(session, pool, SizingInputs())
+    sized = sizing.size_pool(session, pool, SizingInputs(), visit.principal.tenant)
     return page(request, visit, "pool.html", sizing=sized, memory_chart=_memory_chart(sized),
                 gpu_chart=_gpu_chart(sized), cost_chart=_cost_chart(sized), **live)
 

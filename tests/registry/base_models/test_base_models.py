@@ -89,6 +89,14 @@ def test_a_second_base_from_the_same_config_shares_its_table(admin, base_model, 
     ({"name": "tiny-llama", "config": LLAMA_8B}, 409, "already_exists", "'tiny-llama'"),
     ({"name": "x5", "config": LLAMA_8B, "aliases": ["tiny-llama"]}, 409, "already_exists", "'tiny-llama'"),
     ({"name": "../x", "config": LLAMA_8B}, 422, "invalid_request", "name"),
+    ({"name": "x8", "config": {**LLAMA_8B, "attn_implementation": "kernels-community/flash-attn"}}, 422,
+     "invalid_base_config", "'attn_implementation' names 'kernels-community/flash-attn', not one of"),
+    ({"name": "x9", "config": {**LLAMA_8B, "text_config": {"_attn_implementation": "evil/kernel:fn"}}}, 422,
+     "invalid_base_config", "'text_config._attn_implementation' names 'evil/kernel:fn'"),
+    ({"name": "x10", "config": {**LLAMA_8B, "auto_map": {"AutoModelForCausalLM": "modeling.Evil"}}}, 422,
+     "invalid_base_config", "'auto_map' would load code that is not part of transformers"),
+    ({"name": "x11", "config": {**LLAMA_8B, "trust_remote_code": True}}, 422, "invalid_base_config",
+     "'trust_remote_code' would load code"),
 ])
 def test_bad_base_model_is_refused_and_nothing_is_stored(admin, base_model, body, status, code, message):
     before = admin.get("/v1/base-models", params={"limit": 200}).json()["items"]

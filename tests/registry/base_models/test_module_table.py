@@ -162,3 +162,29 @@ def test_the_architecture_is_the_one_config_json_names_as_vllm_reads_it():
     table = derive({**SIZES, "model_type": "phimoe", "architectures": ["PhiMoEForCausalLM"],
                     "num_local_experts": 4, "num_experts_per_tok": 2})
     assert table.architecture == "PhiMoEForCausalLM"
+
+
+def derive_under_address_space_limit(gib: float) -> str:
+    """What a registry running under `ulimit -v` reads when it derives, as one line."""
+    import subprocess
+    import sys
+
+    script = (f"import resource; limit = int({gib} * 1024**3); "
+              "resource.setrlimit(resource.RLIMIT_AS, (limit, limit)); "
+              "from registry.base_models.derivation import derive; from devkit.family_models import SIZES\n"
+              "try:\n    print('table', len(derive({**SIZES, 'model_type': 'llama'}).modules))\n"
+              "except Exception as error:\n    print(type(error).__name__, error.status, error, '|', error.hint)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_a_registry_under_a_lower_memory_limit_than_a_derivations_still_derives():
+    """The derivation's own 4 GiB limit cannot be raised above the registry's: it takes the lower."""
+    assert derive_under_address_space_limit(1.5).startswith("table ")
+
+
+def test_a_registry_with_too_little_memory_to_derive_is_told_so_and_how_much_it_needs():
+    line = derive_under_address_space_limit(0.6)
+    assert line.startswith("Unavailable 503 deriving the module table ran out of memory"), line
+    assert "address-space limit of 0.6 GiB, and a derivation may use up to 4.0 GiB" in line
+    assert "Raise the registry's address-space limit (ulimit -v" in line
