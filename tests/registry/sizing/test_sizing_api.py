@@ -128,3 +128,16 @@ def test_the_cli_renders_the_real_answer(sizing_pools, served_version, admin):
     assert "LoRA slot memory" in text and "multi-LoRA" in text
     assert "512.00 KiB" in text and "256.00 KiB" in text  # slots, and the waste
     assert "measured" in text and "assumed" in text
+
+
+def test_a_tenant_counts_only_its_own_versions_in_a_shared_pool(sizing_pools, served_version, admin, client_for):
+    """A pool serves every tenant: another tenant learns nothing of acme's count, rank or bytes."""
+    pool = sizing_pools["served"]
+    everyone, acme = sizing_of(admin, pool), sizing_of(client_for("acme_reviewer"), pool)
+    globex = sizing_of(client_for("globex_uploader"), pool)
+
+    assert everyone["scope"] == "pool" and acme["scope"] == "tenant acme" and globex["scope"] == "tenant globex"
+    assert acme["active_set"]["versions"]["value"] == everyone["active_set"]["versions"]["value"] == 1
+    assert globex["active_set"]["versions"]["value"] == 0
+    assert globex["active_set"]["artifact_bytes"]["value"] == 0
+    assert globex["active_set"]["largest_rank"]["value"] in (None, 0)
