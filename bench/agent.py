@@ -122,7 +122,9 @@ def prepare(work: Path, registry: services.Service, engine, kit, count: int, *,
                                       "max_lora_rank": 16, "dtype": "float32"}).raise_for_status()
         node_id = f"bench-{token_name}"
         plain[token_name] = admin.post("/v1/tokens", json={"subject": node_id, "role": "node",
-                                                           "pool": pool, "instance_id": node_id}).json()["token"]
+                                                           "pool": pool, "instance_id": node_id,
+                                                           # no router here: nothing is sent there
+                                                           "vllm_url": "http://127.0.0.1:9"}).json()["token"]
     versions = []
     for seed in range(count):
         folder = build_adapter(kit.base_dir, work / f"adapter-{seed}", seed=seed, base_model_name=BASE)

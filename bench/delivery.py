@@ -132,12 +132,14 @@ def canaries(work: Path, kit, registry, admin, uploader, db, common: dict, runni
     admin.post("/v1/pools", json={"name": POOL, "base_model": BASE, "max_loras": 2, "max_cpu_loras": 8,
                                   "max_lora_rank": 16, "dtype": "float32"}).raise_for_status()
     scoped = {name: admin.post("/v1/tokens", json={"subject": f"delivery-{name}", **scope}).json()["token"]
-              for name, scope in (("node", {"role": "node", "pool": POOL, "instance_id": "node-0"}),
+              for name, scope in (("node", {"role": "node", "pool": POOL, "instance_id": "node-0",
+                                            "vllm_url": "http://127.0.0.1:9"}),
                                   ("router", {"role": "router", "pool": POOL, "instance_id": "router-0"}),
                                   ("app", {"role": "app", "tenant": "acme"}))}
     vllm = services.start_vllm(work / "node", services.kit_engine(kit, BASE))
     running.append(vllm)
     proxy = FaultProxy(vllm.url).__enter__()
+    admin.put(f"/v1/pools/{POOL}/nodes/node-0/address", json={"vllm_url": proxy.url}).raise_for_status()
     running.append(services.start_agent(work / "node" / "agent", pool=POOL, vllm_url=proxy.url,
                                         registry_url=registry.url, token=scoped["node"], node_id="node-0",
                                         metrics_port=services.free_port()))

@@ -204,7 +204,7 @@ def prepare(work: Path, registry: services.Service, engine) -> tuple[dict, list[
         # holds everything here), which is what each node's own part would be.
         _, plain["node"] = issuing.create_token(session, subject="bench-nodes", role=Role.NODE,
                                                 tenant=None, pool=POOL, instance_id="bench-nodes",
-                                                actor="bench")
+                                                actor="bench", vllm_url="http://127.0.0.1:9")
     versions = []
     for seed in (1, 2):
         folder = build_adapter(base_dir, work / f"adapter-{seed}", seed=seed, base_model_name=BASE)

@@ -28,6 +28,7 @@ from serving.router.catalog import Catalog
 from serving.router.fleet import Fleet
 from serving.router.forward import Forwarder
 
+DIGEST = "d" * 64
 SERVED = "acme/chat@1"
 ANSWER = json.dumps({"model": SERVED, "choices": [{"text": "ok"}],
                      "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
@@ -54,6 +55,10 @@ def make_app(http: aiohttp.ClientSession, port: int) -> RouterApp:
     fleet = Fleet(spill_outstanding=8)
     fleet.update([{"node_id": "n1", "vllm_url": f"http://127.0.0.1:{port}", "stale": False,
                    "limits": {"max_cpu_loras": 4}, "serving": [SERVED]}])
+    # Confirmed as the router confirms a node once its engine lists the name (off the hot path).
+    fleet.digests[SERVED] = DIGEST
+    for node in fleet.due_for_check():
+        fleet.judge(node, {SERVED: DIGEST})
     keys = AppKeys("http://127.0.0.1:9", ttl_s=3600)  # the key is known: no registry needed
     keys._apps[hashlib.sha256(KEY.encode()).digest()] = (App("bench", "acme", "interactive"), time.monotonic())
     app = RouterApp("bench", keys, Admission(64, 8, 30), Forwarder(

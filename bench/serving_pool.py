@@ -81,6 +81,8 @@ def serving_pool(work: Path, *, nodes: int, max_cpu_loras: int, adapters: int,
             folder = work / f"node-{index}"
             vllm = services.start_vllm(folder, services.kit_engine(kit, BASE, max_cpu_loras=max_cpu_loras))
             running.append(vllm)
+            admin.put(f"/v1/pools/{POOL}/nodes/node-{index}/address",
+                      json={"vllm_url": vllm.url}).raise_for_status()
             agent = services.start_agent(folder / "agent", pool=POOL, vllm_url=vllm.url,
                                          registry_url=registry.url, token=scoped[f"node-{index}"],
                                          node_id=f"node-{index}", metrics_port=services.free_port())
@@ -135,7 +137,9 @@ def _set_up_pool(admin: httpx.Client, kit: TaskKit, max_cpu_loras: int, nodes: i
                                   "max_cpu_loras": max_cpu_loras, "max_lora_rank": 16,
                                   "dtype": "float32"}).raise_for_status()
     # One token per node, each bound to its node id, as a real fleet holds them.
-    scopes = {**{f"node-{index}": {"role": "node", "pool": POOL, "instance_id": f"node-{index}"}
+    # Each node's address is bound again once its vLLM is up (its port is known only then).
+    scopes = {**{f"node-{index}": {"role": "node", "pool": POOL, "instance_id": f"node-{index}",
+                                   "vllm_url": "http://127.0.0.1:9"}
                  for index in range(nodes)},
               "router": {"role": "router", "pool": POOL, "instance_id": "bench-router"},
               "app": {"role": "app", "tenant": TENANT}}

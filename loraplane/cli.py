@@ -244,6 +244,10 @@ def token_create(
     instance_id: Optional[str] = typer.Option(
         None, "--instance-id", help="A node token's node id, or a router token's router id: the one "
                                     "node or router it may speak for (required for both)."),
+    vllm_url: Optional[str] = typer.Option(
+        None, "--vllm-url", help="A node token's vLLM address as routers reach it, such as "
+                                 "https://node-1.internal:8000: routers send prompts only there. "
+                                 "Required for a node's first token; later ones keep it."),
     identity_id: Optional[int] = typer.Option(
         None, "--identity-id", help="Issue another token to this existing identity (same tenant), "
                                     "e.g. a person's second device; default: a new identity."),
@@ -255,7 +259,8 @@ def token_create(
 
     _call(lambda: typer.echo(create_token(subject=subject, role=role, tenant=tenant, pool=pool,
                                           tier=tier, instance_id=instance_id,
-                                          identity_id=identity_id, ttl_days=ttl_days)))
+                                          identity_id=identity_id, ttl_days=ttl_days,
+                                          vllm_url=vllm_url)))
 
 
 @token_app.command("list")

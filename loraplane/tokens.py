@@ -12,7 +12,8 @@ OPERATOR = "operator (cli)"
 
 def create_token(*, subject: str, role: str, tenant: str | None, pool: str | None = None,
                  tier: str | None = None, instance_id: str | None = None,
-                 identity_id: int | None = None, ttl_days: int | None = None) -> str:
+                 identity_id: int | None = None, ttl_days: int | None = None,
+                 vllm_url: str | None = None) -> str:
     try:
         parsed = Role(role)
     except ValueError:
@@ -21,7 +22,8 @@ def create_token(*, subject: str, role: str, tenant: str | None, pool: str | Non
     with transaction() as session:
         _, plain = tokens.create_token(session, subject=subject, role=parsed, tenant=tenant,
                                        pool=pool, tier=tier, instance_id=instance_id,
-                                       identity_id=identity_id, ttl_days=ttl_days, actor=OPERATOR)
+                                       identity_id=identity_id, ttl_days=ttl_days, actor=OPERATOR,
+                                       vllm_url=vllm_url)
     return plain
 
 

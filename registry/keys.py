@@ -19,6 +19,7 @@ class Purpose(StrEnum):
     CSRF = "csrf"
     AUDIT_CHAIN = "audit-chain"
     AUDIT_HEAD = "audit-head"
+    NODE_ADDRESSES = "node-addresses"
 
 
 def key_for(purpose: Purpose) -> bytes:

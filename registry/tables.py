@@ -144,6 +144,8 @@ class Pool(Base):
     # last is the pool's qualified engine), and the base config digest they were qualified with.
     requalify_policy: Mapped[str] = mapped_column(String(16), server_default="keep_serving")
     qualified_engines: Mapped[list[dict[str, Any]]] = mapped_column(JSON, server_default="[]")
+    # Engine fingerprints an operator declared: a node reporting one needs no quorum.
+    declared_engines: Mapped[list[str]] = mapped_column(JSON, server_default="[]")
     qualified_config_sha256: Mapped[str | None] = mapped_column(String(64))
 
 
@@ -390,13 +392,27 @@ class NodeStatus(Base):
     generation: Mapped[int] = mapped_column(BigInteger)
     loaded: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     failures: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
-    vllm_url: Mapped[str] = mapped_column(String(500))
     limits: Mapped[dict[str, Any]] = mapped_column(JSON)
     # Recent bytes that failed a re-check (tampered or rotted on the node's disk).
     incidents: Mapped[list[dict[str, Any]]] = mapped_column(JSON, server_default="[]")
     engine: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # vLLM version, flags, dtype
     reported_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     first_seen_at: Mapped[datetime] = created_at_column()
+
+
+class NodeAddress(Base):
+    """Where a node's vLLM is, as the operator bound it when issuing the node's token; never what
+    the node says. `seal` is an HMAC under a key of the registry host's (registry/nodes/addresses.py)."""
+
+    __tablename__ = "node_addresses"
+    __table_args__ = (UniqueConstraint("pool_id", "node_id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"), index=True)
+    node_id: Mapped[str] = mapped_column(String(64))
+    vllm_url: Mapped[str] = mapped_column(String(500))
+    seal: Mapped[str] = mapped_column(String(64))
+    bound_by: Mapped[str] = mapped_column(String(300))
+    bound_at: Mapped[datetime] = created_at_column()
 
 
 class Webhook(Base):

@@ -165,7 +165,8 @@ def tokens(engine: Engine, tiny_base: Path) -> dict[str, str]:
         for name, (role, tenant, pool) in PRINCIPALS.items():
             _, plain[name] = token_service.create_token(
                 session, subject=name, role=role, tenant=tenant, pool=pool, actor="tests",
-                instance_id=name.replace("_", "-") if pool else None)
+                instance_id=name.replace("_", "-") if pool else None,
+                vllm_url=f"http://{name.replace('_', '-')}.nodes.invalid:8000" if role is Role.NODE else None)
     return plain
 
 

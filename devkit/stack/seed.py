@@ -62,8 +62,9 @@ class DemoSetup:
 
 
 def seed(registry: httpx.Client, kit, saved: DemoSetup | None, *, registry_url: str,
-         router_url: str) -> DemoSetup:
-    """`registry` carries the admin token; `kit` is the built task kit."""
+         router_url: str, node_url: str) -> DemoSetup:
+    """`registry` carries the admin token; `kit` is the built task kit; `node_url` is where the
+    router reaches the node's vLLM, bound to the node (routers never take a node's word for it)."""
     _ensure(registry, f"/v1/base-models/{BASE_MODEL}", "/v1/base-models",
             {"name": BASE_MODEL, "config": json.loads((kit.base_dir / "config.json").read_text())})
     rows = [row for task in ("digits_to_words", "reverse_words") for row in kit.suites[task][:SUITE_ROWS_PER_TASK]]
@@ -72,6 +73,7 @@ def seed(registry: httpx.Client, kit, saved: DemoSetup | None, *, registry_url: 
              "generation": {"max_tokens": 16}})
     _ensure(registry, f"/v1/pools/{POOL}", "/v1/pools",
             {"name": POOL, "base_model": BASE_MODEL, "required_suites": [SUITE], **POOL_LIMITS})
+    checked(registry.put(f"/v1/pools/{POOL}/nodes/{NODE_ID}/address", json={"vllm_url": node_url}))
     tokens = {name: _token(registry, name, saved.tokens.get(name) if saved else None) for name in TOKENS}
     return DemoSetup(registry_url=registry_url, router_url=router_url, kit_dir=str(kit.root), tokens=tokens)
 

@@ -114,7 +114,7 @@ class _Stack:
         with _step(f"the registry at {self.public_url}"):
             sup.wait_ready("registry")
         with _step(f"the demo tenant {seed.TENANT!r}, pool {seed.POOL!r} and suite {seed.SUITE!r}"):
-            setup = self._seed(kit)
+            setup = self._seed(kit, node_url)
         sup.start(self._worker(eval_url))
         sup.start(self._housekeeper())
         with _step("vLLM on CPU for evaluations and for serving, a worker and the housekeeper"):
@@ -125,12 +125,13 @@ class _Stack:
             sup.wait_ready("agent", "router")
         return setup
 
-    def _seed(self, kit) -> seed.DemoSetup:
+    def _seed(self, kit, node_url: str) -> seed.DemoSetup:
         path = self.data_dir / "demo.json"
         saved = seed.DemoSetup.load(path) if path.exists() else None
         headers = {"Authorization": f"Bearer {self.admin_token}"}
         with httpx.Client(base_url=self.public_url, headers=headers, timeout=60) as registry:
-            setup = seed.seed(registry, kit, saved, registry_url=self.public_url, router_url=self.router_url)
+            setup = seed.seed(registry, kit, saved, registry_url=self.public_url,
+                              router_url=self.router_url, node_url=node_url)
         setup.save(path)
         return setup
 

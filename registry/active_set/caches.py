@@ -67,11 +67,19 @@ def _authenticate(plain: str | None) -> Principal:
         return tokens.authenticate(session, plain)
 
 
+# The routers' body, in the node slot of the cache's keys: no node can be named so.
+ROUTERS = "#routers"
+
+
 class BodyCache:
-    """The rendered JSON of each pool's newest generation: the whole set, and each node's part
-    (?node=) while the set is spread over the nodes. While every node holds everything, a node's
-    part is the whole set, rendered once. Presigned URLs are renewed when half their lifetime has
-    passed, so a node never receives one about to expire."""
+    """The rendered JSON of each pool's newest generation: the whole set, each node's part
+    (?node=) while the set is spread over the nodes, and the routers' body. While every node
+    holds everything, a node's part is the whole set, rendered once. Presigned URLs are renewed
+    when half their lifetime has passed, so a node never receives one about to expire.
+
+    Routers get names, digests, aliases, weights and placement only: no file URLs, which would
+    let a router token download every tenant's weights, and no attestations, which they do not
+    check."""
 
     def __init__(self) -> None:
         self._bodies: dict[tuple[str, str | None], tuple[int, bytes, float]] = {}
@@ -79,6 +87,9 @@ class BodyCache:
         self._whole_for_all: dict[str, int] = {}  # pool -> a generation every node holds whole
 
     async def get(self, pool: str, at_least: int | None, node: str | None = None) -> tuple[int, bytes]:
+        """`node`: a node's id for its part, ROUTERS for the routers' body, None for the whole."""
+        if node == ROUTERS:
+            return await self._get_rendered((pool, ROUTERS), at_least)
         whole = self._fresh((pool, None), at_least)
         if whole and (node is None or self._whole_for_all.get(pool) == whole[0]):
             return whole
@@ -94,6 +105,15 @@ class BodyCache:
             self._store((pool, node if node_specific else None), generation, body)
             if node is not None and not node_specific:
                 self._whole_for_all[pool] = generation
+            return generation, body
+
+    async def _get_rendered(self, key: tuple[str, str], at_least: int | None) -> tuple[int, bytes]:
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            cached = self._fresh(key, at_least)
+            if cached:
+                return cached
+            generation, body, _ = await run_in_threadpool(_render, key[0], key[1])
+            self._store(key, generation, body)
             return generation, body
 
     def _store(self, key: tuple[str, str | None], generation: int, body: bytes) -> None:
@@ -117,6 +137,12 @@ class BodyCache:
 
 def _render(pool: str, node: str | None) -> tuple[int, bytes, bool]:
     """(generation, body, whether the body is that node's part rather than the whole set)."""
+    for_routers = node == ROUTERS
     with transaction() as session:
-        active = snapshot.read(session, pool, get_store(), get_settings(), node)
+        active = snapshot.read(session, pool, get_store(), get_settings(),
+                               None if for_routers else node, with_files=not for_routers)
+    if for_routers:
+        body = active.model_dump_json(exclude={"entries": {"__all__": {"files", "attestation"}},
+                                               "urls_expire_in": True})
+        return active.generation, body.encode(), False
     return active.generation, active.model_dump_json().encode(), active.node is not None

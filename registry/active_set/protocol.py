@@ -7,7 +7,7 @@ import time
 
 from starlette.concurrency import run_in_threadpool
 
-from registry.active_set.caches import BodyCache
+from registry.active_set.caches import ROUTERS, BodyCache
 from registry.active_set.watch import WATCH
 from registry.auth import tokens
 from registry.auth.principal import Principal, Role
@@ -21,7 +21,8 @@ bodies = BodyCache()
 async def answer(pool: str, principal: Principal, known: int | None, wait_s: float,
                  node: str | None = None) -> tuple[int, int, bytes | None]:
     """(HTTP status, generation, body or None for a 304). With `node`, the body holds only what
-    the placement gives that node; a node token always gets its own node's part."""
+    the placement gives that node; a node token always gets its own node's part, and a router
+    token the routers' body, without files."""
     principal.require_pool_reader(pool)
     node = _own_node(principal, pool, node)
     current = WATCH.known(pool)
@@ -43,7 +44,8 @@ async def answer(pool: str, principal: Principal, known: int | None, wait_s: flo
             await run_in_threadpool(_still_valid, principal.token_id)
     if current == known:
         return 304, known, None
-    generation, body = await bodies.get(pool, at_least=current, node=node)
+    generation, body = await bodies.get(pool, at_least=current,
+                                        node=ROUTERS if principal.role is Role.ROUTER else node)
     WATCH.observe(pool, generation)
     return 200, generation, body
 

@@ -30,8 +30,10 @@ def pool_by_name(session: Session, name: str, *, lock: bool = False) -> Pool:
 
 
 def read(session: Session, pool_name: str, store: ArtifactStore,
-         settings: RegistrySettings, node: str | None = None) -> ActiveSet:
-    """The pool's whole set, or with `node` only what the placement gives that node."""
+         settings: RegistrySettings, node: str | None = None, *,
+         with_files: bool = True) -> ActiveSet:
+    """The pool's whole set, or with `node` only what the placement gives that node; without
+    files (and their presigned URLs) for readers that must not download them."""
     pool = pool_by_name(session, pool_name, lock=True)
     aliases = repository.aliases_of_pool(session, pool.id)
     retiring = repository.retiring_version_ids(session, pool.id)
@@ -45,7 +47,8 @@ def read(session: Session, pool_name: str, store: ArtifactStore,
     version_ids = sorted((set(by_version) | retiring) - suspended_version_ids(session, pool.id))
     proofs = repository.current_attestations(session, pool.id, version_ids)
     entries = [_entry(session, session.get(AdapterVersion, vid), by_version.get(vid, []),
-                      store, settings, proofs.get(vid)) for vid in version_ids]
+                      store if with_files else None, settings, proofs.get(vid))
+               for vid in version_ids]
     spread = from_stored(pool.placement)
     part_of = None
     if spread is not None and spread.mode == "spread":
@@ -80,7 +83,8 @@ def _shadow(session: Session, alias: PoolAlias) -> float:
 
 
 def _entry(session: Session, version: AdapterVersion, aliases: list[AliasWeight],
-           store: ArtifactStore, settings: RegistrySettings, attestation: dict | None) -> ActiveEntry:
+           store: ArtifactStore | None, settings: RegistrySettings,
+           attestation: dict | None) -> ActiveEntry:
     adapter = session.get(Adapter, version.adapter_id)
     tenant = session.get(Tenant, adapter.tenant_id).name
     return ActiveEntry(
@@ -90,7 +94,7 @@ def _entry(session: Session, version: AdapterVersion, aliases: list[AliasWeight]
         retiring=not aliases, attestation=attestation,
         files=[ArtifactFile(**f, url=store.presigned_url(artifact.blob_key(f["sha256"]),
                                                          settings.presign_ttl_s))
-               for f in version.files])
+               for f in version.files] if store is not None else [])
 
 
 def _last_loaded(session: Session, pool: Pool, node_id: str) -> frozenset[str]:

@@ -12,6 +12,13 @@ POLICIES = (KEEP_SERVING, SUSPEND)
 
 
 def suspended_version_ids(session: Session, pool_id: int) -> set[int]:
-    """Versions the pool's active set must leave out: marked, under the `suspend` policy."""
-    policy = repository.requalify_policy(session, pool_id)
-    return repository.marked_version_ids(session, pool_id) if policy == SUSPEND else set()
+    """Versions the pool's active set must leave out: marked, under the `suspend` policy, unless
+    that would leave the set empty. A round that marks every version (a new engine does) never
+    takes the whole pool down at once: they serve, as under keep_serving, until one of them
+    qualifies again, and then the others that are still marked leave."""
+    if repository.requalify_policy(session, pool_id) != SUSPEND:
+        return set()
+    marked = repository.marked_version_ids(session, pool_id)
+    serving = (repository.aliased_version_ids(session, pool_id)
+               | repository.retiring_version_ids(session, pool_id))
+    return marked if serving - marked else set()

@@ -1,15 +1,36 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated, Literal
 
-from typing import Annotated
+from pydantic import AfterValidator, AnyHttpUrl, BaseModel, ConfigDict, Field, UrlConstraints
 
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, UrlConstraints
-
-from registry.names import SERVED_NAME
-from registry.names import FREE_TEXT
+from registry.names import FREE_TEXT, SERVED_NAME
 
 SHA256 = r"^[0-9a-f]{64}$"
+
+
+def _plain_address(url: AnyHttpUrl) -> AnyHttpUrl:
+    if url.username or url.password or url.query or url.fragment:
+        raise ValueError("a vLLM address is scheme://host:port[/path], without credentials, query "
+                         "or fragment")
+    return url
+
+
+NodeAddressUrl = Annotated[AnyHttpUrl, UrlConstraints(max_length=500), AfterValidator(_plain_address)]
+
+
+class NodeAddressIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    vllm_url: NodeAddressUrl = Field(description="The node's vLLM, as routers reach it.")
+
+
+class NodeAddressOut(BaseModel):
+    pool: str
+    node_id: str
+    vllm_url: str
+    bound_by: str
+    bound_at: datetime
 
 
 class LoadedAdapter(BaseModel):
@@ -57,7 +78,8 @@ class NodeReport(BaseModel):
     failures: list[NodeFailure] = Field(default_factory=list, max_length=4096)
     incidents: list[NodeIncident] = Field(default_factory=list, max_length=64)
     engine: NodeEngine | None = None
-    vllm_url: Annotated[AnyHttpUrl, UrlConstraints(max_length=500)]
+    vllm_url: Annotated[AnyHttpUrl, UrlConstraints(max_length=500)] | None = Field(None, description=(
+        "Ignored: a node's address is the one an admin bound when issuing its token."))
     limits: NodeLimits
 
 
@@ -78,8 +100,12 @@ class NodeOut(BaseModel):
     incidents: list[NodeIncident] = Field(default_factory=list)
     serving: list[str] = Field(description="Desired and loaded with the right digest: the names "
                                            "a router may send to this node.")
-    vllm_url: str | None = Field(description="Only for global admins and the pool's nodes: vLLM's "
-                                             "runtime endpoints must stay private.")
+    vllm_url: str | None = Field(description=(
+        "The address bound to the node when its token was issued, the only one routers send to. "
+        "Only for global admins and the pool's routers: vLLM's runtime endpoints must stay private."))
+    address: Literal["bound", "unbound", "seal_broken"] = Field(description=(
+        "unbound: no admin bound this node's address; seal_broken: the binding was changed "
+        "outside the registry. Either way routers send the node nothing."))
     limits: dict[str, int] | None
     reported_at: datetime
 

@@ -16,15 +16,15 @@ from registry.auth.principal import Principal, Role
 from registry.clock import aware
 from registry.errors import Unprocessable
 from registry.names import check_name
-from registry.nodes import repository
+from registry.nodes import addresses, repository
 from registry.nodes.schemas import (
-    DriftOut, NodeFailure, NodeIncident, NodeOut, NodeReport, RolloutOut,
+    DriftOut, NodeAddressOut, NodeFailure, NodeIncident, NodeOut, NodeReport, RolloutOut,
 )
 from registry.placement.rules import EVERYWHERE, Placement
 from registry.placement.stored import from_stored
 from registry.requalification import service as requalification
 from registry.settings import get_settings
-from registry.tables import NodeStatus
+from registry.tables import NodeAddress, NodeStatus, Pool
 
 
 def report(session: Session, principal: Principal, pool_name: str, node_id: str,
@@ -39,7 +39,7 @@ def report(session: Session, principal: Principal, pool_name: str, node_id: str,
     fields = dict(generation=body.generation, loaded=[a.model_dump() for a in body.loaded],
                   failures=[f.model_dump() for f in body.failures],
                   incidents=[i.model_dump(mode="json") for i in body.incidents],
-                  engine=body.engine.model_dump() if body.engine else None, vllm_url=str(body.vllm_url),
+                  engine=body.engine.model_dump() if body.engine else None,
                   limits=body.limits.model_dump(), reported_at=datetime.now(UTC))
     row = _upsert(session, pool.id, node_id, fields)
     # A new engine or base config asks the pool's versions to qualify again.
@@ -47,8 +47,20 @@ def report(session: Session, principal: Principal, pool_name: str, node_id: str,
     changes.drop_drained(session, pool.id)
     # A node that joined, left or finished loading may change where adapters live.
     follow_nodes(session, pool.id)
+    bound = addresses.of_pool(session, pool)
     return _node_out(row, desired_digests(session, pool.id), pool.generation, visible_to(principal),
-                     internals=True, placed=from_stored(pool.placement))
+                     internals=True, placed=from_stored(pool.placement),
+                     address=_address(pool, bound.get(node_id)))
+
+
+def bind_address(session: Session, principal: Principal, pool_name: str, node_id: str,
+                 url: str) -> NodeAddressOut:
+    principal.require_global_admin()
+    check_name(node_id, "node")
+    pool = pool_by_name(session, pool_name)
+    row = addresses.bind(session, pool, node_id, url, actor=principal.label)
+    return NodeAddressOut(pool=pool.name, node_id=node_id, vllm_url=row.vllm_url,
+                          bound_by=row.bound_by, bound_at=row.bound_at or datetime.now(UTC))
 
 
 def _upsert(session: Session, pool_id: int, node_id: str, fields: dict) -> NodeStatus:
@@ -75,15 +87,24 @@ def rollout(session: Session, principal: Principal, pool_name: str) -> RolloutOu
     rows = node_statuses(session, pool.id)
     internals = principal.tenant is None  # global admins, the pool's own nodes and routers
     placed = from_stored(pool.placement)
-    nodes = [_node_out(row, desired, pool.generation, visible, internals=internals, placed=placed)
-             for row in rows]
+    bound = addresses.of_pool(session, pool)
+    nodes = [_node_out(row, desired, pool.generation, visible, internals=internals, placed=placed,
+                       address=_address(pool, bound.get(row.node_id))) for row in rows]
     return RolloutOut(pool=pool.name, generation=pool.generation, nodes_total=len(nodes),
                       nodes_converged=sum(n.converged for n in nodes),
                       nodes_stale=sum(n.stale for n in nodes), nodes=nodes)
 
 
+def _address(pool: Pool, row: NodeAddress | None) -> tuple[str, str | None]:
+    """(state, the address routers may use)."""
+    if row is None:
+        return "unbound", None
+    url = addresses.verified(pool.name, row)
+    return ("bound", url) if url is not None else ("seal_broken", None)
+
+
 def _node_out(row: NodeStatus, desired: dict[str, str], generation: int, visible, *,
-              internals: bool, placed: Placement | None) -> NodeOut:
+              internals: bool, placed: Placement | None, address: tuple[str, str | None]) -> NodeOut:
     """Drift is against what this node should hold; `serving` is every active version it holds,
     which a router may send to it even while the node drains it."""
     loaded = {a["served_name"]: a["digest"] for a in row.loaded}
@@ -101,9 +122,12 @@ def _node_out(row: NodeStatus, desired: dict[str, str], generation: int, visible
         drift=DriftOut(missing=[n for n in drift.missing if visible(n)],
                        extra=[n for n in drift.extra if visible(n)],
                        wrong_digest=[n for n in drift.wrong_digest if visible(n)]),
-        failures=[NodeFailure(**f) for f in row.failures if visible(f["served_name"])],
-        incidents=[NodeIncident(**i) for i in row.incidents or [] if visible(i["served_name"])],
+        # A node's own words: shown only about versions the pool serves, to those who see them.
+        failures=[NodeFailure(**f) for f in row.failures if f["served_name"] in desired and visible(f["served_name"])],
+        incidents=[NodeIncident(**i) for i in row.incidents or []
+                   if i["served_name"] in desired and visible(i["served_name"])],
         serving=sorted(n for n, digest in desired.items() if loaded.get(n) == digest and visible(n)),
-        vllm_url=row.vllm_url if internals else None, limits=row.limits if internals else None,
+        vllm_url=address[1] if internals else None, address=address[0],
+        limits=row.limits if internals else None,
         reported_at=row.reported_at)
 

@@ -11,7 +11,7 @@ from registry.pools import service
 from registry.pools.schemas import PoolCreate, PoolOut, PoolUpdate
 from registry.request_session import RequestSession
 from registry.requalification import service as requalification
-from registry.requalification.schemas import RequalificationsOut
+from registry.requalification.schemas import EngineDeclaration, RequalificationsOut
 
 router = APIRouter(prefix="/v1/pools", tags=["pools"])
 
@@ -50,3 +50,11 @@ def list_requalifications(pool: str, principal: Principal = Depends(authenticate
     """Versions marked to qualify again after the pool's engine or base config changed, why, and
     the policy they serve under meanwhile. A tenant's people see their own versions only."""
     return requalification.listing(session, principal, pool)
+
+
+@router.post("/{pool}/engines", response_model=RequalificationsOut)
+def declare_engine(spec: EngineDeclaration, pool: str, principal: Principal = Depends(authenticated),
+                   session: Session = RequestSession):
+    """Declare the engine the pool's nodes run (global admins): one node's report of a new engine
+    starts re-qualification only once it is declared, or once a quorum of live nodes reports it."""
+    return requalification.declare_engine(session, principal, pool, spec.model_dump())

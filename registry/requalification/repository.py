@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from registry.evaluations import rules as evaluation_rules
 from registry.evaluations.repository import not_an_incumbent_half
 from registry.tables import (
-    Adapter, AdapterVersion, EvalSuite, Evaluation, Pool, PoolAlias, PoolRetirement,
+    Adapter, AdapterVersion, EvalSuite, Evaluation, NodeStatus, Pool, PoolAlias, PoolRetirement,
     Requalification, Tenant,
 )
 
@@ -112,3 +112,10 @@ def marks_of_version(session: Session, version_id: int) -> list[tuple[Requalific
         select(Requalification, Pool).join(Pool, Pool.id == Requalification.pool_id)
         .where(Requalification.version_id == version_id, Requalification.cleared_at.is_(None))
         .order_by(Requalification.id)).tuples())
+
+
+def live_engines(session: Session, pool_id: int, since: datetime) -> dict[str, dict | None]:
+    """node id -> the engine it reported, for the pool's nodes that reported after `since`."""
+    rows = session.execute(select(NodeStatus.node_id, NodeStatus.engine).where(
+        NodeStatus.pool_id == pool_id, NodeStatus.reported_at >= since)).all()
+    return {row.node_id: row.engine for row in rows}

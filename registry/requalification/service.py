@@ -17,13 +17,13 @@ from registry.auth.principal import Principal
 from registry.clock import aware
 from registry.evaluation_policies import service as policies
 from registry.evaluations import rules as evaluation_rules
-from registry.requalification import marking, repository, settling
+from registry.requalification import confirmation, marking, repository, settling
 from registry.base_models.stored_tables import config_digest
 from registry.requalification.fingerprints import engine_record
 from registry.requalification.reasons import public_change, reason_text
 from registry.requalification.rules import BASE_CONFIG, ENGINE
 from registry.requalification.schemas import (
-    EngineOut, MarkOut, RequalificationsOut, SuiteProgress, VersionMarkOut,
+    EngineOut, MarkOut, PendingEngineOut, RequalificationsOut, SuiteProgress, VersionMarkOut,
 )
 from registry.tables import BaseModel, Pool, Requalification
 
@@ -32,10 +32,31 @@ CONFIG_ACTOR = "system (re-qualification: the base model's config changed)"
 
 
 def observe_report(session: Session, pool: Pool, node_id: str, engine: dict[str, Any] | None) -> None:
-    """After a node's report is stored, in its transaction: mark on a new engine or base config,
-    clear what qualified since."""
-    _observe(session, pool, engine=engine,
-             engine_actor=f"system (re-qualification: node {node_id} reported its engine)")
+    """After a node's report is stored, in its transaction: mark on a new engine once it is
+    confirmed (confirmation.py) or on a new base config, clear what qualified since."""
+    _observe(session, pool, engine=engine, engine_actor=f"node {node_id} reported its engine")
+
+
+def declare_engine(session: Session, principal: Principal, pool_name: str,
+                   engine: dict[str, Any]) -> RequalificationsOut:
+    """An operator declares the engine the pool's nodes run now (or are about to): a node that
+    reports it starts the round, without waiting for a quorum."""
+    principal.require_global_admin()
+    pool = pool_by_name(session, pool_name)
+    repository.lock_pool(session, pool)
+    record = engine_record(engine)
+    if record["sha256"] not in (pool.declared_engines or []):
+        before = list(pool.declared_engines or [])
+        pool.declared_engines = [*before, record["sha256"]]
+        audit.record(session, actor=principal.label, action="pool.engine_declared",
+                     subject=f"pool/{pool.name}", before={"declared_engines": before},
+                     after={"declared_engines": pool.declared_engines, "engine": record})
+        session.flush()
+    reported = confirmation.reporters(session, pool).get(record["sha256"])
+    if reported is not None:  # a live node runs it already: the round starts now
+        _observe(session, pool, engine=reported.engine,
+                 engine_actor=f"node {reported.nodes[0]} reported it")
+    return listing(session, principal, pool_name)
 
 
 def observe_base_model(session: Session, base_model_id: int) -> None:
@@ -70,13 +91,14 @@ def _observe(session: Session, pool: Pool, *, engine: dict[str, Any] | None,
         new_generation(session, pool.id)  # the active set lost or regained versions
 
 
-def _engine_changed(session: Session, pool: Pool, engine: dict[str, Any], actor: str) -> bool:
+def _engine_changed(session: Session, pool: Pool, engine: dict[str, Any], reported: str) -> bool:
     record = engine_record(engine)
     if not _is_new_engine(session, pool, record["sha256"]):  # every heartbeat ends here
         return False
     repository.lock_pool(session, pool)
     if not _is_new_engine(session, pool, record["sha256"]):  # another registry process was first
         return False
+    actor = f"system (re-qualification: {reported})"
     if not pool.qualified_engines:
         pool.qualified_engines = [{**record, "since": datetime.now(UTC).isoformat()}]
         audit.record(session, actor=actor, action="pool.qualified_engine", subject=f"pool/{pool.name}",
@@ -84,6 +106,10 @@ def _engine_changed(session: Session, pool: Pool, engine: dict[str, Any], actor:
                      after={"qualified_engines": pool.qualified_engines})
         session.flush()
         return False
+    how = confirmation.confirmed_by(session, pool, record["sha256"])
+    if how is None:  # pending: listed with the nodes that report it, marks nothing
+        return False
+    actor = f"system (re-qualification: a new engine {how}; {reported})"
     before = {k: v for k, v in pool.qualified_engines[-1].items() if k != "since"}
     marks = marking.start_round(session, pool, cause=ENGINE, target_sha256=record["sha256"],
                                 before=before, after=record, actor=actor)
@@ -139,6 +165,10 @@ def listing(session: Session, principal: Principal, pool_name: str) -> Requalifi
         qualified_engine=engines[-1] if engines else None, also_qualified=engines[:-1],
         qualified_config_sha256=pool.qualified_config_sha256,
         base_config_sha256=config_digest(session.get(BaseModel, pool.base_model_id).config),
+        declared_engines=list(pool.declared_engines or []),
+        pending_engines=[PendingEngineOut(**_engine_out(p.engine, internals).model_dump(), nodes=p.nodes,
+                                          nodes_needed=p.needed)
+                         for p in confirmation.pending(session, pool)] if internals else [],
         marks=_marks_out(session, pool, shown, names, internals))
 
 
@@ -157,6 +187,7 @@ def _marks_out(session: Session, pool: Pool, marks: list[Requalification],
                names: dict[int, repository.VersionName], internals: bool) -> list[MarkOut]:
     required = policies.suites_for_versions(session, pool, {m.version_id for m in marks})
     results = repository.evaluations_of(session, set(required), policies.every_suite(required))
+    suspended = suspended_version_ids(session, pool.id)
     out = []
     for mark in marks:
         name = names[mark.version_id]
@@ -166,7 +197,7 @@ def _marks_out(session: Session, pool: Pool, marks: list[Requalification],
             reason=reason_text(mark.cause, mark.before, mark.after),
             change=public_change(mark.cause, mark.before, mark.after, with_flags=internals),
             marked_by=mark.marked_by, marked_at=mark.marked_at,
-            suspended=pool.requalify_policy == SUSPEND,
+            suspended=mark.version_id in suspended,
             suites=[_progress(mark, suite, results) for suite in required[mark.version_id]]))
     return out
 

@@ -17,6 +17,7 @@ from registry.auth.tokens import TOKEN_PREFIX, hash_token
 from registry.clock import aware
 from registry.errors import Forbidden, NotFound, Unprocessable
 from registry.names import check_name
+from registry.nodes import addresses
 from registry.pools import repository as pools
 from registry.settings import get_settings
 from registry.tables import ApiToken, Identity, Pool, Tenant
@@ -37,18 +38,21 @@ def create_token(
     session: Session, *, subject: str, role: Role, tenant: str | None, actor: str,
     pool: str | None = None, tier: str | None = None, instance_id: str | None = None,
     issued_by: Principal | None = None, identity_id: int | None = None,
-    ttl_days: int | None = None,
+    ttl_days: int | None = None, vllm_url: str | None = None,
 ) -> tuple[ApiToken, str]:
     """Return the stored row and the plain token, which is never stored or shown again.
     Node and router tokens belong to one pool, one node or router id and no tenant: a pool
     serves every tenant's adapters. App keys belong to one tenant and carry an SLO tier.
     `identity_id` issues another token to an existing identity; otherwise a new identity is
-    made. `issued_by` is the calling token, None for an operator on the database."""
+    made. `issued_by` is the calling token, None for an operator on the database. A node token
+    binds its node's vLLM address (`vllm_url`), or keeps the one bound before: routers send
+    prompts only there, whatever the node reports."""
     if not re.fullmatch(SUBJECT_PATTERN, subject.strip()):
         raise Unprocessable("subject must be 1-128 letters, digits, spaces or . _ @ ' + -",
                             code="invalid_subject", hint="Name the person or service plainly.")
     pool_row = _node_pool(session, role, tenant, pool)
     instance_id = _instance(role, instance_id)
+    _bind_address(session, role, pool_row, instance_id, vllm_url, actor)
     if tenant is None and role not in (Role.ADMIN, *POOL_ROLES):
         raise Unprocessable(f"a '{role}' token needs a tenant", hint="Pass --tenant NAME.")
     tier = _tier(role, tier)
@@ -139,6 +143,23 @@ def _instance(role: Role, instance_id: str | None) -> str | None:
                                  f"so a leaked token cannot pose as another {role}.")
     check_name(instance_id, role.value)
     return instance_id
+
+
+def _bind_address(session: Session, role: Role, pool: Pool | None, node_id: str | None,
+                  vllm_url: str | None, actor: str) -> None:
+    if role is not Role.NODE:
+        if vllm_url is not None:
+            raise Unprocessable("only node tokens are bound to a vLLM address",
+                                code="invalid_token_scope", hint="Drop --vllm-url, or use --role node.")
+        return
+    if vllm_url is not None:
+        addresses.bind(session, pool, node_id, vllm_url, actor=actor)
+    elif not addresses.is_bound(session, pool, node_id):
+        raise Unprocessable(f"node {node_id!r} of pool {pool.name!r} has no vLLM address bound",
+                            code="node_address_required",
+                            hint="Pass --vllm-url with the address routers reach this node's vLLM "
+                                 "at: routers send prompts only to the address bound here, never "
+                                 "to one a node reports.")
 
 
 def _tier(role: Role, tier: str | None) -> str | None:

@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from registry.auth.principal import Role
 from registry.names import NAME_PATTERN
+from registry.nodes.schemas import NodeAddressUrl
 
 # Letters and digits of any script, and a few separators: no parentheses or commas that could
 # forge the "(role@scope, identity N, token M)" part of an audit actor, and no invisible or
@@ -26,6 +27,9 @@ class TokenCreate(BaseModel):
         default=None, max_length=64, pattern=NAME_PATTERN.pattern,
         description="A node token's node id, or a router token's router id: the only one it may "
                     "report for.")
+    vllm_url: NodeAddressUrl | None = Field(
+        default=None, description="A node token's vLLM address, as routers reach it: routers send "
+                                  "prompts only there. Required for a node's first token.")
     tier: Literal["interactive", "batch"] | None = Field(
         default=None, description="An app key's SLO tier (default interactive).")
     identity_id: int | None = Field(

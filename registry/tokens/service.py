@@ -20,7 +20,8 @@ def issue(session: Session, principal: Principal, spec: TokenCreate) -> TokenCre
     row, plain = tokens.create_token(
         session, subject=spec.subject, role=spec.role, tenant=spec.tenant, pool=spec.pool,
         tier=spec.tier, instance_id=spec.instance_id, identity_id=spec.identity_id,
-        ttl_days=spec.ttl_days, issued_by=principal, actor=principal.label)
+        ttl_days=spec.ttl_days, issued_by=principal, actor=principal.label,
+        vllm_url=str(spec.vllm_url) if spec.vllm_url else None)
     return TokenCreated(**to_out(session, row).model_dump(), token=plain)
 
 

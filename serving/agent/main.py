@@ -24,6 +24,7 @@ from serving.agent.reconcile import Reconciler
 from serving.agent.settings import AgentSettings
 from serving.agent.trust import TrustStore
 from serving.agent.vllm_client import VllmClient, VllmUnavailable
+from serving.transport import warn_if_insecure
 from serving.process import configure_logging, keep_running, until_signalled
 from serving.registry_client import ActiveSet, RegistryClient, RegistryUnavailable
 
@@ -157,7 +158,7 @@ class Agent:
             if self.proof is not None and self.proof.unknown_key:
                 self.proof.unknown_key = False
                 self.trust_wanted.set()
-            status |= {"vllm_url": str(self.settings.vllm_url), "limits": self._limits()}
+            status["limits"] = self._limits()  # its address is the one bound to its token
             if described := await self._engine():
                 status["engine"] = engine.with_limits(described, self._limits())
             if status != last_report or loop.time() - last_sent > self.settings.heartbeat_s:
@@ -207,4 +208,5 @@ def _registry_away(error: BaseException | None) -> None:
 
 def run(settings: AgentSettings) -> None:
     configure_logging()
+    warn_if_insecure(settings.registry_url, "LORAPLANE_AGENT_ALLOW_INSECURE_REGISTRY")
     asyncio.run(until_signalled(lambda stop: Agent(settings).run(stop)))

@@ -7,8 +7,10 @@ import re
 import socket
 from pathlib import Path
 
-from pydantic import AnyHttpUrl, Field, SecretStr, field_validator
+from pydantic import AnyHttpUrl, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from serving.transport import check_registry_transport
 
 GiB = 1024**3
 
@@ -57,6 +59,9 @@ class AgentSettings(BaseSettings):
         "cost side by side; the agent warns loudly at start when it is off."))
     engine_dtype: str | None = Field(default=None, pattern=r"^[a-z0-9_]{1,16}$", description=(
         "The dtype this node's vLLM runs with (vLLM does not say), reported with its version."))
+    allow_insecure_registry: bool = Field(default=False, description=(
+        "Accept a plain http:// registry on another host, whose traffic (this process's token "
+        "included) anyone on the network path can read. Only on a network you trust end to end."))
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=9400, ge=0, le=65535, description="/metrics and /healthz; 0 turns it off.")
 
@@ -73,3 +78,8 @@ class AgentSettings(BaseSettings):
     def pinned_trust_bundle(self) -> Path:
         return self.state_dir / "trust-bundle.json"
 
+    @model_validator(mode="after")
+    def _registry_over_a_private_channel(self):
+        check_registry_transport(self.registry_url, self.allow_insecure_registry,
+                                 "LORAPLANE_AGENT_ALLOW_INSECURE_REGISTRY")
+        return self

@@ -1,7 +1,8 @@
 """The pool's nodes as the router sees them, and which one gets a request.
 
-A node may get a served name only when its agent reports it loaded with the right digest, and
-preferably when the registry's placement gives it that name (a node draining it is a fallback); a node
+A node may get a served name only when its agent reports it loaded with the right digest and the
+node's engine itself, asked at the address an admin bound to the node, lists it loaded from a
+folder named by that digest (engines.py); and preferably when the registry's placement gives it that name (a node draining it is a fallback); a node
 whose report is stale only when no fresh one has it, and a node that just failed only when no
 other has it, for a short cooldown. Among those, the router prefers nodes where the adapter is
 resident in vLLM's CPU cache (its own estimate: the last `max_cpu_loras` names it sent there),
@@ -14,10 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
+
+from serving.router import metrics
+from serving.router.engines import EngineCheck
+
+log = logging.getLogger("loraplane.router")
+CHECK_BACKOFF_MAX_S = 10
 
 
 @dataclass(eq=False)
@@ -25,16 +33,24 @@ class Node:
     node_id: str
     url: str
     capacity: int  # vLLM's max_cpu_loras on this node
-    serving: frozenset[str] = frozenset()
+    serving: frozenset[str] = frozenset()  # what its agent reports
+    confirmed: frozenset[str] = frozenset()  # what its engine itself listed, of those
     stale: bool = False
     outstanding: int = 0
     down_until: float = 0.0
     resident: OrderedDict[str, None] = field(default_factory=OrderedDict)  # LRU estimate
+    next_check: float = 0.0  # when the engine may be asked again about unconfirmed names
+    failed_checks: int = 0
     # vLLM 0.32 on CPU crashes when one step holds two prompt-logprob requests: one at a time.
     prompt_logprobs: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def has_room(self) -> bool:
         return len(self.resident) < self.capacity
+
+    def lost(self, served_name: str) -> None:
+        """The engine answered that it does not hold `served_name`: ask it again before use."""
+        self.serving = self.serving - {served_name}
+        self.confirmed = self.confirmed - {served_name}
 
     def touch(self, served_name: str) -> bool:
         """Record a request for `served_name`; False when it was not resident (a likely load)."""
@@ -51,6 +67,7 @@ class Fleet:
         self.nodes: dict[str, Node] = {}
         # served name -> the nodes the registry's placement gives it; absent: every node
         self.placed: dict[str, frozenset[str]] = {}
+        self.digests: dict[str, str] = {}  # served name -> digest, from the active set
         self.spill_outstanding = spill_outstanding
         self._updated = asyncio.Event()
 
@@ -70,19 +87,58 @@ class Fleet:
                 node = Node(report["node_id"], url, capacity)
             node.capacity, node.stale = max(1, capacity), report["stale"]
             node.serving = frozenset(report.get("serving", ()))
+            node.confirmed = node.confirmed & node.serving
             for name in [n for n in node.resident if n not in node.serving]:
                 del node.resident[name]  # unloaded: no longer resident
             seen[node.node_id] = node
         self.nodes = seen
+        metrics.NODES.set(len(seen))
         self._updated.set()
         self._updated = asyncio.Event()
 
-    def follow_placement(self, entries: list[dict[str, Any]]) -> None:
+    def follow_active_set(self, entries: list[dict[str, Any]]) -> None:
         self.placed = {e["served_name"]: frozenset(e["nodes"]) for e in entries if e.get("nodes") is not None}
+        self.digests = {e["served_name"]: e["digest"] for e in entries}
+        for node in self.nodes.values():  # names unknown until now may be confirmed at once
+            node.next_check = 0.0
+
+    async def confirm(self, check: EngineCheck) -> None:
+        """Ask each node's engine about the names its agent reports and the engine has not yet
+        listed; a node whose engine disagrees is asked again later, less and less often."""
+        due = self.due_for_check()
+        if not due:
+            return
+        answers = await asyncio.gather(*(check.holdings(node.url) for node in due))
+        for node, holdings in zip(due, answers):
+            self.judge(node, holdings)
+        self._updated.set()
+        self._updated = asyncio.Event()
+
+    def due_for_check(self) -> list[Node]:
+        now = time.monotonic()
+        return [n for n in self.nodes.values() if n.serving - n.confirmed and now >= n.next_check]
+
+    def judge(self, node: Node, holdings: dict[str, str] | None) -> None:
+        """Take what `node`'s engine listed (served name -> digest; None: it could not be asked)."""
+        held = holdings or {}
+        node.confirmed = frozenset(name for name in node.serving
+                                   if name in self.digests and held.get(name) == self.digests[name])
+        unconfirmed = node.serving - node.confirmed
+        outcome = "unreachable" if holdings is None else "refuted" if unconfirmed else "confirmed"
+        metrics.ENGINE_CHECKS.labels(node.node_id, outcome).inc()
+        if not unconfirmed:
+            node.failed_checks = 0
+            return
+        node.failed_checks += 1
+        node.next_check = time.monotonic() + min(CHECK_BACKOFF_MAX_S, 0.1 * 2 ** node.failed_checks)
+        if holdings is not None and node.failed_checks == 1:
+            log.warning("node %s reports %d names its engine does not list as loaded from their "
+                        "digest (%s): none of them is sent there", node.node_id, len(unconfirmed),
+                        ", ".join(sorted(unconfirmed)[:5]))
 
     def choose(self, served_name: str, exclude: set[str] = frozenset()) -> Node | None:
         now = time.monotonic()
-        holders = [n for n in self.nodes.values() if served_name in n.serving and n.node_id not in exclude]
+        holders = [n for n in self.nodes.values() if served_name in n.confirmed and n.node_id not in exclude]
         up = [n for n in holders if now >= n.down_until]
         # A stale report (its agent or the registry is away) still names what that vLLM holds,
         # and a served name is one immutable version: use such nodes only when no other has it.

@@ -134,7 +134,7 @@ class Forwarder:
             if upstream.status in RETRIABLE_STATUS:
                 body = await _read_quietly(upstream)
                 if upstream.status == 404:
-                    node.serving = node.serving - {target.served_name}
+                    node.lost(target.served_name)
                 raise NodeFailed(f"status_{upstream.status}", repr(body[:200]))
             streaming = upstream.content_type == "text/event-stream"
             try:

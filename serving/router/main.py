@@ -11,6 +11,7 @@ import uvicorn
 from prometheus_client import start_http_server
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_random_exponential
 
+from serving.transport import warn_if_insecure
 from serving.process import configure_logging, keep_running, until_signalled
 from serving.registry_client import RegistryClient, RegistryRefused, RegistryUnavailable
 from serving.router import metrics
@@ -18,6 +19,7 @@ from serving.router.admission import Admission
 from serving.router.app import RouterApp
 from serving.router.app_keys import AppKeys
 from serving.router.catalog import Catalog
+from serving.router.engines import EngineCheck, node_tls
 from serving.router.fleet import Fleet
 from serving.router.forward import Forwarder
 from serving.router.settings import RouterSettings
@@ -28,6 +30,7 @@ log = logging.getLogger("loraplane.router")
 CONVERGE_POLL_S = 0.1  # nodes' reports are read this often while they load a new generation
 CONVERGE_WINDOW_S = 10
 UPSTREAM_KEEPALIVE_S = 2
+ENGINE_CHECK_S = 3  # for a node's engine to list what it holds, past connecting
 
 
 class Router:
@@ -46,9 +49,11 @@ class Router:
         timeout = aiohttp.ClientTimeout(total=s.upstream_timeout_s, sock_connect=s.connect_timeout_s)
         # Idle connections are closed here before vLLM's own keep-alive (5 s) closes them under
         # a request; aiohttp may keep one up to twice this long.
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=UPSTREAM_KEEPALIVE_S)
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=UPSTREAM_KEEPALIVE_S,
+                                         ssl=node_tls(s.node_ca_file))
         async with aiohttp.ClientSession(timeout=timeout, connector=connector,
                                          auto_decompress=False) as http:
+            self.engines = EngineCheck(http, timeout_s=s.connect_timeout_s + ENGINE_CHECK_S)
             forwarder = Forwarder(self.fleet, http, cooldown_s=s.node_cooldown_s,
                                   load_wait_s=s.load_wait_s, retry_after_s=s.retry_after_s,
                                   serial_wait_s=s.queue_timeout_s, windows=self.windows)
@@ -88,7 +93,7 @@ class Router:
             if active is not None:
                 self.app.catalog = Catalog.from_active_set(self.settings.pool, active.generation,
                                                            active.entries)
-                self.fleet.follow_placement(active.entries)
+                self.fleet.follow_active_set(active.entries)
                 etag = active.etag
                 metrics.GENERATION.set(active.generation)
                 self.new_generation.set()
@@ -102,6 +107,7 @@ class Router:
                 self.fleet.update(await self.registry.rollout())
             except RegistryUnavailable as error:
                 log.warning("cannot read the nodes' reports (%s); routing on the last ones", error)
+            await self.fleet.confirm(self.engines)
             if self.new_generation.is_set():
                 self.new_generation.clear()
                 fast_until = loop.time() + CONVERGE_WINDOW_S
@@ -147,6 +153,7 @@ def run(settings: RouterSettings) -> None:
     import uvloop
 
     configure_logging()
+    warn_if_insecure(settings.registry_url, "LORAPLANE_ROUTER_ALLOW_INSECURE_REGISTRY")
     if settings.metrics_port:
         start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.REGISTRY)
     uvloop.run(until_signalled(lambda stop: Router(settings).run(stop)))

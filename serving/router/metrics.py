@@ -31,3 +31,8 @@ QUEUED = Histogram("loraplane_router_queue_seconds", "Wait for an admission slot
                    buckets=LATENCY_BUCKETS, registry=REGISTRY)
 INFLIGHT = Gauge("loraplane_router_inflight", "Requests being forwarded.", ["tier"], registry=REGISTRY)
 GENERATION = Gauge("loraplane_router_generation", "The active-set generation followed.", registry=REGISTRY)
+NODES = Gauge("loraplane_router_nodes", "Nodes with an address bound by an admin, which the router "
+              "may send to.", registry=REGISTRY)
+ENGINE_CHECKS = Counter("loraplane_router_engine_checks_total", "Nodes' engines asked what they hold, "
+                        "by outcome: confirmed (every name its agent reports), refuted (some are not "
+                        "loaded from their digest), unreachable.", ["node", "outcome"], registry=REGISTRY)

@@ -3,8 +3,12 @@ from the environment, never from the command line, where `ps` would show it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import AnyHttpUrl, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from serving.transport import check_registry_transport
 
 MiB = 1024**2
 
@@ -18,6 +22,12 @@ class RouterSettings(BaseSettings):
                                          "--role router --pool POOL).")
     host: str = "127.0.0.1"
     port: int = Field(default=8090, ge=1, le=65535)
+    node_ca_file: Path | None = Field(default=None, description=(
+        "The CA that signs the nodes' TLS certificates, for node addresses bound as https://: the "
+        "router then knows it talks to the node's own engine. Unset: the system's CAs."))
+    allow_insecure_registry: bool = Field(default=False, description=(
+        "Accept a plain http:// registry on another host, whose traffic (this process's token "
+        "included) anyone on the network path can read. Only on a network you trust end to end."))
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=9401, ge=0, le=65535, description="/metrics; 0 turns it off.")
     key_cache_s: float = Field(default=10, ge=0, le=300, description=(
@@ -65,4 +75,10 @@ class RouterSettings(BaseSettings):
         if self.batch_max_inflight > self.max_inflight:
             raise ValueError(f"LORAPLANE_ROUTER_BATCH_MAX_INFLIGHT ({self.batch_max_inflight}) must "
                              f"not exceed LORAPLANE_ROUTER_MAX_INFLIGHT ({self.max_inflight})")
+        return self
+
+    @model_validator(mode="after")
+    def _registry_over_a_private_channel(self):
+        check_registry_transport(self.registry_url, self.allow_insecure_registry,
+                                 "LORAPLANE_ROUTER_ALLOW_INSECURE_REGISTRY")
         return self

@@ -70,3 +70,36 @@ def test_a_router_token_reads_its_pool_but_reports_nothing(client_for, admin):
     assert_refused(router.put("/v1/pools/serving/nodes/impostor/status", json=status), 403, "forbidden",
                    "role 'router' may not do this; it needs a node token of pool 'serving'")
     assert reports() == before
+
+
+def test_a_router_reads_names_and_weights_but_never_a_file(admin, promo_pools, make_ready, uploader,
+                                                          second_reviewer, registry):
+    """Presigned file URLs would let one router token download every tenant's weights."""
+    import httpx
+
+    from devkit.pipeline_steps import request_promotion
+    from tests.support.nodes import issue_token
+
+    pool = "router-view"
+    assert admin.post("/v1/pools", json={"name": pool, "base_model": "promo-base", "max_loras": 2,
+                                         "max_cpu_loras": 8, "max_lora_rank": 16}).status_code == 201
+    version = make_ready("seen-by-routers")
+    promotion = request_promotion(uploader, pool, version).json()
+    assert second_reviewer.post(f"/v1/promotions/{promotion['id']}/approve", json={"comment": "ok"}).status_code == 200
+    tokens = {role: issue_token(admin, f"view-{role}", role=role, pool=pool, instance_id=f"view-{role}",
+                                **({"vllm_url": "http://view-node.nodes.invalid:8000"} if role == "node" else {}))
+              for role in ("node", "router")}
+
+    def bodies(role: str) -> list[dict]:  # the first answer is the endpoint's, the second the fast path's
+        headers = {"Authorization": f"Bearer {tokens[role]}"}
+        return [httpx.get(f"{registry.url}/v1/pools/{pool}/active-set", headers=headers).json() for _ in range(2)]
+
+    for body in bodies("router"):
+        [entry] = body["entries"]
+        assert entry["served_name"] == "acme/seen-by-routers@1" and entry["digest"] == version["digest"]
+        assert entry["aliases"][0]["alias"] == "production" and entry["aliases"][0]["weight"] == 100
+        assert "files" not in entry and "attestation" not in entry and "url" not in str(body).lower()
+    for body in bodies("node"):
+        [entry] = body["entries"]
+        assert entry["files"] and all(f["url"].startswith("http") for f in entry["files"])
+        assert entry["attestation"] is not None

@@ -94,6 +94,9 @@ ENDPOINTS = {
                     {"json": {"require_signed_uploads": False}}), TENANT_ADMINS)],
     "PATCH /v1/pools/{name}": [(lambda w: ("PATCH", "/v1/pools/serving", {
         "json": {"requalify_policy": "keep_serving"}}), expect(403, global_admin=200))],
+    # The serving pool serves nothing: declaring an engine there marks nothing.
+    "POST /v1/pools/{pool}/engines": [(lambda w: ("POST", "/v1/pools/serving/engines", {
+        "json": {"vllm_version": "0.32.0"}}), expect(403, global_admin=200))],
     "GET /v1/pools/{pool}/requalifications": [(lambda w: ("GET", "/v1/pools/serving/requalifications", {}),
                                                expect(200, serving_node=403, serving_router=200,
                                                       other_pool_node=403))],
@@ -201,6 +204,10 @@ ENDPOINTS = {
          expect(403, global_admin=200, serving_node=200, serving_router=403)),
         (lambda w: ("PUT", "/v1/pools/serving/nodes/another-node/status", {"json": NODE_STATUS}),
          expect(403, global_admin=200, serving_router=403))],
+    "PUT /v1/pools/{pool}/nodes/{node_id}/address": [
+        (lambda w: ("PUT", "/v1/pools/serving/nodes/serving-node/address",
+                    {"json": {"vllm_url": "http://serving-node.nodes.invalid:8000"}}),
+         expect(403, global_admin=200))],
     "GET /v1/pools/{pool}/rollout": [(lambda w: ("GET", "/v1/pools/serving/rollout", {}),
                                       expect(200, serving_node=403, serving_router=200,
                                              other_pool_node=403))],

@@ -25,14 +25,15 @@ ADAPTERS = {"acme/spread-digits": "digits_to_words", "acme/spread-reverse": "rev
 
 
 @pytest.fixture(scope="module")
-def spread_pool(admin, kit_base, task_kit) -> dict:
+def spread_pool(admin, kit_base, task_kit, vllm_pair) -> dict:
     body = {"name": POOL, "base_model": kit_base, "max_loras": 1, "max_cpu_loras": MAX_CPU_LORAS,
             "max_lora_rank": 16, "dtype": "float32"}
     assert admin.post("/v1/pools", json=body).status_code == 201
     create_suite(admin, "spread-parity", kit_base, task_kit.suites["digits_to_words"][:2],
                  {"parity": {"max_logprob_diff": 0.01}})
-    return {"node_tokens": {node_id: issue_token(admin, node_id, role="node", pool=POOL, instance_id=node_id)
-                            for node_id in NODES},
+    return {"node_tokens": {node_id: issue_token(admin, node_id, role="node", pool=POOL, instance_id=node_id,
+                                                 vllm_url=vllm.url)
+                            for node_id, vllm in zip(NODES, (vllm_pair["a"], vllm_pair["b"]))},
             "router_token": issue_token(admin, "spread-router", role="router", pool=POOL,
                                         instance_id="spread-router"),
             "app_key": issue_token(admin, "spread-app", role="app", tenant="acme")}

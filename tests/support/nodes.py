@@ -41,8 +41,9 @@ class NodeFleet:
 
     def client(self, instance_id: str) -> httpx.Client:
         if instance_id not in self._clients:
+            bound = {"vllm_url": bound_address(instance_id)} if self.role == "node" else {}
             token = issue_token(self.admin, instance_id, role=self.role, pool=self.pool,
-                                instance_id=instance_id)
+                                instance_id=instance_id, **bound)
             self._clients[instance_id] = httpx.Client(
                 base_url=self.admin.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
         return self._clients[instance_id]
@@ -52,9 +53,14 @@ class NodeFleet:
             client.close()
 
 
+def bound_address(node_id: str) -> str:
+    """The vLLM address bound to a node of a registry-only test: nothing listens there."""
+    return f"http://{node_id}.nodes.invalid:8000"
+
+
 def issue_token(admin: httpx.Client, subject: str, **scope) -> str:
-    """A new token through the API, e.g.
-    issue_token(admin, "node-1", role="node", pool="chat", instance_id="node-1")."""
+    """A new token through the API, e.g. issue_token(admin, "node-1", role="node", pool="chat",
+    instance_id="node-1", vllm_url="http://10.0.0.1:8000")."""
     response = admin.post("/v1/tokens", json={"subject": subject, **scope})
     assert response.status_code == 201, response.text
     return response.json()["token"]

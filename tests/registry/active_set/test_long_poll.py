@@ -18,6 +18,7 @@ from registry.auth import tokens as token_service
 from registry.promotions import service as promotions
 from tests.support.asserts import assert_refused
 from tests.support.metrics import wait_for_long_polls
+from tests.support.nodes import bound_address
 
 WAKE_LIMIT_S = 0.5  # half the registry's re-read interval (active_set_poll_s, 1 s)
 
@@ -33,7 +34,7 @@ def pool(admin, promo_pools):
 @pytest.fixture(scope="module")
 def node_token(admin, pool) -> str:
     return admin.post("/v1/tokens", json={"subject": "poller", "role": "node", "pool": pool,
-                                          "instance_id": "poller"}).json()["token"]
+                                          "instance_id": "poller", "vllm_url": bound_address("poller")}).json()["token"]
 
 
 def node_client(url: str, token: str) -> httpx.Client:
@@ -150,7 +151,7 @@ def test_a_token_revoked_during_a_long_poll_gets_no_active_set(registry, pool, a
     """The long-poll was admitted before the revocation; the change it wakes for must not hand
     the revoked node the new set and its download links."""
     issued = admin.post("/v1/tokens", json={"subject": "doomed", "role": "node", "pool": pool,
-                                            "instance_id": "doomed"}).json()
+                                            "instance_id": "doomed", "vllm_url": bound_address("doomed")}).json()
     with node_client(registry.url, issued["token"]) as node:
         etag = node.get(f"/v1/pools/{pool}/active-set").headers["etag"]
     waiter = Waiter(registry.url, issued["token"], pool, etag)

@@ -17,6 +17,7 @@ from registry.db import make_engine
 from registry.tables import Pool
 from tests.support.cli import start_up
 from tests.support.metrics import wait_for_long_polls
+from tests.support.nodes import bound_address
 
 
 def test_a_change_committed_by_another_process_wakes_a_long_poll_by_polling(tmp_path, tiny_base):
@@ -30,7 +31,8 @@ def test_a_change_committed_by_another_process_wakes_a_long_poll_by_polling(tmp_
         assert admin.post("/v1/pools", json={"name": "edge", "base_model": "edge-base", "max_loras": 1,
                                              "max_cpu_loras": 1, "max_lora_rank": 8}).status_code == 201
         token = admin.post("/v1/tokens", json={"subject": "edge-node", "role": "node",
-                                               "pool": "edge", "instance_id": "edge-node"}).json()["token"]
+                                               "pool": "edge", "instance_id": "edge-node",
+                                               "vllm_url": bound_address("edge-node")}).json()["token"]
         node = httpx.Client(base_url=server.url, timeout=30, headers={"Authorization": f"Bearer {token}"})
         etag = node.get("/v1/pools/edge/active-set").headers["etag"]
 

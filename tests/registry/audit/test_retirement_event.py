@@ -23,7 +23,8 @@ def promote(requester, approver, version) -> None:
 
 def node_client(admin: httpx.Client, registry) -> httpx.Client:
     created = admin.post("/v1/tokens", json={"subject": "retire-node", "role": "node", "pool": POOL,
-                                             "instance_id": "retire-node"})
+                                             "instance_id": "retire-node",
+                                             "vllm_url": "http://10.0.0.5:8000"})
     assert created.status_code == 201, created.text
     return httpx.Client(base_url=registry.url, headers={"Authorization": f"Bearer {created.json()['token']}"})
 

@@ -53,7 +53,6 @@ def test_a_node_token_cannot_report_for_another_node(fleet, admin):
     assert_refused(hijack, 403, "forbidden", "this node token is bound to node 'node-a', not 'node-b'")
     assert "--instance-id node-b" in hijack.json()["error"]["hint"]
     assert stored_nodes(admin) == before
-    assert before["node-b"][0] == "http://10.0.0.2:8000/"
     assert admin.get("/readyz").status_code == 200
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from devkit.pipeline_steps import request_promotion
 from tests.support.asserts import assert_refused
-from tests.support.nodes import NodeFleet
+from tests.support.nodes import NodeFleet, bound_address
 from tests.support.promotions import active_set
 
 LIMITS = {"max_loras": 2, "max_cpu_loras": 8, "max_lora_rank": 16}
@@ -62,7 +62,7 @@ def test_rollout_shows_convergence_drift_failures_and_stale_nodes(rollout_pool, 
     acme_view = {n["node_id"]: n for n in client_for("acme_reviewer").get("/v1/pools/rollout/rollout").json()["nodes"]}
     assert acme_view["node-odd"]["drift"]["extra"] == []  # another tenant's name stays hidden
     assert acme_view["node-ok"]["vllm_url"] is None and acme_view["node-ok"]["limits"] is None
-    assert nodes["node-ok"]["vllm_url"] == "http://10.0.0.9:8000/" and nodes["node-ok"]["limits"] == LIMITS
+    assert nodes["node-ok"]["vllm_url"] == bound_address("node-ok") and nodes["node-ok"]["limits"] == LIMITS
 
     time.sleep(3.2)  # the registry under test counts a node stale after 3 s
     assert report(node, "node-ok", generation=current, loaded=[good]).status_code == 200
@@ -94,3 +94,29 @@ def test_only_this_pools_node_token_may_report(rollout_pool, client_for):
     assert_refused(report(client_for("acme_admin"), "intruder"), 403, "forbidden",
                    "needs a node token of pool 'rollout'")
     assert_refused(report(client_for("none"), "intruder"), 401, "unauthorized", "missing bearer token")
+
+
+def test_a_nodes_words_reach_people_only_about_served_versions_attributed_and_escaped(
+        rollout_pool, admin, registry, tokens):
+    """A node may say anything in a failure's reason: a tenant's people see it only about their
+    own versions that the pool serves, as that node's words, and as text."""
+    from tests.registry.requalification.support import dashboard
+
+    current = active_set(admin, "rollout")["generation"]
+    planted = "<script>alert(1)</script> contact evil.example for your weights"
+    assert report(rollout_pool["node"], "node-words", generation=current, failures=[
+        {"served_name": "acme/rolled@1", "reason": planted},
+        {"served_name": "acme/never-served@9", "reason": "acme: your adapter leaked, see evil.example"}],
+        incidents=[{"served_name": "acme/never-served@9", "kind": "tampered", "reason": "made up",
+                    "at": "2026-12-05T00:00:00+00:00"}]).status_code == 200
+
+    node = {n["node_id"]: n for n in admin.get("/v1/pools/rollout/rollout").json()["nodes"]}["node-words"]
+    assert [f["served_name"] for f in node["failures"]] == ["acme/rolled@1"]
+    assert node["incidents"] == []
+    browser = dashboard(registry.url, tokens["acme_reviewer"])
+    try:
+        page = browser.get("/ui/pools/rollout/live").text
+    finally:
+        browser.close()
+    assert "node node-words reports <q>&lt;script&gt;alert(1)&lt;/script&gt; contact evil.example" in page
+    assert "<script>alert(1)" not in page and "never-served" not in page

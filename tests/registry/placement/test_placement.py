@@ -18,7 +18,7 @@ from devkit.pipeline_steps import request_promotion
 from devkit.services import wait_for
 from registry.placement.rules import place
 from tests.support.asserts import assert_refused
-from tests.support.nodes import NodeFleet, issue_token
+from tests.support.nodes import NodeFleet, bound_address, issue_token
 
 POOL = "placed"
 CAPACITY = 3
@@ -189,7 +189,8 @@ def test_bad_traffic_reports_and_node_ids_are_refused_and_change_nothing(fleet, 
 
 def test_while_the_set_fits_every_node_is_told_the_whole_set(admin, promo_pools, client_with):
     pool = promo_pools["open"]  # max_cpu_loras 64: every node holds everything
-    node = client_with(issue_token(admin, "open-node", role="node", pool=pool, instance_id="any-node"))
+    node = client_with(issue_token(admin, "open-node", role="node", pool=pool, instance_id="any-node",
+                                     vllm_url=bound_address("any-node")))
     whole = node.get(f"/v1/pools/{pool}/active-set").json()
     part = node.get(f"/v1/pools/{pool}/active-set", params={"node": "any-node"}).json()
     assert part["node"] is None and part["entries"] == whole["entries"]

@@ -92,7 +92,8 @@ def test_a_rolled_back_version_stays_until_every_live_node_moved_on(
 
     pool = promo_pools["open"]
     node_token = client_for("global_admin").post("/v1/tokens", json={
-        "subject": "drain-node", "role": "node", "pool": pool, "instance_id": "node-a"}).json()["token"]
+        "subject": "drain-node", "role": "node", "pool": pool, "instance_id": "node-a",
+        "vllm_url": "http://10.0.0.5:8000"}).json()["token"]
     node = httpx.Client(base_url=registry.url, headers={"Authorization": f"Bearer {node_token}"})
     v1, v2 = make_ready("drainer"), make_ready("drainer")
     promote(uploader, second_reviewer, pool, v1)

@@ -109,3 +109,10 @@ def dashboard(registry_url: str, token: str) -> httpx.Client:
     signed_in = client.post("/ui/sign-in", data={"token": token, "csrf_token": csrf, "next": "/ui/pools"})
     assert signed_in.status_code == 200 and "Signed in as" in signed_in.text, signed_in.text[:500]
     return client
+
+
+def declare(admin: httpx.Client, pool: str, vllm_version: str, **flags) -> dict:
+    """The operator declares the engine a node reports with these values (a round may start)."""
+    response = admin.post(f"/v1/pools/{pool}/engines", json=node_report(vllm_version, **flags)["engine"])
+    assert response.status_code == 200, response.text
+    return response.json()

@@ -8,7 +8,7 @@ from devkit.pipeline_steps import evaluations_of, finish_evaluation, upload_dir
 from devkit.tiny_model import build_adapter
 from registry.tables import Evaluation
 from tests.registry.requalification.support import (
-    RQ_BASE, RQ_SUITE, evaluation_rows, make_pool, marks, report, version_id,
+    RQ_BASE, RQ_SUITE, declare, evaluation_rows, make_pool, marks, report, version_id,
 )
 
 POOL, TASK = "rq-own-task", "acme/rq-task"
@@ -24,7 +24,8 @@ def test_a_mark_requests_and_waits_for_the_adapters_own_suites_too(
     node = fleets(POOL).client("node-own")
     report(node, POOL, "node-own", "0.32.0")
 
-    report(node, POOL, "node-own", "0.32.0", enforce_eager=True)  # a flag changed: a round starts
+    report(node, POOL, "node-own", "0.32.0", enforce_eager=True)  # a flag changed
+    declare(admin, POOL, "0.32.0", enforce_eager=True)  # the operator confirms it: a round starts
 
     (mark,) = marks(engine, POOL, open_only=True)
     requested = {e.id: e for e in evaluation_rows(engine, {version_id(engine, version)})}
@@ -52,7 +53,8 @@ def test_an_incumbents_half_of_a_comparison_neither_requalifies_it_nor_stands_fo
     require_own_suite(uploader, "acme/rq-half", HALF_TASK)
     node = fleets(HALF_POOL).client("node-half")
     report(node, HALF_POOL, "node-half", "0.32.0")
-    report(node, HALF_POOL, "node-half", "0.32.0", enforce_eager=True)  # a round starts
+    report(node, HALF_POOL, "node-half", "0.32.0", enforce_eager=True)
+    declare(admin, HALF_POOL, "0.32.0", enforce_eager=True)  # a round starts
     (mark,) = marks(engine, HALF_POOL, open_only=True)
     own = {suite_name(admin, e): e.id for e in evaluation_rows(engine, {mark.version_id})
            if e.id in mark.evaluation_ids}

@@ -1,5 +1,6 @@
-"""A node that reports a new engine marks every active version of its pool once, asks for their
-evaluations as a new upload's are asked for, and the marks clear as those evaluations pass."""
+"""A new engine, once a quorum of the pool's nodes reports it (or an operator declares it), marks
+every active version of its pool once, asks for their evaluations as a new upload's are asked
+for, and the marks clear as those evaluations pass."""
 
 from __future__ import annotations
 
@@ -43,8 +44,10 @@ def marked(admin, requal_base, serve, fleets, engine, broker):
     report(node.client("node-a"), POOL, "node-a", OLD)
     first = admin.get(f"/v1/pools/{POOL}/requalifications").json()
     evaluations_before = evaluation_rows(engine, set(ids.values()))
-    report(node.client("node-a"), POOL, "node-a", NEW)
-    return {"versions": versions, "ids": ids, "node": node, "first": first,
+    report(node.client("node-a"), POOL, "node-a", NEW)  # one node's word: pending
+    pending = admin.get(f"/v1/pools/{POOL}/requalifications").json()
+    report(node.client("node-b"), POOL, "node-b", NEW)  # a quorum of the two live nodes
+    return {"versions": versions, "pending": pending, "ids": ids, "node": node, "first": first,
             "evaluations_before": evaluations_before, "broker": broker}
 
 
@@ -53,6 +56,12 @@ def test_the_first_engine_becomes_the_qualified_one_and_marks_nothing(marked, en
     assert first["qualified_engine"]["vllm_version"] == OLD and first["marks"] == []
     assert first["qualified_engine"]["flags"] == {"enable_lora": True}  # a global admin sees flags
     assert audit_count(engine, "pool.qualified_engine", f"pool/{POOL}") >= 1
+
+
+def test_one_nodes_report_of_a_new_engine_is_pending_until_a_quorum_reports_it(marked):
+    [pending] = marked["pending"]["pending_engines"]
+    assert pending["vllm_version"] == NEW and pending["nodes"] == ["node-a"] and pending["nodes_needed"] == 2
+    assert marked["pending"]["marks"] == []
 
 
 def test_a_new_vllm_version_marks_every_active_version_once_and_requests_its_evaluations(
@@ -69,8 +78,9 @@ def test_a_new_vllm_version_marks_every_active_version_once_and_requests_its_eva
     before = {e.id for e in marked["evaluations_before"]}
     new = [e for e in evaluation_rows(engine, set(ids.values())) if e.id not in before]
     assert sorted(e.version_id for e in new) == sorted(ids.values())
-    assert all(e.state == "queued" and e.requested_by.startswith("system (re-qualification: node node-a")
-               for e in new)
+    assert all(e.state == "queued" and e.requested_by == (
+        "system (re-qualification: a new engine reported by 2 of the pool's live nodes (node-a, "
+        "node-b); node node-b reported its engine)") for e in new)
     assert sorted(e.id for e in new) == sorted(i for m in open_marks for i in m.evaluation_ids)
     queued = [json.loads(m) for m in marked["broker"].lrange(evaluation_queue(RQ_BASE), 0, -1)]
     sent = {int(q["headers"]["argsrepr"].strip("[]")) for q in queued

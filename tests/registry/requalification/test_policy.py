@@ -1,5 +1,5 @@
 """The pool's policy: under `suspend`, marked versions leave the active set until they qualify
-again; under `keep_serving` they stay. Only a global admin changes it, and only to a known value."""
+again, though never every version at once; under `keep_serving` they stay. Only a global admin changes it, and only to a known value."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from registry.active_set.suspension import POLICIES
 from registry.pools.schemas import RequalifyPolicy
 from registry.requalification.service import suspended_version_ids
 from tests.registry.requalification.support import (
-    RQ_BASE, RQ_SUITE, audit_count, make_pool, marks, pool_row, report, version_id,
+    RQ_BASE, RQ_SUITE, audit_count, declare, make_pool, marks, pool_row, report, version_id,
 )
 from devkit.pipeline_steps import finish_evaluation
 from tests.support.asserts import assert_refused
@@ -39,16 +39,24 @@ def suspending(admin, requal_base, serve, fleets, engine):
     return {"created": created, "version": version, "id": version_id(engine, version), "node": node}
 
 
-def test_suspend_leaves_marked_versions_out_until_they_qualify_again(suspending, engine, admin):
+def test_suspend_never_empties_the_pool_and_leaves_marked_versions_out_beside_qualified_ones(
+        suspending, engine, admin, serve):
     assert suspending["created"]["requalify_policy"] == "suspend"
     assert suspended(engine) == set()  # nothing is marked yet
-    generation = pool_row(engine, POOL).generation
-
     served = suspending["version"]["served_name"]
     assert served in active_names(admin)
+
     report(suspending["node"], POOL, "node-s", "0.32.0", enforce_eager=True)  # a flag changed
+    declare(admin, POOL, "0.32.0", enforce_eager=True)  # the operator confirms it: a round starts
+    assert len(marks(engine, POOL, open_only=True)) == 1
+    # Every version of the pool is marked: suspending them would empty it, so they keep serving.
+    assert suspended(engine) == set() and served in active_names(admin)
+    assert not admin.get(f"/v1/pools/{POOL}/requalifications").json()["marks"][0]["suspended"]
+
+    generation = pool_row(engine, POOL).generation
+    fresh = serve(POOL, "globex/rq-fresh", uploader="globex_uploader")  # promoted since: not marked
     assert suspended(engine) == {suspending["id"]}
-    assert served not in active_names(admin)  # nodes unload it until it qualifies again
+    assert served not in active_names(admin) and fresh["served_name"] in active_names(admin)
     # The active set lost a version: nodes must hear of it, so the generation moved.
     assert pool_row(engine, POOL).generation > generation
     listing = admin.get(f"/v1/pools/{POOL}/requalifications").json()

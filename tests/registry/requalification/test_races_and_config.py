@@ -15,7 +15,7 @@ from tests.registry.requalification.support import (
     RQ_BASE, RQ_SUITE, audit_count, config_sha256, evaluation_rows, make_pool, marks, node_report,
     pool_row, register_base_with_suite, report, version_id,
 )
-from tests.support.nodes import issue_token
+from tests.support.nodes import bound_address, issue_token
 
 CONFIG_BASE, CONFIG_SUITE = "requal-config-base", "requal-config-suite"
 
@@ -32,7 +32,8 @@ def test_reports_racing_through_two_registries_mark_each_version_once(
     clients = []
     for n in range(12):
         node_id = f"racer-{n}"
-        token = issue_token(admin, node_id, role="node", pool=pool, instance_id=node_id)
+        token = issue_token(admin, node_id, role="node", pool=pool, instance_id=node_id,
+                            vllm_url=bound_address(node_id))
         url = (registry if n % 2 else second_registry).url
         clients.append((node_id, httpx.Client(base_url=url, timeout=60,
                                               headers={"Authorization": f"Bearer {token}"})))

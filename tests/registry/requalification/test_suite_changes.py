@@ -13,7 +13,7 @@ from devkit.pipeline_steps import (
 )
 from registry.tables import AuditEvent, Evaluation
 from tests.registry.requalification.support import (
-    RQ_SUITE, audit_count, make_pool, marks, register_base_with_suite, report,
+    RQ_SUITE, audit_count, declare, make_pool, marks, register_base_with_suite, report,
 )
 from tests.support.asserts import assert_refused
 
@@ -110,7 +110,8 @@ def test_a_version_marked_to_qualify_again_gets_a_fresh_evaluation_of_an_added_s
     finish_evaluation(engine, client_for("acme_uploader").post(path, json={"suite": REGRESSION}).json()["id"])
     node = fleets(MARKED_POOL).client("node-m")
     report(node, MARKED_POOL, "node-m", "0.32.0")  # the engine the pool qualifies on
-    report(node, MARKED_POOL, "node-m", "0.32.0", enforce_eager=True)  # a flag changed: marked
+    report(node, MARKED_POOL, "node-m", "0.32.0", enforce_eager=True)  # a flag changed
+    declare(admin, MARKED_POOL, "0.32.0", enforce_eager=True)  # the operator confirms it: marked
     (mark,) = marks(engine, MARKED_POOL, open_only=True)
 
     assert admin.patch(f"/v1/pools/{MARKED_POOL}", json={"required_suites": [SUITE, REGRESSION]}).status_code == 200

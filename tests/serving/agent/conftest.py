@@ -12,7 +12,7 @@ import pytest
 from devkit import services
 from devkit.pipeline_steps import create_suite, promoter
 from tests.serving.agent.stand_ins import StandInVllm, Store
-from tests.support.nodes import Restartable, issue_token
+from tests.support.nodes import Restartable, bound_address, issue_token
 
 POOL = "node-pool"
 
@@ -30,7 +30,8 @@ def node_pool(admin, kit_base, task_kit) -> dict:
     def token_for(node_id: str) -> str:
         """Each node's own token, bound to its id."""
         if node_id not in tokens:
-            tokens[node_id] = issue_token(admin, node_id, role="node", pool=POOL, instance_id=node_id)
+            tokens[node_id] = issue_token(admin, node_id, role="node", pool=POOL, instance_id=node_id,
+                                          vllm_url=bound_address(node_id))
         return tokens[node_id]
 
     return {"name": POOL, "token_for": token_for}

@@ -59,4 +59,4 @@ def run_pass(cache_dir: Path, vllm: StandInVllm, entries: list) -> dict:
 def accepted_by_the_registry(status: dict) -> NodeReport:
     """The registry's own schema for node reports: a report it would refuse is never seen."""
     limits = {"max_loras": 2, "max_cpu_loras": 8, "max_lora_rank": 16}
-    return NodeReport.model_validate({**status, "vllm_url": "http://127.0.0.1:8000", "limits": limits})
+    return NodeReport.model_validate({**status, "limits": limits})

@@ -19,7 +19,7 @@ from devkit.services import wait_for
 from registry.tables import AdapterVersion, Attestation
 from signed_digests.digests import file_sha256
 from tests.serving.agent.conftest import POOL
-from tests.support.nodes import complete, served_adapters
+from tests.support.nodes import bound_address, complete, served_adapters
 
 
 def rollout_node(admin, node_id: str) -> dict:
@@ -244,7 +244,8 @@ def test_an_unreachable_store_is_retried_and_reported(promote, node_vllm, servic
 
 def admin_node_token(admin) -> str:
     return admin.post("/v1/tokens", json={"subject": "far-node", "role": "node", "pool": POOL,
-                                          "instance_id": "node-far"}).json()["token"]
+                                          "instance_id": "node-far",
+                                          "vllm_url": bound_address("node-far")}).json()["token"]
 
 
 def test_a_cached_file_replaced_while_vllm_was_down_is_never_served_and_fetched_again(

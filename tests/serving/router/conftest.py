@@ -25,7 +25,7 @@ ROUTER_SETTINGS = {"LORAPLANE_ROUTER_MAX_INFLIGHT": "16", "LORAPLANE_ROUTER_BATC
 
 
 @pytest.fixture(scope="module")
-def router_pool(admin, kit_base, task_kit) -> dict:
+def router_pool(admin, kit_base, task_kit, vllm_pair) -> dict:
     # max_lora_rank 32 while the nodes' vLLMs run with 16: a version no node can load.
     body = {"name": POOL, "base_model": kit_base, "max_loras": 2, "max_cpu_loras": 8,
             "max_lora_rank": 32, "dtype": "float32"}
@@ -34,8 +34,10 @@ def router_pool(admin, kit_base, task_kit) -> dict:
                  {"parity": {"max_logprob_diff": 0.01}})
 
     return {"name": POOL,
-            "node_tokens": {node_id: issue_token(admin, node_id, role="node", pool=POOL, instance_id=node_id)
-                            for node_id in NODES},
+            "node_urls": {node_id: vllm.url for node_id, vllm in zip(NODES, (vllm_pair["a"], vllm_pair["b"]))},
+            "node_tokens": {node_id: issue_token(admin, node_id, role="node", pool=POOL, instance_id=node_id,
+                                                 vllm_url=vllm.url)
+                            for node_id, vllm in zip(NODES, (vllm_pair["a"], vllm_pair["b"]))},
             "router_token": issue_token(admin, "router-1", role="router", pool=POOL, instance_id="router-1"),
             "acme_batch": issue_token(admin, "acme-nightly", role="app", tenant="acme", tier="batch"),
             "globex_app": issue_token(admin, "globex-app", role="app", tenant="globex")}

@@ -28,13 +28,14 @@ CHECK_S = "0.5"
 
 
 @pytest.fixture(scope="module")
-def canary_pool(admin, kit_base, task_kit) -> dict:
+def canary_pool(admin, kit_base, task_kit, proxy) -> dict:
     body = {"name": POOL, "base_model": kit_base, "max_loras": 2, "max_cpu_loras": 8,
             "max_lora_rank": 16, "dtype": "float32"}
     assert admin.post("/v1/pools", json=body).status_code == 201
     create_suite(admin, "canary-parity", kit_base, task_kit.suites["digits_to_words"][:2],
                  {"parity": {"max_logprob_diff": 0.01}})
-    return {"node": issue_token(admin, "canary-node", role="node", pool=POOL, instance_id="canary-node"),
+    return {"node": issue_token(admin, "canary-node", role="node", pool=POOL, instance_id="canary-node",
+                                vllm_url=proxy.url),
             "router": issue_token(admin, "canary-router", role="router", pool=POOL, instance_id="canary-router")}
 
 

@@ -27,6 +27,7 @@ from serving.router.catalog import Target
 from serving.router.errors import RouterError
 from serving.router.fleet import Fleet
 from serving.router.forward import Forwarder
+from tests.serving.router.agreeing_engines import follow
 from tests.serving.router.stand_in_node import ANSWER, StandInNode, read_request
 
 TARGET = Target("acme/chat@1", "acme/chat", "production")
@@ -53,7 +54,7 @@ async def forward(forwarder: Forwarder, serial: bool = False) -> list[dict]:
 
 def make_fleet(*urls: str) -> Fleet:
     fleet = Fleet(spill_outstanding=8)
-    fleet.update([{"node_id": f"n{i}", "vllm_url": url, "stale": False, "limits": {"max_cpu_loras": 4},
+    follow(fleet, [{"node_id": f"n{i}", "vllm_url": url, "stale": False, "limits": {"max_cpu_loras": 4},
                    "serving": [TARGET.served_name]} for i, url in enumerate(urls, 1)])
     return fleet
 

@@ -1,5 +1,6 @@
 """The router end to end: the official openai client, alias forms and canary splits, an alias
-swapped under traffic, a node killed under traffic, tenant isolation, and every refusal."""
+swapped under traffic, a node killed under traffic, tenant isolation, every refusal, and what a
+leaked node token, a lying node or a database writer can make it do with tenants' prompts."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 import pytest
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
 
 from devkit import services
 from devkit.services import wait_for
+from registry.tables import NodeAddress, Pool
 from tests.serving.router.conftest import POOL, router_metric, wait_until_served
-from tests.support.nodes import complete
+from tests.serving.router.impostor import Impostor
+from tests.support.nodes import complete, issue_token
 
 
 def client(router, key: str) -> openai.OpenAI:
@@ -328,3 +333,93 @@ def test_a_revoked_app_key_stops_working_within_the_key_cache_time(router, serve
 
     assert answer.status_code == 401 and answer.json()["error"]["code"] == "invalid_api_key"
     assert forwarded(router) == before  # the refused request reached no node
+
+
+# The fleet's word: each test below fails on a router that routes by what nodes report.
+
+def answers_through_router(router, key: str, model: str, prompt: str, count: int) -> list[tuple[str, str]]:
+    """(node, text) of `count` requests, one after another."""
+    results = []
+    for _ in range(count):
+        response = ask(router, key, model, prompt)
+        assert response.status_code == 200, response.text
+        results.append((response.headers["x-loraplane-node"], response.json()["choices"][0]["text"]))
+    return results
+
+
+def digests(admin) -> dict[str, str]:
+    return {e["served_name"]: e["digest"] for e in admin.get(f"/v1/pools/{POOL}/active-set").json()["entries"]}
+
+
+def test_a_leaked_node_token_cannot_point_the_router_at_another_server(router, served, tokens, router_pool, admin):
+    prompt, answers = served["prompt"], served["answers"]
+    with Impostor({name: f"/cache/{digest}" for name, digest in digests(admin).items()}) as impostor:
+        node_a = httpx.Client(base_url=admin.base_url, headers={
+            "Authorization": f"Bearer {router_pool['node_tokens']['node-a']}"})
+        loaded = [{"served_name": name, "digest": digest} for name, digest in digests(admin).items()]
+        forged = node_a.put(f"/v1/pools/{POOL}/nodes/node-a/status", json={
+            "generation": admin.get(f"/v1/pools/{POOL}/active-set").json()["generation"],
+            "loaded": loaded, "vllm_url": impostor.url,
+            "limits": {"max_loras": 2, "max_cpu_loras": 8, "max_lora_rank": 16}})
+        assert forged.status_code == 200, forged.text
+
+        results = answers_through_router(router, tokens["acme_app"], "acme/r-digits", prompt, 8)
+
+        assert impostor.prompts == []
+        assert all(text == answers["acme/r-digits@1"] for _, text in results)
+        assert {n["node_id"]: n["vllm_url"] for n in admin.get(f"/v1/pools/{POOL}/rollout").json()["nodes"]
+                if n["node_id"] == "node-a"} == {"node-a": router_pool["node_urls"]["node-a"]}
+
+
+def test_a_node_whose_engine_does_not_hold_what_it_reports_gets_no_prompt(router, served, tokens, admin):
+    """An admin-bound node whose engine is not what its agent claims (listed from other bytes):
+    the router asks the engine, and sends it nothing."""
+    prompt, answers = served["prompt"], served["answers"]
+    wrong = {name: f"/cache/{'0' * 64}" for name in digests(admin)}
+    with Impostor(wrong) as impostor:
+        token = issue_token(admin, "node-liar", role="node", pool=POOL, instance_id="node-liar",
+                            vllm_url=impostor.url)
+        liar = httpx.Client(base_url=admin.base_url, headers={"Authorization": f"Bearer {token}"})
+        active = admin.get(f"/v1/pools/{POOL}/active-set").json()
+        claimed = liar.put(f"/v1/pools/{POOL}/nodes/node-liar/status", json={
+            "generation": active["generation"], "loaded": [
+                {"served_name": e["served_name"], "digest": e["digest"]} for e in active["entries"]],
+            "limits": {"max_loras": 2, "max_cpu_loras": 8, "max_lora_rank": 16}})
+        assert claimed.status_code == 200 and "acme/r-digits@1" in claimed.json()["serving"]
+        wait_for(lambda: router_metric(router, "loraplane_router_engine_checks_total",
+                                       node="node-liar", outcome="refuted") >= 1,
+                 timeout_s=30, what="the router asking node-liar's engine")
+
+        results = answers_through_router(router, tokens["acme_app"], "acme/r-digits", prompt, 12)
+
+        assert impostor.prompts == []
+        assert {node for node, _ in results} <= {"node-a", "node-b"}
+        assert all(text == answers["acme/r-digits@1"] for _, text in results)
+        admin.post(f"/v1/tokens/{liar.get('/v1/whoami').json()['token_id']}/revoke").raise_for_status()
+
+
+def test_a_database_writer_cannot_move_a_node_to_another_address(router, served, tokens, admin, engine):
+    prompt, answers = served["prompt"], served["answers"]
+    nodes_before = router_metric(router, "loraplane_router_nodes")
+    with Impostor({name: f"/cache/{digest}" for name, digest in digests(admin).items()}) as impostor:
+        with Session(engine) as session, session.begin():
+            row = session.scalars(select(NodeAddress).join(Pool).where(
+                Pool.name == POOL, NodeAddress.node_id == "node-b")).one()
+            original = row.vllm_url
+            row.vllm_url = impostor.url  # no audit record, and no key to seal it with
+        try:
+            assert {n["node_id"]: n["address"] for n in admin.get(f"/v1/pools/{POOL}/rollout").json()["nodes"]
+                    }["node-b"] == "seal_broken"
+            wait_for(lambda: router_metric(router, "loraplane_router_nodes") == nodes_before - 1,
+                     timeout_s=30, what="the router dropping node-b")
+
+            results = answers_through_router(router, tokens["acme_app"], "acme/r-digits", prompt, 8)
+
+            assert impostor.prompts == []
+            assert {node for node, _ in results} == {"node-a"}
+            assert all(text == answers["acme/r-digits@1"] for _, text in results)
+        finally:
+            with Session(engine) as session, session.begin():
+                session.execute(update(NodeAddress).where(NodeAddress.node_id == "node-b",
+                                                          NodeAddress.vllm_url == impostor.url)
+                                .values(vllm_url=original))

@@ -13,6 +13,7 @@ from serving.router.admission import Admission
 from serving.router.catalog import Catalog
 from serving.router.errors import RouterError
 from serving.router.fleet import Fleet
+from tests.serving.router.agreeing_engines import follow
 from tests.support.until import until
 
 ENTRIES = [
@@ -50,7 +51,7 @@ def reports(*nodes: tuple[str, list[str]], capacity: int = 2) -> list[dict]:
 def test_an_adapter_sticks_to_the_node_that_holds_it_and_spreads_only_into_free_slots():
     everything = ["a@1", "b@1", "c@1", "d@1"]
     fleet = Fleet(spill_outstanding=4)
-    fleet.update(reports(("n1", everything), ("n2", everything)))
+    follow(fleet, reports(("n1", everything), ("n2", everything)))
     homes = {}
     for name in everything:
         node = fleet.choose(name)
@@ -67,7 +68,7 @@ def test_an_adapter_sticks_to_the_node_that_holds_it_and_spreads_only_into_free_
 
 def test_only_nodes_that_report_the_name_and_are_up_get_it():
     fleet = Fleet(spill_outstanding=4)
-    fleet.update(reports(("n1", ["a@1", "b@1"]), ("n2", ["b@1"])))
+    follow(fleet, reports(("n1", ["a@1", "b@1"]), ("n2", ["b@1"])))
     assert fleet.choose("a@1").node_id == "n1" and fleet.choose("c@1") is None
     fleet.mark_down(fleet.nodes["n1"], 60)
     assert {fleet.choose("b@1").node_id for _ in range(5)} == {"n2"}  # n1 cools down
@@ -77,7 +78,7 @@ def test_only_nodes_that_report_the_name_and_are_up_get_it():
 
 def test_a_node_whose_report_is_stale_gets_a_name_only_when_no_fresh_node_has_it():
     fleet = Fleet(spill_outstanding=4)
-    fleet.update([{**reports(("n1", ["a@1", "b@1"]))[0], "stale": True}, *reports(("n2", ["a@1"]))])
+    follow(fleet, [{**reports(("n1", ["a@1", "b@1"]))[0], "stale": True}, *reports(("n2", ["a@1"]))])
     assert {fleet.choose("a@1").node_id for _ in range(5)} == {"n2"}
     assert fleet.choose("b@1").node_id == "n1"  # its vLLM still holds b@1; a 404 would retry
 

@@ -22,6 +22,7 @@ from serving.router.app_keys import App, AppKeys
 from serving.router.catalog import Catalog
 from serving.router.fleet import Fleet
 from serving.router.forward import Forwarder
+from tests.serving.router.agreeing_engines import follow
 from tests.serving.router.stand_in_node import StandInNode
 from tests.support.until import until
 
@@ -48,7 +49,7 @@ def fleet_serving(node: StandInNode, *names: str) -> Fleet:
 
 
 def report(fleet: Fleet, node: StandInNode, *names: str) -> None:
-    fleet.update([{"node_id": "n1", "vllm_url": node.url, "stale": False,
+    follow(fleet, [{"node_id": "n1", "vllm_url": node.url, "stale": False,
                    "limits": {"max_cpu_loras": 4}, "serving": list(names)}])
 
 
