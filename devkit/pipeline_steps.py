@@ -52,9 +52,10 @@ def finish_evaluation(engine: Engine, evaluation_id: int, *, passed: bool = True
         others = [e.id for e in claim.evaluations if e.id != evaluation_id]
         if others:
             claims.release(session, claim.token, others, reason="not this test's evaluation")
+        (claimed,) = [e for e in claim.evaluations if e.id == evaluation_id]
         outcome = claims.Outcome(passed=not failing, reason=None if not failing else "thresholds",
                                  failing_metrics=failing, metrics=metrics, engine=engine_record, timings=None,
-                                 examples=[])
+                                 examples=[], digest=claimed.digest)
         assert claims.record(session, claim.token, evaluation_id, outcome,
                              after_outcome=requalification.after_evaluation)
 

@@ -59,3 +59,9 @@ def page_of_events(session: Session, *, tenant: str | None, action: str | None, 
     if until is not None:
         query = query.where(AuditEvent.at < until)
     return fetch_page(session, query, AuditEvent.id, limit=limit, cursor=cursor)
+
+
+def events_about(session: Session, subject: str, actions: tuple[str, ...]) -> list[AuditEvent]:
+    """Every event with one of `actions` about exactly `subject`, oldest first."""
+    return list(session.scalars(select(AuditEvent).where(
+        AuditEvent.subject == subject, AuditEvent.action.in_(actions)).order_by(AuditEvent.id)))

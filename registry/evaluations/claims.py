@@ -147,6 +147,9 @@ class Outcome:
     engine: dict[str, Any] | None
     timings: dict[str, Any] | None
     examples: list[dict[str, Any]]
+    # The version digest whose bytes the worker verified and loaded; sealed into the outcome's
+    # audit event, which an approval's attestation must agree with (attestations/evaluated.py).
+    digest: str | None = None
 
 
 def record(session: Session, token: str, evaluation_id: int, outcome: Outcome, *,
@@ -177,7 +180,7 @@ def record(session: Session, token: str, evaluation_id: int, outcome: Outcome, *
                  subject=adapters.version_out(session, version).served_name,
                  tenant_id=session.get(Adapter, version.adapter_id).tenant_id,
                  after={"evaluation": evaluation.id, "failing_metrics": outcome.failing_metrics,
-                        "reason": outcome.reason})
+                        "reason": outcome.reason, "digest": outcome.digest})
     session.flush()
     return True
 

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from registry import audit, webhooks
 from registry.active_set import changes
 from registry.active_set.snapshot import CANARY, PRODUCTION
-from registry.attestations import issuing as attestations
+from registry.attestations import evaluated, issuing as attestations
 from registry.promotions import repository, rules
 from registry.adapters import service as adapters
 from registry.tables import Adapter, AdapterVersion, Pool, Promotion
@@ -31,6 +31,11 @@ def activate(session: Session, promotion: Promotion, generation: int, actor: str
 
 
 def point(session: Session, promotion: Promotion, generation: int) -> None:
+    """Raises Conflict, before anything changes, when the version's bytes are not the ones that
+    were uploaded and evaluated (attestations/evaluated.py): its attestation would sign them."""
+    version = session.get(AdapterVersion, promotion.version_id)
+    evaluated.check(session, version, adapters.version_out(session, version).served_name,
+                    evaluations=promotion.kind != rules.ROLLBACK)
     changes.point_alias(session, pool_id=promotion.pool_id, adapter_id=promotion.adapter_id,
                         alias=promotion.alias, version_id=promotion.version_id,
                         weight=promotion.weight, promotion_id=promotion.id, generation=generation)

@@ -50,7 +50,7 @@ def get_promotion(promotion_id: int = PromotionId, principal: Principal = Depend
 def approve_promotion(decision: Decision, promotion_id: int = PromotionId,
                       principal: Principal = Depends(authenticated), session: Session = RequestSession):
     """Re-checks every gate, then makes the promotion active and bumps the pool's generation."""
-    return service.approve(session, principal, promotion_id, decision.comment)
+    return service.approve(session, principal, promotion_id, decision.comment, decision.digest)
 
 
 @router.post("/v1/promotions/{promotion_id}/reject", response_model=PromotionOut)

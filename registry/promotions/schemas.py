@@ -43,6 +43,9 @@ class Decision(BaseModel):
     model_config = ConfigDict(extra="forbid")
     comment: str = Field(min_length=1, max_length=2000, pattern=FREE_TEXT,
                          description="Why: kept in the audit log beside the decision.")
+    digest: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description=(
+        "The version digest the reviewer was shown: an approval is refused (409 "
+        "evaluated_bytes_changed) if the version no longer has it."))
 
     @field_validator("comment")
     @classmethod

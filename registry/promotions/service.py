@@ -10,6 +10,7 @@ from registry.active_set import changes
 from registry.active_set.change import ActiveSetChange
 from registry.active_set.snapshot import CANARY, pool_by_name
 from registry.adapters import service as adapters
+from registry.attestations import evaluated
 from registry.auth.principal import Principal, Role
 from registry.errors import Conflict, Forbidden, NotFound, Unprocessable
 from registry.promotions import activation, canary_actions, gates, repository, rules
@@ -48,7 +49,10 @@ def request(session: Session, principal: Principal, pool_name: str, spec: Promot
     return to_out(session, promotion, principal)
 
 
-def approve(session: Session, principal: Principal, promotion_id: int, comment: str) -> PromotionOut:
+def approve(session: Session, principal: Principal, promotion_id: int, comment: str,
+            seen_digest: str | None = None) -> PromotionOut:
+    """`seen_digest`: the version digest the reviewer was shown; the approval is refused if the
+    version no longer has it. Activation checks the bytes against the sealed evidence too."""
     promotion = _visible(session, principal, promotion_id)
     principal.require(DECIDERS, _tenant_of(session, promotion))
     with ActiveSetChange(session, promotion.pool_id) as change:  # pool lock first, always
@@ -58,8 +62,9 @@ def approve(session: Session, principal: Principal, promotion_id: int, comment: 
         _refuse_if_blocked(gates.blocking([four_eyes]),
                            f"promotion {promotion.id} cannot be approved by {principal.subject}", status=403)
         pool = session.get(Pool, promotion.pool_id)
-        target = _target(session, pool, session.get(AdapterVersion, promotion.version_id),
-                         promotion.alias, promotion.weight)
+        version = session.get(AdapterVersion, promotion.version_id)
+        evaluated.check_seen(version, adapters.version_out(session, version).served_name, seen_digest)
+        target = _target(session, pool, version, promotion.alias, promotion.weight)
         results = gates.check(session, target)
         _refuse_if_blocked(gates.blocking(results), f"promotion {promotion.id} no longer passes its gates")
         promotion.gates = [g.as_dict() for g in [*results, four_eyes]]

@@ -85,7 +85,8 @@ def steer_canary(request: Request, promotion_id: int = PromotionId, action: str 
 @router.post("/ui/promotions/{promotion_id}/decide")
 def decide(request: Request, promotion_id: int = PromotionId, decision: str = Form(..., max_length=16),
            comment: str = Form("", max_length=20_000), csrf_token: str = Form("", max_length=128),
-           visit: Visit = Depends(viewer), session: Session = RequestSession) -> Response:
+           digest: str = Form("", max_length=64), visit: Visit = Depends(viewer),
+           session: Session = RequestSession) -> Response:
     check_csrf(visit, csrf_token)
     try:
         if decision not in ("approve", "reject"):
@@ -95,8 +96,10 @@ def decide(request: Request, promotion_id: int = PromotionId, decision: str = Fo
         except ValidationError:
             raise Unprocessable("a decision needs a comment that says why (at most 2000 characters)",
                                 code="comment_required", hint="Write why in the comment box.") from None
-        decide_with = promotions.approve if decision == "approve" else promotions.reject
-        decide_with(session, visit.principal, promotion_id, why)
+        if decision == "approve":  # the digest this page showed: what the reviewer approves
+            promotions.approve(session, visit.principal, promotion_id, why, digest or None)
+        else:
+            promotions.reject(session, visit.principal, promotion_id, why)
     except LoraplaneError as error:
         # The page shows the refusal, so nothing raises past this route to roll the decision
         # back: undo it here, then read the promotion as it stands.

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from registry.adapters.artifact import blob_key
 from registry.storage.base import ArtifactStore
+from signed_digests.digests import manifest_digest
 
 
 class ArtifactCorrupt(Exception):
@@ -22,6 +23,11 @@ class ArtifactCorrupt(Exception):
 
 
 def fetch(store: ArtifactStore, cache_dir: Path, digest: str, files: list[dict]) -> Path:
+    """The folder of `digest`'s files, each verified; raises ArtifactCorrupt when the manifest
+    does not make the digest (the row was changed) or a file is not its sha256."""
+    if manifest_digest(files) != digest:
+        raise ArtifactCorrupt(f"the manifest of {digest} does not make that digest: the version's "
+                              "stored files were changed")
     cache_dir.mkdir(parents=True, exist_ok=True)
     target = cache_dir / digest
     if target.is_dir():

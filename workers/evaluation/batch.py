@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from registry.db import transaction
@@ -128,7 +128,7 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
             return outcomes
         info = await client.describe()
         halves = {e.id for e in claimed if e.incumbent_half}
-        store, loaded, references = get_store(), {}, {}
+        store, loaded, references, digests = get_store(), {}, {}, {}
         for evaluation in claimed:
             try:
                 folder = artifacts.fetch(store, settings.artifact_cache_dir, evaluation.digest,
@@ -145,6 +145,7 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
                 outcomes[evaluation.id] = _failed(faults.reason_for(missing), info, settings)
                 continue
             loaded[evaluation.id] = (evaluation.served_name, evaluation.suite_id)
+            digests[evaluation.id] = evaluation.digest
             references[evaluation.id] = reference  # what parity compares the engine's tokens with
         try:
             batch = await runner.generate(client, info.served_base, works, loaded,
@@ -172,8 +173,10 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
         spec = specs[suite_id]
         if evaluation_id in halves:
             spec = {metric: limit for metric, limit in spec.items() if metric in QUALITY_METRICS}  # what a comparison reads
-        outcomes[evaluation_id] = _judge(batch, evaluation_id, works[suite_id], spec,
-                                         checks.get(evaluation_id), serving.get(evaluation_id), info, settings)
+        outcome = _judge(batch, evaluation_id, works[suite_id], spec, checks.get(evaluation_id),
+                         serving.get(evaluation_id), info, settings)
+        # The bytes it loaded: fetch() verified every file and that the manifest makes the digest.
+        outcomes[evaluation_id] = replace(outcome, digest=digests[evaluation_id])
     return outcomes
 
 

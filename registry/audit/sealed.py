@@ -1,0 +1,34 @@
+"""Single events of the chain read as evidence: an event counts only while its own keyed hash
+still matches it, so a row that someone with database access wrote or edited without the
+registry host's audit key (registry/keys.py) is never believed. The whole chain's check, with its
+order and anchor, is verify.py's."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from registry.audit import repository
+from registry.audit.chain import HMAC_SHA256, event_hash
+from registry.keys import Purpose, key_for
+from registry.tables import AuditEvent
+
+
+def sealed_events(session: Session, subject: str, *actions: str) -> list[AuditEvent]:
+    """Events about `subject` with one of `actions` whose keyed hash holds, oldest first."""
+    return [row for row in repository.events_about(session, subject, actions) if intact(row)]
+
+
+def intact(row: AuditEvent) -> bool:
+    if row.hash_scheme != HMAC_SHA256:  # unkeyed: anyone could have written it
+        return False
+    expected = event_hash(row.prev_hash, at=row.at, actor=row.actor, action=row.action,
+                          subject=row.subject, tenant_id=row.tenant_id, before=row.before,
+                          after=row.after, key=key_for(Purpose.AUDIT_CHAIN))
+    return hmac.compare_digest(expected, row.hash)
+
+
+def recorded(row: AuditEvent, field: str) -> Any:
+    return (row.after or {}).get(field)
