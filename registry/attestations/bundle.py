@@ -1,6 +1,9 @@
 """The trust bundle: the public keys still trusted, each with the end of its trust, signed by
-every key the keyring holds (rotated-out ones too, so that a node that missed a rotation's
-overlap can still follow it, since only a key it trusts can vouch for the next)."""
+every key it lists and by no other. A rotated-out key signs it through its overlap only, so a
+node follows a rotation during the overlap; one that missed it entirely is re-pinned by its
+operator. A key whose trust an emergency rotation ended at once stays listed, with that end and
+signing, for keyring.EMERGENCY_NOTICE: a node pinned on it takes that bundle and from then on
+refuses whatever the key signs."""
 
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ def trust_bundle() -> dict[str, Any]:
     keyring = get_keyring()
     version, held = keyring.held()
     now = datetime.now(UTC)
-    listed = [key for key in held if key.not_after is None or key.not_after > now]
+    listed = [key for key in held if key.announced_at(now)]
     shape = (version, tuple((k.key_id, k.not_after) for k in listed))
     with _lock:
         if _cached and _cached[1] == shape and time.monotonic() < _cached[0]:
@@ -32,7 +35,7 @@ def trust_bundle() -> dict[str, Any]:
         document = {"version": version, "issued_at": now.isoformat(),
                     "keys": [key.as_bundle_item() for key in listed]}
         signed = provenance.envelope(provenance.BUNDLE_PAYLOAD, document, [
-            (key.key_id, lambda message, kid=key.key_id: keyring.sign(kid, message)) for key in held])
+            (key.key_id, lambda message, kid=key.key_id: keyring.sign(kid, message)) for key in listed])
         _cached = (time.monotonic() + CACHE_S, shape, signed)
         return signed
 

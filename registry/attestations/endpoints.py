@@ -33,7 +33,9 @@ def list_attestations(tenant: str = Tenant, name: str = Name, number: int = Numb
 @router.post("/v1/attestation-keys/rotate", response_model=RotationOut)
 def rotate_key(spec: RotationIn, principal: Principal = Depends(authenticated),
                session: Session = RequestSession):
-    return upkeep.rotate(session, principal, spec.overlap_s)
+    """A new signing key (global admins): the retired one stays trusted for the overlap, or, in an
+    emergency, not at all; every active version is signed again with the new key at once."""
+    return upkeep.rotate(session, principal, spec.overlap_s, spec.emergency)
 
 
 @router.post("/v1/attestations/backfill", response_model=BackfillOut)

@@ -2,8 +2,11 @@
 API), one key from the environment, or a plug-in (a KMS, say) that implements `Keyring`.
 
 A key folder holds one PEM per key and `keys.json`, which names the signing key and when each
-rotated-out key stops being trusted. Every registry process reads it at each use (it changes only
-at rotation), so a rotation by one process is seen by all that share the folder."""
+rotated-out key stops being trusted, with every key's public half. Every registry process reads
+it at each use (it changes only at rotation), so a rotation by one process is seen by all that
+share the folder. A rotated-out key's PEM is deleted once its trust has ended (an emergency's,
+once its end has been announced for EMERGENCY_NOTICE): nothing can sign with it any more, and
+its public half stays to recognise what it signed."""
 
 from __future__ import annotations
 
@@ -26,11 +29,24 @@ from registry.settings import RegistrySettings, get_settings
 from signed_digests.provenance import ALGORITHM, key_id
 
 
+# An emergency rotation ends the old key's trust at once; the bundle goes on naming that end,
+# signed by the old key too, for this long, so that nodes pinned on it learn of it and obey.
+EMERGENCY_NOTICE = timedelta(days=30)
+
+
 @dataclass(frozen=True)
 class PublishedKey:
     key_id: str
     public_key: bytes  # 32 raw bytes
     not_after: datetime | None
+    emergency: bool = False  # its trust was ended at once, without an overlap
+
+    def announced_at(self, when: datetime) -> bool:
+        """Whether the trust bundle lists it at `when`: while trusted, and an emergency's end
+        for EMERGENCY_NOTICE after it."""
+        if self.not_after is None or self.not_after > when:
+            return True
+        return self.emergency and when - self.not_after < EMERGENCY_NOTICE
 
     def as_bundle_item(self) -> dict:
         return {"key_id": self.key_id, "algorithm": ALGORITHM,
@@ -49,7 +65,8 @@ class Keyring(Protocol):
         """(bundle version, every key it can sign with, rotated-out ones included). The version
         grows with every rotation."""
     def rotate(self, overlap: timedelta) -> str:
-        """Make a new signing key; the current one stays trusted for `overlap`. Returns its id."""
+        """Make a new signing key; the current one stays trusted for `overlap` (zero: an
+        emergency, its trust ends now). Returns the new key's id."""
 
 
 class FolderKeyring:
@@ -64,11 +81,9 @@ class FolderKeyring:
 
     def held(self) -> tuple[int, list[PublishedKey]]:
         index = self._index()
-        keys = []
-        for kid, meta in sorted(index["keys"].items()):
-            not_after = datetime.fromisoformat(meta["not_after"]) if meta.get("not_after") else None
-            public = _load_private(self.folder / f"{kid}.pem").public_key()
-            keys.append(PublishedKey(kid, _raw(public), not_after))
+        keys = [self._published(kid, meta) for kid, meta in sorted(index["keys"].items())]
+        if any(self._expired(key) for key in keys):
+            self._destroy_expired()
         return index["version"], keys
 
     def rotate(self, overlap: timedelta) -> str:
@@ -76,11 +91,37 @@ class FolderKeyring:
             index = self._read() or self._create()
             retiring = index["current"]
             new = self._new_key()
-            index["keys"][retiring]["not_after"] = (datetime.now(UTC) + overlap).isoformat()
-            index["keys"][new] = {"created": datetime.now(UTC).isoformat(), "not_after": None}
+            now = datetime.now(UTC)
+            index["keys"][retiring].update(not_after=(now + overlap).isoformat(), emergency=not overlap)
+            index["keys"][new] = {"created": now.isoformat(), "not_after": None,
+                                  "public_key": self._public_b64(new)}
             index["current"], index["version"] = new, index["version"] + 1
             self._write(index)
             return new
+
+    def _published(self, kid: str, meta: dict) -> PublishedKey:
+        not_after = datetime.fromisoformat(meta["not_after"]) if meta.get("not_after") else None
+        public = base64.b64decode(meta["public_key"]) if meta.get("public_key") else \
+            _raw(_load_private(self.folder / f"{kid}.pem").public_key())
+        return PublishedKey(kid, public, not_after, bool(meta.get("emergency")))
+
+    def _expired(self, key: PublishedKey) -> bool:
+        """A rotated-out key no bundle names any more, whose private half is still here."""
+        return (not key.announced_at(datetime.now(UTC))) and (self.folder / f"{key.key_id}.pem").exists()
+
+    def _destroy_expired(self) -> None:
+        with self._locked():
+            index = self._read()
+            for kid, meta in index["keys"].items():
+                if not self._expired(self._published(kid, meta)):
+                    continue
+                meta.setdefault("public_key", self._public_b64(kid))  # kept, to recognise its signatures
+                self._write(index)
+                (self.folder / f"{kid}.pem").unlink(missing_ok=True)
+                _load_private.cache_clear()
+
+    def _public_b64(self, kid: str) -> str:
+        return base64.b64encode(_raw(_load_private(self.folder / f"{kid}.pem").public_key())).decode()
 
     def _index(self) -> dict:
         index = self._read()
@@ -92,7 +133,8 @@ class FolderKeyring:
     def _create(self) -> dict:
         kid = self._new_key()
         index = {"version": 1, "current": kid,
-                 "keys": {kid: {"created": datetime.now(UTC).isoformat(), "not_after": None}}}
+                 "keys": {kid: {"created": datetime.now(UTC).isoformat(), "not_after": None,
+                                "public_key": self._public_b64(kid)}}}
         self._write(index)
         return index
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class AttestationOut(BaseModel):
@@ -21,9 +21,13 @@ class AttestationOut(BaseModel):
 
 
 class RotationIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     overlap_s: int | None = Field(None, ge=1, le=365 * 86400, description=(
         "How long the retired key stays trusted; the deployment's default when absent, and "
         "never less than its LORAPLANE_ATTESTATION_MIN_OVERLAP_S."))
+    emergency: bool = Field(False, description=(
+        "The current key is compromised: its trust ends now, without an overlap. Nodes pinned on "
+        "it take the next bundle (which it signs, naming its own end) and refuse it from then on."))
 
 
 class BackfillOut(BaseModel):
@@ -35,3 +39,4 @@ class RotationOut(BaseModel):
     key_id: str
     retired_key_trusted_until: datetime
     resigned: int = Field(description="Active attestations signed again with the new key.")
+    emergency: bool = False

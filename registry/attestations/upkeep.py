@@ -90,14 +90,18 @@ def backfill(session: Session, principal: Principal) -> int:
     return len(attested)
 
 
-def rotate(session: Session, principal: Principal, overlap_s: int | None) -> RotationOut:
+def rotate(session: Session, principal: Principal, overlap_s: int | None,
+           emergency: bool = False) -> RotationOut:
     """A new signing key; the retired one stays trusted for the overlap, and every active
     version's statement is signed again with the new key at once. (Should this transaction fail
     after the key changed, the registry's next start re-signs.)"""
     principal.require_global_admin()
     settings = get_settings()
-    overlap_s = settings.attestation_key_overlap_s if overlap_s is None else overlap_s
-    if overlap_s < settings.attestation_min_overlap_s:
+    if emergency and overlap_s is not None:
+        raise Unprocessable("an emergency rotation has no overlap", code="overlap_in_emergency",
+                            hint="Drop overlap_s: the retired key's trust ends at once.")
+    overlap_s = 0 if emergency else settings.attestation_key_overlap_s if overlap_s is None else overlap_s
+    if not emergency and overlap_s < settings.attestation_min_overlap_s:
         raise Unprocessable(
             f"an overlap of {overlap_s} s is shorter than this registry's minimum of "
             f"{settings.attestation_min_overlap_s} s", code="overlap_too_short",
@@ -116,7 +120,7 @@ def rotate(session: Session, principal: Principal, overlap_s: int | None) -> Rot
     trusted_until = next((k.not_after for k in held if k.key_id == retired and k.not_after),
                          datetime.now(UTC) + overlap)
     out = RotationOut(retired_key_id=retired, key_id=new, resigned=resigned,
-                      retired_key_trusted_until=trusted_until)
+                      retired_key_trusted_until=trusted_until, emergency=emergency)
     audit.record(session, actor=principal.label, action="attestation_key.rotated",
                  subject=f"attestation-key/{new}", after=out.model_dump(mode="json"))
     return out

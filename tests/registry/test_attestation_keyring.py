@@ -34,8 +34,39 @@ def test_a_key_folder_generates_its_key_and_rotates_with_an_overlap(tmp_path):
     assert timedelta(hours=1, minutes=59) < ends[first] - datetime.now(UTC) <= timedelta(hours=2)
     message = b"statement"
     public = {key.key_id: key.public_key for key in held}
-    _public(public[first]).verify(folder.sign(first, message), message)  # the retired key still signs
+    _public(public[first]).verify(folder.sign(first, message), message)  # signs through its overlap
     assert keyring.FolderKeyring(tmp_path / "keys").signing_key_id() == second  # another process agrees
+
+
+def test_a_retired_keys_private_half_is_destroyed_once_its_trust_ends(tmp_path):
+    import time
+
+    folder = keyring.FolderKeyring(tmp_path / "keys")
+    first = folder.signing_key_id()
+    second = folder.rotate(timedelta(seconds=1))
+    assert (tmp_path / "keys" / f"{first}.pem").exists()
+    time.sleep(1.1)
+
+    _, held = folder.held()
+
+    assert not (tmp_path / "keys" / f"{first}.pem").exists()
+    assert {key.key_id for key in held} == {first, second}  # its public half still recognises it
+    assert [key.announced_at(datetime.now(UTC)) for key in held if key.key_id == first] == [False]
+    with pytest.raises(FileNotFoundError):
+        folder.sign(first, b"anything")
+
+
+def test_an_emergency_rotation_ends_trust_at_once_and_announces_it(tmp_path):
+    folder = keyring.FolderKeyring(tmp_path / "keys")
+    first = folder.signing_key_id()
+    folder.rotate(timedelta(0))
+
+    retired = {key.key_id: key for key in folder.held()[1]}[first]
+
+    assert retired.emergency and retired.not_after <= datetime.now(UTC)
+    assert retired.announced_at(datetime.now(UTC))  # named, with its end, for the notice period
+    assert not retired.announced_at(datetime.now(UTC) + keyring.EMERGENCY_NOTICE)
+    assert (tmp_path / "keys" / f"{first}.pem").exists()  # it signs that announcement
 
 
 def _public(raw: bytes):

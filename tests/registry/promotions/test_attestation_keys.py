@@ -9,10 +9,12 @@ import base64
 import json
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
@@ -113,9 +115,15 @@ def test_rotation_keeps_old_attestations_valid_through_the_overlap(rotating, tin
     deadline = time.monotonic() + OVERLAP_S + 10
     while body["retired_key_id"] in bundle(rotating).keys and time.monotonic() < deadline:
         time.sleep(0.2)  # the overlap has to run out; the bundle says when it has
-    after = provenance.TrustBundle.parse(httpx.get(rotating["server"].url + BUNDLE).json(),
-                                         trusted_by=during)
+    published = httpx.get(rotating["server"].url + BUNDLE).json()
+    after = provenance.TrustBundle.parse(published, trusted_by=during)
     assert set(after.keys) == {body["key_id"]}
+    # After the overlap the retired key signs nothing, the bundle included, and its private half
+    # is gone from the folder: a node that missed the whole overlap is re-pinned by its operator.
+    assert [s["keyid"] for s in published["signatures"]] == [body["key_id"]]
+    assert not (rotating["keys"] / f"{body['retired_key_id']}.pem").exists()
+    with pytest.raises(provenance.Unverified, match="not signed by any key the node already trusts"):
+        provenance.TrustBundle.parse(published, trusted_by=before)
     with pytest.raises(provenance.Unverified, match="which the trust bundle does not hold"):
         after.verify(old)
     with pytest.raises(provenance.Unverified, match="whose trust ended at"):
@@ -177,3 +185,43 @@ def test_backfill_attests_what_was_approved_before_attestations_existed(rotating
             "ORDER BY id DESC LIMIT 1"), {"subject": f"pool/keys/{entry['served_name']}"}).scalar()
     assert (facts["action"], facts["audit_event_hash"]) == ("backfill", activated)
     assert root.post("/v1/attestations/backfill").json() == {"attested": 0}  # nothing left to do
+
+
+def test_an_emergency_rotation_ends_the_compromised_keys_trust_on_every_node_that_follows(rotating):
+    """The current key leaked. Its trust ends now: the next bundle, which it signs one last time,
+    names that end, nodes pinned on it take it, and from then on nothing it signs is believed."""
+    from cryptography.hazmat.primitives import serialization
+
+    root = rotating["clients"]["root"]
+    pinned = bundle(rotating)
+    [entry] = active_set(root, "keys")["entries"]
+    leaked = entry["attestation"]["signatures"][0]["keyid"]
+    stolen = serialization.load_pem_private_key((rotating["keys"] / f"{leaked}.pem").read_bytes(), None)
+    for body, code, message in (({"emergency": True, "overlap_s": 60}, "overlap_in_emergency",
+                                 "an emergency rotation has no overlap"),
+                                ({"emergency": "soon"}, "invalid_request", "emergency")):
+        assert_refused(root.post("/v1/attestation-keys/rotate", json=body), 422, code, message)
+    assert bundle(rotating).keys.keys() == pinned.keys.keys()
+
+    rotated = root.post("/v1/attestation-keys/rotate", json={"emergency": True})
+
+    assert rotated.status_code == 200, rotated.text
+    body = rotated.json()
+    assert body["emergency"] and body["retired_key_id"] == leaked and body["resigned"] == 1
+    followed = provenance.TrustBundle.parse(httpx.get(rotating["server"].url + BUNDLE).json(),
+                                            trusted_by=pinned)  # the node obeys
+    assert followed.keys[leaked].not_after <= datetime.now(UTC)
+    with pytest.raises(provenance.Unverified, match="whose trust ended at"):
+        followed.verify(entry["attestation"])
+    [resigned] = active_set(root, "keys")["entries"]
+    assert followed.verify(resigned["attestation"])["predicate"]["pool"] == "keys"
+    # Whoever holds the leaked key signs a bundle of their own: a node that followed refuses it.
+    attacker = Ed25519PrivateKey.generate()
+    raw = attacker.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    document = {"version": followed.version + 1, "issued_at": datetime.now(UTC).isoformat(),
+                "keys": [{"key_id": provenance.key_id(raw), "algorithm": provenance.ALGORITHM,
+                          "public_key": base64.b64encode(raw).decode(), "not_after": None}]}
+    forged = provenance.envelope(provenance.BUNDLE_PAYLOAD, document, [
+        (leaked, stolen.sign), (provenance.key_id(raw), attacker.sign)])
+    with pytest.raises(provenance.Unverified, match="not signed by any key the node already trusts"):
+        provenance.TrustBundle.parse(forged, trusted_by=followed)
