@@ -32,6 +32,7 @@ def prepare_state(data_dir: Path, public_url: str) -> str:
     settings = get_settings()
     prepare_folder(settings.data_dir)  # 0700: it holds the database, the keys and the tokens
     runner.upgrade(settings.database_url)
+    _rekey_saved_tokens(settings.data_dir)
     token_file = settings.data_dir / "admin.token"
     token = bootstrap_admin()
     if token is not None:
@@ -55,6 +56,24 @@ def serve_registry(data_dir: Path, host: str, port: int, public_url: str) -> Non
     console.print(f"state      {data_dir}")
     console.print(f"admin      export LORAPLANE_TOKEN=$(cat {data_dir / 'admin.token'})")
     uvicorn.run("loraplane.server:create_app", factory=True, host=host, port=port, log_level="info")
+
+
+def _rekey_saved_tokens(data_dir: Path) -> None:
+    """Tokens this folder saved before token hashes were keyed (its admin token and the demo's):
+    stored keyed now, since their secrets are at hand here."""
+    import json
+
+    from registry.auth import tokens
+    from registry.db import transaction
+
+    saved = []
+    if (data_dir / "admin.token").is_file():
+        saved.append((data_dir / "admin.token").read_text().strip())
+    if (data_dir / "demo.json").is_file():
+        saved += list(json.loads((data_dir / "demo.json").read_text()).get("tokens", {}).values())
+    with transaction() as session:
+        for plain in saved:
+            tokens.rehash_legacy(session, plain)
 
 
 def bootstrap_admin() -> str | None:

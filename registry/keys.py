@@ -20,6 +20,7 @@ class Purpose(StrEnum):
     AUDIT_CHAIN = "audit-chain"
     AUDIT_HEAD = "audit-head"
     NODE_ADDRESSES = "node-addresses"
+    API_TOKENS = "api-tokens"
 
 
 def key_for(purpose: Purpose) -> bytes:

@@ -88,6 +88,10 @@ class RegistrySettings(BaseSettings):
     active_set_poll_s: float = Field(default=1.0, ge=0.05, le=60, description=(
         "How often each registry process re-reads pool generations, in case a notification "
         "was missed (Postgres notifies at once; SQLite relies on this)."))
+    legacy_token_hashes: Literal["refuse", "upgrade"] = Field(default="refuse", description=(
+        "Tokens issued before their hashes were keyed: refuse them (the default), or, during an "
+        "upgrade, accept each once and store it keyed. A database writer can add an unkeyed hash: "
+        "turn 'upgrade' off again once the fleet's tokens have each been used."))
     auth_cache_s: float = Field(default=5.0, ge=0, le=300, description=(
         "How long the active-set endpoint trusts a checked token. A revocation reaches other "
         "processes at once on Postgres, and within this long otherwise."))

@@ -1,9 +1,16 @@
-"""API tokens: random secrets, stored only as their sha256, and the principal a presented token
-stands for. Issuing and revoking them is registry.tokens' job."""
+"""API tokens: random secrets, stored only as an HMAC under a key of the registry host's
+(keys.py), and the principal a presented token stands for. Issuing and revoking them is
+registry.tokens' job.
+
+Keyed, because whoever can write to the database must not be able to mint a token by inserting
+the hash of a secret of their choosing. Tokens issued before hashes were keyed are stored as
+plain sha256: with LORAPLANE_LEGACY_TOKEN_HASHES=upgrade (an upgrade window), such a token is
+accepted once and its row rehashed, keyed; by default it is refused."""
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
@@ -12,13 +19,20 @@ from registry.auth import repository
 from registry.auth.principal import Principal, Role
 from registry.clock import aware
 from registry.errors import Unauthorized
+from registry.keys import Purpose, key_for
+from registry.settings import get_settings
 from registry.tables import ApiToken, Pool, Tenant
 
 TOKEN_PREFIX = "lpt_"
 
 
 def hash_token(token: str) -> str:
-    # Tokens carry 256 random bits, so a fast hash is safe and keeps auth cheap.
+    # Tokens carry 256 random bits, so a fast keyed hash is safe and keeps auth cheap.
+    return hmac.new(key_for(Purpose.API_TOKENS), token.encode(), hashlib.sha256).hexdigest()
+
+
+def legacy_hash(token: str) -> str:
+    """How tokens were stored before their hashes were keyed."""
     return hashlib.sha256(token.encode()).hexdigest()
 
 
@@ -31,7 +45,19 @@ def authenticate(session: Session, plain: str | None) -> Principal:
         raise Unauthorized(
             "missing bearer token", hint="Send 'Authorization: Bearer <token>' (loraplane token create)."
         )
-    return _principal(session, repository.token_by_hash(session, hash_token(plain)))
+    row = repository.token_by_hash(session, hash_token(plain))
+    if row is None and get_settings().legacy_token_hashes == "upgrade":
+        row = rehash_legacy(session, plain)
+    return _principal(session, row)
+
+
+def rehash_legacy(session: Session, plain: str) -> ApiToken | None:
+    """The token's row if it is stored under its unkeyed hash, now stored keyed."""
+    row = repository.token_by_hash(session, legacy_hash(plain))
+    if row is not None:
+        row.token_hash = hash_token(plain)
+        session.flush()
+    return row
 
 
 def principal_by_id(session: Session, token_id: int) -> Principal:

@@ -78,3 +78,35 @@ def test_both_commands_say_which_folder_they_cannot_create_and_what_to_do(tmp_pa
         assert "Traceback" not in result.stderr
         assert blocker.read_text() == "not a folder"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_a_folder_from_before_keyed_token_hashes_keeps_its_saved_tokens(tmp_path):
+    """`loraplane up` holds its admin token and the demo's in the folder: it stores them keyed at
+    its next start, and every other unkeyed token in the folder's database stays refused."""
+    import hashlib
+    import json
+    import sys
+
+    data_dir = tmp_path / "state"
+    prepare = ("import sys; from pathlib import Path; from devkit.embedded import prepare_state; "
+               "print(prepare_state(Path(sys.argv[1]), 'http://127.0.0.1:9'))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LORAPLANE_")}
+    first = subprocess.run([sys.executable, "-c", prepare, str(data_dir)], env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    admin = (data_dir / "admin.token").read_text().strip()
+    (data_dir / "demo.json").write_text(json.dumps({"tokens": {"stray": "lpt_not-a-stored-token"}}))
+    with sqlite3.connect(data_dir / "loraplane.db") as connection:  # as a registry from before stored it
+        connection.execute("UPDATE api_tokens SET token_hash = ?", (hashlib.sha256(admin.encode()).hexdigest(),))
+        connection.execute("INSERT INTO api_tokens (token_hash, subject, identity_id, role, expires_at) "
+                           "SELECT ?, 'planted', identity_id, role, expires_at FROM api_tokens LIMIT 1",
+                           (hashlib.sha256(b"lpt_planted").hexdigest(),))
+
+    again = subprocess.run([sys.executable, "-c", prepare, str(data_dir)], env=env, capture_output=True,
+                           text=True, timeout=120)
+
+    assert again.returncode == 0, again.stderr
+    with sqlite3.connect(data_dir / "loraplane.db") as connection:
+        hashes = [row[0] for row in connection.execute("SELECT token_hash FROM api_tokens ORDER BY id")]
+    assert hashes[0] != hashlib.sha256(admin.encode()).hexdigest()  # the admin's, keyed
+    assert hashes[1] == hashlib.sha256(b"lpt_planted").hexdigest()  # unknown here: left, and refused
