@@ -129,8 +129,10 @@ def _clients(registry: services.Service, db) -> tuple[httpx.Client, httpx.Client
 def canaries(work: Path, kit, registry, admin, uploader, db, common: dict, running: list,
              args) -> tuple[dict, dict]:
     create_suite(admin, "delivery-parity", BASE, kit.suites["digits_to_words"][:2], {"parity": {}})
+    # One router, trusted by the operator to decide alone (the default needs two).
     admin.post("/v1/pools", json={"name": POOL, "base_model": BASE, "max_loras": 2, "max_cpu_loras": 8,
-                                  "max_lora_rank": 16, "dtype": "float32"}).raise_for_status()
+                                  "max_lora_rank": 16, "dtype": "float32",
+                                  "canary_min_routers": 1}).raise_for_status()
     scoped = {name: admin.post("/v1/tokens", json={"subject": f"delivery-{name}", **scope}).json()["token"]
               for name, scope in (("node", {"role": "node", "pool": POOL, "instance_id": "node-0",
                                             "vllm_url": "http://127.0.0.1:9"}),

@@ -349,10 +349,14 @@ def pool_create(
     max_cpu_loras: int = typer.Option(8, help="vLLM --max-cpu-loras."),
     max_lora_rank: int = typer.Option(16, help="vLLM --max-lora-rank (1, 8, 16, 32, 64, ...)."),
     dtype: str = typer.Option("bfloat16", help="float16, bfloat16 or float32."),
+    canary_min_routers: int = typer.Option(
+        2, help="Routers that must each reach a canary's verdict before it acts; 1 lets a single "
+                "router token decide."),
 ):
     """Create a serving pool."""
     body = {"name": name, "base_model": base_model, "max_loras": max_loras,
-            "max_cpu_loras": max_cpu_loras, "max_lora_rank": max_lora_rank, "dtype": dtype}
+            "max_cpu_loras": max_cpu_loras, "max_lora_rank": max_lora_rank, "dtype": dtype,
+            "canary_min_routers": canary_min_routers}
     with connect() as client:
         _print_json(_call(lambda: checked(client.post("/v1/pools", json=body))))
 

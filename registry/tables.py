@@ -146,6 +146,8 @@ class Pool(Base):
     qualified_engines: Mapped[list[dict[str, Any]]] = mapped_column(JSON, server_default="[]")
     # Engine fingerprints an operator declared: a node reporting one needs no quorum.
     declared_engines: Mapped[list[str]] = mapped_column(JSON, server_default="[]")
+    # Routers whose own traffic must each reach a canary's verdict before it acts on it.
+    canary_min_routers: Mapped[int] = mapped_column(Integer, server_default="2")
     qualified_config_sha256: Mapped[str | None] = mapped_column(String(64))
 
 

@@ -71,8 +71,13 @@ def seed(registry: httpx.Client, kit, saved: DemoSetup | None, *, registry_url: 
     _ensure(registry, f"/v1/eval-suites/{SUITE}", "/v1/eval-suites",
             {"name": SUITE, "base_model": BASE_MODEL, "examples": rows, "metrics": SUITE_METRICS,
              "generation": {"max_tokens": 16}})
+    # One router on one machine: the demo's operator trusts it to decide canaries alone.
     _ensure(registry, f"/v1/pools/{POOL}", "/v1/pools",
-            {"name": POOL, "base_model": BASE_MODEL, "required_suites": [SUITE], **POOL_LIMITS})
+            {"name": POOL, "base_model": BASE_MODEL, "required_suites": [SUITE], "canary_min_routers": 1,
+             **POOL_LIMITS})
+    pool = checked(registry.get(f"/v1/pools/{POOL}"))
+    if pool.get("canary_min_routers") != 1:  # a folder seeded before the setting existed
+        checked(registry.patch(f"/v1/pools/{POOL}", json={"canary_min_routers": 1}))
     checked(registry.put(f"/v1/pools/{POOL}/nodes/{NODE_ID}/address", json={"vllm_url": node_url}))
     tokens = {name: _token(registry, name, saved.tokens.get(name) if saved else None) for name in TOKENS}
     return DemoSetup(registry_url=registry_url, router_url=router_url, kit_dir=str(kit.root), tokens=tokens)

@@ -9,6 +9,7 @@ waiting, never waves it through."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 
 from registry.canaries.schemas import Check, SideMetrics
@@ -71,6 +72,18 @@ def judge(policy: CanaryAnalysis, canary: SideMetrics, production: SideMetrics,
     if elapsed_s >= policy.window_s and all(c.passed for c in checks):
         return checks, PASS
     return checks, WAIT
+
+
+def by_router(policy: CanaryAnalysis, canary_name: str, production_name: str,
+              rows: Iterable[TrafficWindow], elapsed_s: float) -> dict[str, str]:
+    """Each router's own verdict, on its own windows alone: what one router token says, never
+    summed with the others', so that it can be told apart and counted as one source."""
+    mine: dict[str, list[TrafficWindow]] = defaultdict(list)
+    for row in rows:
+        mine[row.router_id].append(row)
+    return {router: judge(policy, side(canary_name, "canary", windows),
+                          side(production_name, "production", windows), elapsed_s)[1]
+            for router, windows in sorted(mine.items())}
 
 
 def _short_of(name: str, metrics: SideMetrics, min_requests: int) -> str | None:

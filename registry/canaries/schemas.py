@@ -30,11 +30,16 @@ class CanaryStatus(BaseModel):
     promotion_id: int
     step: int = Field(description="Index into the policy's steps.")
     weight: int
-    state: str = Field(description="analysing, waiting_for_traffic, paused, awaiting_gate, promoted, "
-                                   "rolled_back")
+    state: str = Field(description="analysing, waiting_for_traffic, awaiting_corroboration, paused, "
+                                   "awaiting_gate, promoted, rolled_back")
     step_started_at: datetime
     checked_at: datetime | None = None
     canary: SideMetrics | None = None
     production: SideMetrics | None = None
     checks: list[Check] = Field(default_factory=list)
     verdict: str | None = None
+    sources: dict[str, str] = Field(default_factory=dict, description=(
+        "Each router's own verdict on its own traffic alone: pass, fail or wait."))
+    sources_needed: int = Field(1, description=(
+        "Routers that must each reach the verdict before the analysis acts on it (the pool's "
+        "canary_min_routers); short of them, it awaits corroboration or a reviewer."))

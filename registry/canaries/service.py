@@ -3,9 +3,14 @@ stop at a manual gate, promote, or roll back. The housekeeper calls `check` for 
 canary on a schedule; several housekeepers may, since every change is made under the pool's lock
 after reading the canary afresh.
 
+A verdict is acted on only when enough routers each reached it on their own traffic (the pool's
+`canary_min_routers`, two by default): forged windows from one leaked router token neither step,
+promote nor roll back a canary. Short of them the canary awaits corroboration, at its weight,
+and a reviewer may confirm the step's verdict as its second source.
+
 A reviewer may pause a canary (its analysis stops, its weight stays) and resume it (the current
-step starts over), and resumes a canary waiting at a manual gate: a second person, as approval
-needs, never its uploader or requester."""
+step starts over), and resumes a canary waiting at a manual gate or for corroboration: a second
+person, as approval needs, never its uploader or requester."""
 
 from __future__ import annotations
 
@@ -24,13 +29,14 @@ from registry.errors import Conflict, Forbidden, NotFound
 from registry.promotions import activation, canary_actions, gates, rules
 from registry.promotions import repository as promotions
 from registry.promotions.analysis_policy import CanaryAnalysis
-from registry.tables import Adapter, AdapterVersion, Promotion, Tenant
+from registry.tables import Adapter, AdapterVersion, Pool, Promotion, Tenant
 from registry.traffic_windows import repository as windows
 
 DECIDERS = {Role.ADMIN, Role.REVIEWER}
 READERS = {Role.ADMIN, Role.REVIEWER, Role.UPLOADER}
 ANALYSING, WAITING, PAUSED, AT_GATE = (canary_actions.ANALYSING, "waiting_for_traffic", "paused",
                                        "awaiting_gate")
+UNCORROBORATED = "awaiting_corroboration"
 PROMOTED, ROLLED_BACK, HELD = "promoted", "rolled_back", "held"
 
 
@@ -45,12 +51,20 @@ def check(session: Session, promotion_id: int, *, now: datetime | None = None) -
     policy, state = CanaryAnalysis.model_validate(promotion.analysis), dict(promotion.analysis_state)
     status = _status(session, promotion, policy, state, now)
     step = state["step"]
-    evidence = {"policy": promotion.analysis, "step": step, "status": status.model_dump(mode="json")}
+    evidence = {"policy": promotion.analysis, "step": step, "status": status.model_dump(mode="json"),
+                "decided_by": _deciders(status, state)}
+    uncorroborated = status.verdict != analysis.WAIT and not evidence["decided_by"]
     gate = status.verdict == analysis.PASS and policy.steps[step].manual_gate and not state.get("gate_opened")
-    if status.verdict == analysis.WAIT or gate:
+    if status.verdict == analysis.WAIT or uncorroborated or gate:
         promotion = promotions.promotion_for_update(session, promotion_id)
         if not _under_analysis(promotion) or promotion.analysis_state != state:
             return "changed meanwhile"  # a pause, a resume or another check: judged afresh next time
+        if uncorroborated:
+            if state["state"] != UNCORROBORATED:  # audited once, not at every check
+                activation.record(session, promotion, "canary.awaiting_corroboration",
+                                  canary_actions.AUTOMATIC, evidence=evidence)
+            _save(promotion, state, status, UNCORROBORATED)
+            return UNCORROBORATED
         if gate:
             _save(promotion, state, status, AT_GATE)
             activation.record(session, promotion, "canary.awaiting_gate", canary_actions.AUTOMATIC,
@@ -90,6 +104,18 @@ def _act(session: Session, promotion: Promotion, policy: CanaryAnalysis, state: 
     return HELD
 
 
+def _deciders(status: CanaryStatus, state: dict) -> list[str]:
+    """Who the verdict rests on: enough routers that each reached it on their own traffic, or the
+    reviewer who confirmed this step's analysis; [] when no one source may decide alone."""
+    agreeing = [f"router {router}" for router, verdict in status.sources.items() if verdict == status.verdict]
+    if len(agreeing) >= status.sources_needed:
+        return agreeing
+    confirmed = state.get("confirmed_by")
+    if confirmed and confirmed.get("step") == state["step"]:
+        return [*agreeing, f"reviewer {confirmed['by']}"]
+    return []
+
+
 def _hold(session: Session, promotion_id: int, reason: str, evidence: dict) -> None:
     """The analysis passed but the version cannot be promoted: pause, and say why."""
     promotion = promotions.promotion_for_update(session, promotion_id)
@@ -115,12 +141,17 @@ def resume(session: Session, principal: Principal, promotion_id: int) -> CanaryS
     or production after the last, follows at the next check)."""
     promotion = _decidable(session, principal, promotion_id)
     state = dict(promotion.analysis_state)
-    if state["state"] not in (PAUSED, AT_GATE):
-        raise Conflict(f"canary {promotion_id} is {state['state']}, neither paused nor at a gate",
-                       code="not_paused", hint="Only a paused canary, or one at a manual gate, resumes.")
+    if state["state"] not in (PAUSED, AT_GATE, UNCORROBORATED):
+        raise Conflict(f"canary {promotion_id} is {state['state']}, neither paused, at a gate nor "
+                       "awaiting corroboration", code="not_paused",
+                       hint="Only a paused canary, one at a manual gate, or one awaiting "
+                            "corroboration resumes.")
     if state["state"] == AT_GATE:
         _require_second_person(session, principal, promotion)
         state["gate_opened"] = True
+    elif state["state"] == UNCORROBORATED:  # the reviewer is the second source of this verdict
+        _require_second_person(session, principal, promotion)
+        state["confirmed_by"] = {"step": state["step"], "by": principal.label}
     else:
         state.update(canary_actions.step_start(session, _now()))
     state["state"] = ANALYSING
@@ -171,10 +202,13 @@ def _status(session: Session, promotion: Promotion, policy: CanaryAnalysis, stat
                                     state.get("after_window_id", 0))
     canary = analysis.side(canary_name, CANARY, rows)
     production = analysis.side(production_name, PRODUCTION, rows)
-    checks, verdict = analysis.judge(policy, canary, production, (now - since).total_seconds())
+    elapsed_s = (now - since).total_seconds()
+    checks, verdict = analysis.judge(policy, canary, production, elapsed_s)
     return CanaryStatus(promotion_id=promotion.id, step=state["step"], weight=promotion.weight or 0,
                         state=state["state"], step_started_at=since, checked_at=now, canary=canary,
-                        production=production, checks=checks, verdict=verdict)
+                        production=production, checks=checks, verdict=verdict,
+                        sources=analysis.by_router(policy, canary_name, production_name, rows, elapsed_s),
+                        sources_needed=session.get(Pool, promotion.pool_id).canary_min_routers)
 
 
 def _save(promotion: Promotion, state: dict, status: CanaryStatus, label: str) -> None:
@@ -186,7 +220,7 @@ def _save(promotion: Promotion, state: dict, status: CanaryStatus, label: str) -
 def _under_analysis(promotion: Promotion | None) -> bool:
     return (promotion is not None and promotion.state == rules.ACTIVE and promotion.analysis is not None
             and promotion.analysis_state is not None
-            and promotion.analysis_state.get("state") in (ANALYSING, WAITING))
+            and promotion.analysis_state.get("state") in (ANALYSING, WAITING, UNCORROBORATED))
 
 
 def _decidable(session: Session, principal: Principal, promotion_id: int) -> Promotion:

@@ -38,8 +38,9 @@ def get_pool(name: str, principal: Principal = Depends(authenticated),
 @router.patch("/{name}", response_model=PoolOut)
 def update_pool(spec: PoolUpdate, name: str, principal: Principal = Depends(authenticated),
                 session: Session = RequestSession):
-    """Change the pool's re-qualification policy, its required suites, or both (global admins).
-    A suite added is queued at once for every version the pool serves."""
+    """Change the pool's re-qualification policy, its required suites, or how many routers must
+    each reach a canary's verdict (global admins). A suite added is queued at once for every
+    version the pool serves."""
     principal.require_global_admin()
     return service.update(session, name, spec, actor=principal.label)
 

@@ -14,6 +14,9 @@ RequalifyPolicy = Literal["keep_serving", "suspend"]  # registry/active_set/susp
 REQUALIFY_POLICY_DOC = ("What a version does after the pool's engine or base config changed, until "
                         "it passes the required suites again: keep_serving, or suspend (it leaves "
                         "the active set).")
+CANARY_MIN_ROUTERS_DOC = ("Routers whose own traffic must each reach a canary's verdict before its "
+                          "analysis steps, promotes or rolls it back (until then a reviewer decides). "
+                          "1 lets a single router token decide.")
 REQUIRED_SUITES_DOC = ("Global eval suites for the pool's base that every version must pass before it "
                        "is promoted here, each named once (at most 32).")
 
@@ -39,6 +42,7 @@ class PoolCreate(BaseModel):
     dtype: Dtype = "bfloat16"
     required_suites: SuiteNames = Field(default_factory=list, description=REQUIRED_SUITES_DOC)
     requalify_policy: RequalifyPolicy = Field("keep_serving", description=REQUALIFY_POLICY_DOC)
+    canary_min_routers: int = Field(2, ge=1, le=16, description=CANARY_MIN_ROUTERS_DOC)
 
     @model_validator(mode="after")
     def _check_limits(self) -> "PoolCreate":
@@ -58,6 +62,7 @@ class PoolOut(BaseModel):
     dtype: str
     required_suites: list[str]
     requalify_policy: str
+    canary_min_routers: int = 2
     created_at: datetime
 
 
@@ -68,9 +73,10 @@ class PoolUpdate(BaseModel):
     required_suites: SuiteNames | None = Field(
         None, description=REQUIRED_SUITES_DOC + " A suite added here is queued at once for every "
         "version the pool serves; the gates require it from the next promotion on.")
+    canary_min_routers: int | None = Field(None, ge=1, le=16, description=CANARY_MIN_ROUTERS_DOC)
 
     @model_validator(mode="after")
     def _check_something_changes(self) -> "PoolUpdate":
-        if self.requalify_policy is None and self.required_suites is None:
-            raise ValueError("give requalify_policy, required_suites or both")
+        if self.requalify_policy is None and self.required_suites is None and self.canary_min_routers is None:
+            raise ValueError("give requalify_policy, required_suites, canary_min_routers or several")
         return self

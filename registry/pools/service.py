@@ -34,6 +34,7 @@ def create(session: Session, spec: PoolCreate, *, actor: str) -> PoolOut:
         dtype=spec.dtype,
         required_suites=list(spec.required_suites),
         requalify_policy=spec.requalify_policy,
+        canary_min_routers=spec.canary_min_routers,
         # Versions promoted here are evaluated on the base as it is now; the qualified engine
         # is the first one a node reports.
         qualified_engines=[],
@@ -57,6 +58,11 @@ def update(session: Session, name: str, spec: PoolUpdate, *, actor: str) -> Pool
         _change_policy(session, row, spec.requalify_policy, actor=actor)
     if spec.required_suites is not None and spec.required_suites != row.required_suites:
         _change_required_suites(session, row, spec.required_suites, actor=actor)
+    if spec.canary_min_routers is not None and spec.canary_min_routers != row.canary_min_routers:
+        audit.record(session, actor=actor, action="pool.update", subject=f"pool/{row.name}",
+                     before={"canary_min_routers": row.canary_min_routers},
+                     after={"canary_min_routers": spec.canary_min_routers})
+        row.canary_min_routers = spec.canary_min_routers
     return to_out(row, base)
 
 
@@ -111,5 +117,6 @@ def to_out(row: Pool, base: BaseModel) -> PoolOut:
         dtype=row.dtype,
         required_suites=row.required_suites,
         requalify_policy=row.requalify_policy,
+        canary_min_routers=row.canary_min_routers,
         created_at=row.created_at,
     )

@@ -10,7 +10,8 @@ from registry.names import NAME_PATTERN
 
 EVENTS = ("promotion.requested", "promotion.approved", "promotion.activated", "promotion.rejected",
           "promotion.superseded", "promotion.rolled_back", "requalification.required",
-          "requalification.cleared", "canary.step", "canary.awaiting_gate", "canary.paused",
+          "requalification.cleared", "canary.step", "canary.awaiting_gate",
+          "canary.awaiting_corroboration", "canary.paused",
           "canary.resumed", "canary.held", "canary.promoted", "canary.rolled_back")
 
 

@@ -38,6 +38,9 @@ def window(served: str, alias: str, requests: int, *, errors: int = 0, bucket: i
 
 @pytest.fixture(scope="module")
 def router_client(admin, client_with, promo_pools):
+    # This module's pool trusts one router to decide (an operator's explicit choice): its flows
+    # are driven by router-c alone. test_corroboration.py keeps the default of two.
+    assert admin.patch(f"/v1/pools/{promo_pools['open']}", json={"canary_min_routers": 1}).status_code == 200
     token = issue_token(admin, "router-c", role="router", pool=promo_pools["open"], instance_id="router-c")
     return client_with(token)
 

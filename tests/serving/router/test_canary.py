@@ -29,8 +29,9 @@ CHECK_S = "0.5"
 
 @pytest.fixture(scope="module")
 def canary_pool(admin, kit_base, task_kit, proxy) -> dict:
+    # One router here, which the operator trusts to decide alone (the default needs two).
     body = {"name": POOL, "base_model": kit_base, "max_loras": 2, "max_cpu_loras": 8,
-            "max_lora_rank": 16, "dtype": "float32"}
+            "max_lora_rank": 16, "dtype": "float32", "canary_min_routers": 1}
     assert admin.post("/v1/pools", json=body).status_code == 201
     create_suite(admin, "canary-parity", kit_base, task_kit.suites["digits_to_words"][:2],
                  {"parity": {"max_logprob_diff": 0.01}})
