@@ -15,6 +15,8 @@ from sqlalchemy.orm import Session
 from registry.active_set import changes
 from registry.active_set.snapshot import CANARY, PRODUCTION
 from registry.adapters import service as adapters
+from registry.attestations import evaluated
+from registry.errors import Conflict
 from registry.promotions import activation, gates, repository, rules
 from registry.tables import Adapter, AdapterVersion, Pool, Promotion
 from registry.traffic_windows import repository as windows
@@ -65,6 +67,10 @@ def promote(session: Session, canary: Promotion, generation: int, evidence: dict
     blocked = gates.blocking(results)
     if blocked:
         return "; ".join(f"[{g.name}] {g.message}" for g in blocked)
+    try:  # activation refuses these too; said here, the canary is held with the reason
+        evaluated.check(session, version, served)
+    except Conflict as refused:
+        return refused.message
     now = activation.now()
     promotion = Promotion(
         pool_id=canary.pool_id, adapter_id=canary.adapter_id, version_id=canary.version_id,

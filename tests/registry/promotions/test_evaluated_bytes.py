@@ -109,3 +109,46 @@ def test_a_reviewer_approves_only_the_digest_they_were_shown(awaiting, engine, s
                                     json={"comment": "ok", "digest": version["digest"]})
     assert approved.status_code == 200, approved.text
     assert approved.json()["state"] == "active" and attestations(engine) == signed + 1
+
+
+def test_a_canary_whose_bytes_were_swapped_is_held_with_the_reason_not_promoted(
+        make_ready, client_for, second_reviewer, admin, engine, client_with):
+    """The analysis passes, but its production promotion would sign bytes nobody evaluated."""
+    import uuid
+
+    from tests.registry.canaries.test_canary_flow import judge, window
+    from tests.support.nodes import issue_token
+
+    pool = "signed-canary"
+    assert admin.post("/v1/pools", json={"name": pool, "base_model": "promo-base", "max_loras": 2,
+                                         "max_cpu_loras": 64, "max_lora_rank": 16,
+                                         "canary_min_routers": 1}).status_code == 201
+    first = make_ready("held-canary")
+    created = request_promotion(client_for("acme_uploader"), pool, first)
+    assert second_reviewer.post(f"/v1/promotions/{created.json()['id']}/approve", json={"comment": "ok"}).status_code == 200
+    version, other = make_ready("held-canary"), make_ready("held-canary-other")
+    body = {"adapter": "acme/held-canary", "version": version["number"], "alias": "canary",
+            "analysis": {"window_s": 60, "min_requests": 20, "steps": [{"weight": 10}]}}
+    canary = client_for("acme_uploader").post(f"/v1/pools/{pool}/promotions", json=body).json()
+    assert second_reviewer.post(f"/v1/promotions/{canary['id']}/approve", json={"comment": "ok"}).status_code == 200
+    swap = version_row(engine, "held-canary-other")
+    with Session(engine) as session, session.begin():
+        session.execute(update(AdapterVersion).where(AdapterVersion.digest == version["digest"])
+                        .values(digest=swap.digest, files=swap.files))
+    router = client_with(issue_token(admin, "signed-router", role="router", pool=pool, instance_id="signed-router"))
+    assert router.put(f"/v1/pools/{pool}/routers/signed-router/traffic", json={
+        "requests_per_s": {}, "report_id": str(uuid.uuid4()), "windows": [
+            window(version["served_name"], "canary", 30), window(first["served_name"], "production", 30)]}).status_code == 204
+    signed = attestations(engine)
+
+    judge(engine, canary["id"], after_s=61)
+
+    status = client_for("acme_reviewer").get(f"/v1/promotions/{canary['id']}/canary").json()
+    assert status["state"] == "paused"
+    with Session(engine) as session:
+        held = session.get(Promotion, canary["id"]).analysis_state["held_because"]
+    assert "cannot be signed" in held and "the upload recorded" in held
+    assert attestations(engine) == signed
+    aliases = {a["alias"]: a["served_name"] for a in admin.get(f"/v1/pools/{pool}/aliases").json()
+               if a["adapter"] == "held-canary"}
+    assert aliases["production"] == first["served_name"]
