@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.active_set.change import new_generation
-from registry.attestations import evidence, issuing, repository
+from registry.attestations import evaluated, evidence, issuing, repository
 from registry.attestations.bundle import own_keys
 from registry.attestations.keyring import RotationUnsupported, get_keyring
 from registry.attestations.schemas import RotationOut
@@ -22,7 +22,7 @@ from registry.auth.principal import Principal
 from registry.db import transaction
 from registry.errors import Conflict, Unprocessable
 from registry.settings import get_settings
-from registry.tables import AdapterVersion, Pool
+from registry.tables import AdapterVersion, Pool, Promotion
 from signed_digests import provenance
 
 log = logging.getLogger(__name__)
@@ -43,9 +43,15 @@ def resign_active(session: Session) -> int:
     unchanged, only the signature is new. Returns how many were re-signed."""
     _lock(session)
     kid, ours, count, changed = get_keyring().signing_key_id(), own_keys(), 0, set()
+    leaked = {key.key_id for key in get_keyring().held()[1] if key.emergency}
     for pool_id, version_id in repository.active_pairs(session):
         latest = repository.newest_of(session, pool_id, version_id)
         if latest is None or latest.key_id == kid:
+            continue
+        if latest.key_id in leaked:  # whoever holds it may have signed this row: never copied
+            if _issue_afresh(session, latest):
+                count += 1
+                changed.add(pool_id)
             continue
         try:
             statement = ours.verify(latest.envelope)
@@ -62,6 +68,24 @@ def resign_active(session: Session) -> int:
     return count
 
 
+def _issue_afresh(session: Session, latest) -> bool:
+    """Sign the version's statement anew from the evidence, as an approval does, once its bytes
+    are the ones uploaded and evaluated (evaluated.py); False, logged, when they are not."""
+    promotion = session.get(Promotion, latest.promotion_id) if latest.promotion_id else None
+    version = session.get(AdapterVersion, latest.version_id)
+    if promotion is None or version is None:
+        log.error("attestation %s names no promotion: not signed again", latest.id)
+        return False
+    try:
+        evaluated.check(session, version, evidence.served_name(session, version))
+    except Conflict as refused:
+        log.error("attestation %s was signed with a key ended in an emergency and its version "
+                  "cannot be signed again: %s", latest.id, refused.message)
+        return False
+    issuing.issue(session, promotion, issuing.RESIGN, latest.audit_event_hash)
+    return True
+
+
 def backfill(session: Session, principal: Principal) -> int:
     """Attest active versions that have no attestation (approved before attestations existed),
     from their promotion and its audit event. Returns how many."""
@@ -76,7 +100,13 @@ def backfill(session: Session, principal: Principal) -> int:
         if promotion is None:
             continue
         pool = session.get(Pool, pool_id)
-        served = evidence.served_name(session, session.get(AdapterVersion, version_id))
+        version = session.get(AdapterVersion, version_id)
+        served = evidence.served_name(session, version)
+        try:  # approved before evaluations recorded their digest: the upload's record, at least
+            evaluated.check(session, version, served, evaluations=False)
+        except Conflict as refused:
+            log.error("not backfilled: %s", refused.message)
+            continue
         audit_hash = repository.activation_event_hash(session, f"pool/{pool.name}/{served}",
                                                       promotion.id)
         issuing.issue(session, promotion, issuing.BACKFILL, audit_hash)

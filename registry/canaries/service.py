@@ -92,6 +92,7 @@ def _act(session: Session, promotion: Promotion, policy: CanaryAnalysis, state: 
         if step + 1 < len(policy.steps):
             weight = policy.steps[step + 1].weight
             state.update(step=step + 1, gate_opened=False, **canary_actions.step_start(session, now))
+            state.pop("confirmed_by", None)
             _save(promotion, state, status, ANALYSING)
             canary_actions.step(session, promotion, weight, change.generation, evidence)
             return f"step {step + 1}: {weight}%"
@@ -105,13 +106,16 @@ def _act(session: Session, promotion: Promotion, policy: CanaryAnalysis, state: 
 
 
 def _deciders(status: CanaryStatus, state: dict) -> list[str]:
-    """Who the verdict rests on: enough routers that each reached it on their own traffic, or the
-    reviewer who confirmed this step's analysis; [] when no one source may decide alone."""
+    """Who the verdict rests on: enough routers that each reached it on their own traffic (and,
+    for a pass, none that failed the canary on its own), or the reviewer who confirmed this very
+    verdict of this step; [] when no single source may decide alone. A router's vote is its own
+    verdict, never the sum, so one token's volume cannot tip the others' votes."""
     agreeing = [f"router {router}" for router, verdict in status.sources.items() if verdict == status.verdict]
-    if len(agreeing) >= status.sources_needed:
+    dissent = status.verdict == analysis.PASS and analysis.FAIL in status.sources.values()
+    if len(agreeing) >= status.sources_needed and not dissent:
         return agreeing
     confirmed = state.get("confirmed_by")
-    if confirmed and confirmed.get("step") == state["step"]:
+    if confirmed and (confirmed.get("step"), confirmed.get("verdict")) == (state["step"], status.verdict):
         return [*agreeing, f"reviewer {confirmed['by']}"]
     return []
 
@@ -151,9 +155,11 @@ def resume(session: Session, principal: Principal, promotion_id: int) -> CanaryS
         state["gate_opened"] = True
     elif state["state"] == UNCORROBORATED:  # the reviewer is the second source of this verdict
         _require_second_person(session, principal, promotion)
-        state["confirmed_by"] = {"step": state["step"], "by": principal.label}
+        state["confirmed_by"] = {"step": state["step"], "by": principal.label,
+                                 "verdict": (state.get("last") or {}).get("verdict")}
     else:
         state.update(canary_actions.step_start(session, _now()))
+        state.pop("confirmed_by", None)  # a fresh window: a verdict confirmed before does not carry
     state["state"] = ANALYSING
     state.pop("held_because", None)
     promotion.analysis_state = state

@@ -21,3 +21,8 @@ def address_for_update(session: Session, pool_id: int, node_id: str) -> NodeAddr
 
 def addresses_of_pool(session: Session, pool_id: int) -> list[NodeAddress]:
     return list(session.scalars(select(NodeAddress).where(NodeAddress.pool_id == pool_id)))
+
+
+def address_of(session: Session, pool_id: int, node_id: str) -> NodeAddress | None:
+    return session.scalar(select(NodeAddress).where(
+        NodeAddress.pool_id == pool_id, NodeAddress.node_id == node_id))

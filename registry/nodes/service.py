@@ -47,10 +47,9 @@ def report(session: Session, principal: Principal, pool_name: str, node_id: str,
     changes.drop_drained(session, pool.id)
     # A node that joined, left or finished loading may change where adapters live.
     follow_nodes(session, pool.id)
-    bound = addresses.of_pool(session, pool)
     return _node_out(row, desired_digests(session, pool.id), pool.generation, visible_to(principal),
                      internals=True, placed=from_stored(pool.placement),
-                     address=_address(pool, bound.get(node_id)))
+                     address=_address(pool, repository.address_of(session, pool.id, node_id)))
 
 
 def bind_address(session: Session, principal: Principal, pool_name: str, node_id: str,

@@ -30,12 +30,14 @@ def activate(session: Session, promotion: Promotion, generation: int, actor: str
         graduate_canary(session, promotion, generation, actor)
 
 
-def point(session: Session, promotion: Promotion, generation: int) -> None:
+def point(session: Session, promotion: Promotion, generation: int, *, restoring: bool = False) -> None:
     """Raises Conflict, before anything changes, when the version's bytes are not the ones that
-    were uploaded and evaluated (attestations/evaluated.py): its attestation would sign them."""
+    were uploaded and evaluated (attestations/evaluated.py): its attestation would sign them.
+    `restoring` (a rollback, said by the code path, never by a row) checks the upload alone: that
+    version's evaluations vouched for it when it was first approved."""
     version = session.get(AdapterVersion, promotion.version_id)
     evaluated.check(session, version, adapters.version_out(session, version).served_name,
-                    evaluations=promotion.kind != rules.ROLLBACK)
+                    evaluations=not restoring)
     changes.point_alias(session, pool_id=promotion.pool_id, adapter_id=promotion.adapter_id,
                         alias=promotion.alias, version_id=promotion.version_id,
                         weight=promotion.weight, promotion_id=promotion.id, generation=generation)

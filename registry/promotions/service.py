@@ -111,6 +111,13 @@ def _roll_back(session: Session, principal: Principal, pool: Pool, adapter: Adap
         raise NotFound(f"{tenant}/{name} has no active {alias!r} alias in pool {pool.name!r}",
                        code="alias_not_found", hint=f"List aliases with GET /v1/pools/{pool.name}/aliases.")
     previous = session.get(Promotion, current.previous_id) if current.previous_id else None
+    served_here = previous is not None and previous.activated_at is not None and \
+        (previous.pool_id, previous.adapter_id, previous.alias) == (pool.id, adapter.id, alias)
+    if previous is not None and not served_here:
+        # Only what this alias served before: a row pointing anywhere else is never restored.
+        raise Conflict(f"the promotion before {alias!r} of {tenant}/{name} in pool {pool.name!r} is "
+                       f"not one this alias served", code="nothing_to_roll_back",
+                       hint="Promote the version you want instead, and check the database's audit trail.")
     if previous is None and alias != CANARY:
         raise Conflict(f"{alias!r} of {tenant}/{name} in pool {pool.name!r} has no earlier version to "
                        "restore", code="nothing_to_roll_back",
@@ -131,7 +138,7 @@ def _roll_back(session: Session, principal: Principal, pool: Pool, adapter: Adap
         decision_comment=comment, decided_at=activation.now())
     session.add(restored)
     session.flush()
-    activation.point(session, restored, generation)
+    activation.point(session, restored, generation, restoring=True)
     return restored
 
 

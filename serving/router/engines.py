@@ -38,15 +38,17 @@ class EngineCheck:
                     log.warning("the engine at node address %s answered /v1/models with %d", url,
                                 response.status)
                     return None
-                body = await response.content.read(MAX_MODELS_BYTES + 1)
+                body = bytearray()
+                async for chunk in response.content.iter_any():  # the whole answer, however it arrives
+                    body += chunk
+                    if len(body) > MAX_MODELS_BYTES:
+                        log.warning("the engine at %s listed more than %d bytes of models", url,
+                                    MAX_MODELS_BYTES)
+                        return None
         except (aiohttp.ClientError, TimeoutError) as error:
             log.warning("cannot ask the engine at %s what it holds: %s", url, type(error).__name__)
             return None
-        if len(body) > MAX_MODELS_BYTES:
-            log.warning("the engine at %s listed more than %d bytes of models", url,
-                        MAX_MODELS_BYTES)
-            return None
-        return _adapters(body)
+        return _adapters(bytes(body))
 
 
 def _adapters(body: bytes) -> dict[str, str] | None:

@@ -119,10 +119,11 @@ class Fleet:
         return [n for n in self.nodes.values() if n.serving - n.confirmed and now >= n.next_check]
 
     def judge(self, node: Node, holdings: dict[str, str] | None) -> None:
-        """Take what `node`'s engine listed (served name -> digest; None: it could not be asked)."""
-        held = holdings or {}
-        node.confirmed = frozenset(name for name in node.serving
-                                   if name in self.digests and held.get(name) == self.digests[name])
+        """Take what `node`'s engine listed (served name -> digest; None: it could not be asked,
+        and what it confirmed before stays confirmed: a 404 for a name takes that one back)."""
+        if holdings is not None:
+            node.confirmed = frozenset(name for name in node.serving
+                                       if name in self.digests and holdings.get(name) == self.digests[name])
         unconfirmed = node.serving - node.confirmed
         outcome = "unreachable" if holdings is None else "refuted" if unconfirmed else "confirmed"
         metrics.ENGINE_CHECKS.labels(node.node_id, outcome).inc()

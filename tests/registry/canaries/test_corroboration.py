@@ -118,3 +118,21 @@ def test_only_a_global_admin_sets_how_many_routers_decide(routers, client_for, e
     with Session(engine) as session:
         assert session.scalar(select(Pool.canary_min_routers).where(Pool.name == POOL)) == before == 2
         assert session.scalar(select(func.count()).select_from(AuditEvent)) == audited
+
+
+def test_one_router_cannot_tip_two_others_that_disagree(routers, make_ready, client_for, second_reviewer,
+                                                       admin, engine):
+    """router-2 passes the canary and router-3 fails it, on their own traffic: no verdict. A
+    leaked router-1 reporting a flood of clean windows makes the sum pass, but a pass needs its
+    routers and no router failing it; one vote is one router, whatever its volume."""
+    served, production, promotion_id = canary(make_ready, client_for, second_reviewer)
+    report(routers, "router-2", window(served, "canary", 25), window(production, "production", 200))
+    report(routers, "router-3", window(served, "canary", 25, errors=25), window(production, "production", 25))
+    report(routers, "router-1", window(served, "canary", 50000), window(production, "production", 50000))
+
+    judge(engine, promotion_id, after_s=WINDOW_S + 1)
+
+    status = client_for("acme_reviewer").get(f"/v1/promotions/{promotion_id}/canary").json()
+    assert status["verdict"] == "pass" and status["state"] == "awaiting_corroboration"
+    assert status["sources"] == {"router-1": "pass", "router-2": "pass", "router-3": "fail"}
+    assert weight_of(admin, served) == 10 and events(engine, "canary.step", promotion_id) == []

@@ -202,6 +202,17 @@ def test_an_emergency_rotation_ends_the_compromised_keys_trust_on_every_node_tha
                                 ({"emergency": "soon"}, "invalid_request", "emergency")):
         assert_refused(root.post("/v1/attestation-keys/rotate", json=body), 422, code, message)
     assert bundle(rotating).keys.keys() == pinned.keys.keys()
+    # Whoever holds the key signs a statement about other bytes into the database first: the
+    # rotation must not copy it under the new key.
+    statement = provenance.unverified_statement(entry["attestation"])
+    statement["subject"][0]["digest"]["sha256"] = "0" * 64
+    forged = provenance.envelope(provenance.IN_TOTO_PAYLOAD, statement, [(leaked, stolen.sign)])
+    with rotating["engine"].begin() as db:
+        db.execute(text(
+            "INSERT INTO attestations (pool_id, version_id, promotion_id, action, key_id, statement_sha256, "
+            "envelope) SELECT pool_id, version_id, promotion_id, 'approve', :kid, :sha, CAST(:envelope AS JSON) "
+            "FROM attestations ORDER BY id DESC LIMIT 1"),
+            {"kid": leaked, "sha": "0" * 64, "envelope": json.dumps(forged)})
 
     rotated = root.post("/v1/attestation-keys/rotate", json={"emergency": True})
 
@@ -213,8 +224,11 @@ def test_an_emergency_rotation_ends_the_compromised_keys_trust_on_every_node_tha
     assert followed.keys[leaked].not_after <= datetime.now(UTC)
     with pytest.raises(provenance.Unverified, match="whose trust ended at"):
         followed.verify(entry["attestation"])
-    [resigned] = active_set(root, "keys")["entries"]
+    [resigned] = wait_for(lambda: (e := active_set(root, "keys")["entries"])[0]["attestation"]["signatures"][0]
+                          ["keyid"] == body["key_id"] and e, what="the re-signed attestation")
     assert followed.verify(resigned["attestation"])["predicate"]["pool"] == "keys"
+    assert provenance.unverified_statement(resigned["attestation"])["subject"][0]["digest"]["sha256"] \
+        == entry["digest"]  # signed afresh from the evidence, not the forged row
     # Whoever holds the leaked key signs a bundle of their own: a node that followed refuses it.
     attacker = Ed25519PrivateKey.generate()
     raw = attacker.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)

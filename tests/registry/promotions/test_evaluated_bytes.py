@@ -152,3 +152,27 @@ def test_a_canary_whose_bytes_were_swapped_is_held_with_the_reason_not_promoted(
     aliases = {a["alias"]: a["served_name"] for a in admin.get(f"/v1/pools/{pool}/aliases").json()
                if a["adapter"] == "held-canary"}
     assert aliases["production"] == first["served_name"]
+
+
+def test_a_rollback_restores_only_what_the_alias_served_before(make_ready, uploader, second_reviewer,
+                                                              promo_pools, engine, admin):
+    """A database writer points the active promotion's `previous_id` at a promotion of another
+    adapter (or one never activated): a reviewer's routine rollback refuses it, and signs nothing."""
+    pool = promo_pools["open"]
+    ids = []
+    for _ in range(2):
+        version = make_ready("rolled-forward")
+        created = request_promotion(uploader, pool, version)
+        assert second_reviewer.post(f"/v1/promotions/{created.json()['id']}/approve",
+                                    json={"comment": "ok"}).status_code == 200
+        ids.append(created.json()["id"])
+    elsewhere = request_promotion(uploader, pool, make_ready("someone-elses"))  # awaiting, never active
+    with Session(engine) as session, session.begin():
+        session.get(Promotion, ids[1]).previous_id = elsewhere.json()["id"]
+    signed = attestations(engine)
+
+    refused = second_reviewer.post(f"/v1/pools/{pool}/aliases/acme/rolled-forward/production/rollback",
+                                   json={"comment": "back"})
+
+    assert_refused(refused, 409, "nothing_to_roll_back", "is not one this alias served")
+    assert state_of(engine, ids[1]) == "active" and attestations(engine) == signed

@@ -110,8 +110,9 @@ def test_a_look_alike_name_is_neither_refused_nor_trusted_for_its_name(promo_poo
     assert approved.status_code == 200, approved.text
     four_eyes = next(g for g in approved.json()["gates"] if g["name"] == "four_eyes")
     assert four_eyes["passed"]
-    events = admin.get("/v1/audit", params={"action": "promotion.approved"}).json()["items"]
-    assert f"identity {identity(twin)}" in events[-1]["actor"]
+    events = admin.get("/v1/audit", params={"action": "promotion.approved",
+                                            "subject": f"pool/{pool}/{version['served_name']}"}).json()["items"]
+    assert len(events) == 1 and f"identity {identity(twin)}" in events[0]["actor"]
 
 
 def test_two_puppets_of_one_admin_cannot_approve_each_other(promo_pools, make_ready, admin, lead,

@@ -77,3 +77,26 @@ def test_a_node_whose_engine_loses_a_name_is_asked_again_before_its_next_prompt(
         node.lost(NAMES[0])  # the engine answered 404 for it
 
         assert fleet.choose(NAMES[0]) is None
+
+
+def test_a_listing_that_arrives_in_many_pieces_is_read_whole():
+    """A real network hands the answer over in chunks: every one of them counts."""
+    many = {f"acme/filler-{i}@1": f"/cache/{'c' * 64}" for i in range(3000)}
+    with Impostor({**many, NAMES[0]: f"/cache/{GOOD}", NAMES[1]: f"/cache/{GOOD}"}) as engine:
+        fleet = fleet_reporting(engine.url, "n-chunked")
+        asyncio.run(confirm(fleet))
+        assert fleet.choose(NAMES[0]).node_id == fleet.choose(NAMES[1]).node_id == "n-chunked"
+
+
+def test_an_engine_that_cannot_be_asked_keeps_what_it_confirmed_before():
+    with Impostor({name: f"/cache/{GOOD}" for name in NAMES}) as engine:
+        fleet = fleet_reporting(engine.url, "n-away")
+        asyncio.run(confirm(fleet))
+    node = fleet.nodes["n-away"]
+    node.serving = node.serving | {"acme/new@2"}  # a new name, while the engine is away
+    fleet.digests["acme/new@2"] = GOOD
+
+    asyncio.run(confirm(fleet))
+
+    assert checks("n-away", "unreachable") == 1
+    assert fleet.choose(NAMES[0]) is node and fleet.choose("acme/new@2") is None
