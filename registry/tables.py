@@ -267,6 +267,8 @@ class AuditEvent(Base):
     under a lock, which keeps the chain in id order across concurrent writers."""
 
     __tablename__ = "audit_events"
+    # Evidence is read by subject: a version's upload and evaluations, a node's binding.
+    __table_args__ = (Index("ix_audit_events_subject_action", "subject", "action"),)
     id: Mapped[int] = mapped_column(primary_key=True)
     at: Mapped[datetime] = created_at_column()
     actor: Mapped[str] = mapped_column(String(300))

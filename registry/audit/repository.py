@@ -65,3 +65,11 @@ def events_about(session: Session, subject: str, actions: tuple[str, ...]) -> li
     """Every event with one of `actions` about exactly `subject`, oldest first."""
     return list(session.scalars(select(AuditEvent).where(
         AuditEvent.subject == subject, AuditEvent.action.in_(actions)).order_by(AuditEvent.id)))
+
+
+def newest_events(session: Session, action: str, subject_prefix: str) -> dict[str, AuditEvent]:
+    """subject -> the newest event with `action` about each subject starting with the prefix."""
+    newest = (select(func.max(AuditEvent.id)).where(AuditEvent.action == action,
+                                                     AuditEvent.subject.startswith(subject_prefix, autoescape=True))
+              .group_by(AuditEvent.subject))
+    return {row.subject: row for row in session.scalars(select(AuditEvent).where(AuditEvent.id.in_(newest)))}

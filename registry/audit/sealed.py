@@ -21,6 +21,13 @@ def sealed_events(session: Session, subject: str, *actions: str) -> list[AuditEv
     return [row for row in repository.events_about(session, subject, actions) if intact(row)]
 
 
+def newest_sealed(session: Session, action: str, subject_prefix: str) -> dict[str, AuditEvent]:
+    """subject -> the newest event with `action` about it, when that event's keyed hash holds.
+    The newest only: an older sealed event put back in the way says nothing about now."""
+    return {subject: row for subject, row in
+            repository.newest_events(session, action, subject_prefix).items() if intact(row)}
+
+
 def intact(row: AuditEvent) -> bool:
     if row.hash_scheme != HMAC_SHA256:  # unkeyed: anyone could have written it
         return False

@@ -2,10 +2,12 @@
 from the node's own report, since routers send tenants' prompts there.
 
 Each binding is sealed with an HMAC under a key of the registry host's (keys.py), over the pool,
-the node id and the address. Someone who can write to the database but does not hold the host's
-secret cannot point a node somewhere else, nor move one node's address to another node or pool,
-unseen: a binding whose seal does not verify serves no address, so that node gets no traffic
-until an admin binds it again."""
+the node id and the address, and each is an audit event of the keyed chain. Someone who can write
+to the database but does not hold the host's secret cannot point a node somewhere else, move one
+node's address to another node or pool, or put back an earlier binding (an address since given
+to someone else), unseen: a binding whose seal does not verify, or that the newest sealed
+`node.bind_address` event does not name, serves no address, so that node gets no traffic until an
+admin binds it again."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from registry import audit
+from registry.audit import sealed
 from registry.errors import Unprocessable
 from registry.keys import Purpose, key_for
 from registry.nodes import repository
@@ -28,6 +31,7 @@ from registry.tables import NodeAddress, Pool
 log = logging.getLogger(__name__)
 _reported_broken: set[tuple[str, str, str]] = set()  # logged once per process, not per rollout read
 _ADDRESS = TypeAdapter(NodeAddressUrl)
+BOUND = "node.bind_address"
 
 
 def seal(pool: str, node_id: str, url: str) -> str:
@@ -36,7 +40,8 @@ def seal(pool: str, node_id: str, url: str) -> str:
 
 
 def bind(session: Session, pool: Pool, node_id: str, url: str, *, actor: str) -> NodeAddress:
-    """Bind (or move) `node_id`'s address in `pool`; audited with the address before and after."""
+    """Bind (or move) `node_id`'s address in `pool`; audited with the address before and after,
+    which is also what makes the binding current (`trusted`)."""
     url = _parse(url)
     row = repository.address_for_update(session, pool.id, node_id)
     before = {"vllm_url": row.vllm_url} if row is not None else None
@@ -48,12 +53,10 @@ def bind(session: Session, pool: Pool, node_id: str, url: str, *, actor: str) ->
                 session.add(row)
         except IntegrityError:
             row = repository.address_for_update(session, pool.id, node_id)
-    if before is not None and before["vllm_url"] == url and verified(pool.name, row) == url:
-        return row
     row.vllm_url, row.seal, row.bound_by = url, seal(pool.name, node_id, url), actor[:300]
     session.flush()
-    audit.record(session, actor=actor, action="node.bind_address",
-                 subject=f"pool/{pool.name}/node/{node_id}", before=before, after={"vllm_url": url})
+    audit.record(session, actor=actor, action=BOUND, subject=_subject(pool.name, node_id),
+                 before=before, after={"vllm_url": url})
     return row
 
 
@@ -69,24 +72,38 @@ def _parse(url: str) -> str:
 
 
 def is_bound(session: Session, pool: Pool, node_id: str) -> bool:
-    row = repository.address_for_update(session, pool.id, node_id)
-    return row is not None and verified(pool.name, row) is not None
+    return trusted_one(session, pool, node_id)[0] == "bound"
 
 
-def verified(pool: str, row: NodeAddress) -> str | None:
-    """The bound address if its seal holds; None, logged once, if the row was changed outside
-    the registry."""
-    if hmac.compare_digest(row.seal, seal(pool, row.node_id, row.vllm_url)):
-        return row.vllm_url
+def trusted(session: Session, pool: Pool) -> dict[str, tuple[str, str | None]]:
+    """node id -> (bound | seal_broken, the address routers may use) for every bound node."""
+    events = sealed.newest_sealed(session, BOUND, f"pool/{pool.name}/node/")
+    return {row.node_id: _state(pool.name, row, events.get(_subject(pool.name, row.node_id)))
+            for row in repository.addresses_of_pool(session, pool.id)}
+
+
+def trusted_one(session: Session, pool: Pool, node_id: str) -> tuple[str, str | None]:
+    row = repository.address_of(session, pool.id, node_id)
+    if row is None:
+        return "unbound", None
+    subject = _subject(pool.name, node_id)
+    return _state(pool.name, row, sealed.newest_sealed(session, BOUND, subject).get(subject))
+
+
+def _state(pool: str, row: NodeAddress, newest_binding) -> tuple[str, str | None]:
+    """The row counts while its seal holds and it is the binding the newest sealed `node.bind_address`
+    event names: an older sealed row put back (an address since reassigned) does not."""
+    fresh = newest_binding is not None and sealed.recorded(newest_binding, "vllm_url") == row.vllm_url
+    if fresh and hmac.compare_digest(row.seal, seal(pool, row.node_id, row.vllm_url)):
+        return "bound", row.vllm_url
     key = (pool, row.node_id, row.vllm_url)
-    if key not in _reported_broken:
+    if key not in _reported_broken and len(_reported_broken) < 10_000:
         _reported_broken.add(key)
-        log.error("the address bound to node %s of pool %s does not match its seal: it was changed "
-                  "outside the registry; the node gets no traffic until an admin binds it again",
-                  row.node_id, pool)
-    return None
+        log.error("the address bound to node %s of pool %s is not the one its seal and its newest "
+                  "sealed binding name: it was changed outside the registry; the node gets no "
+                  "traffic until an admin binds it again", row.node_id, pool)
+    return "seal_broken", None
 
 
-def of_pool(session: Session, pool: Pool) -> dict[str, NodeAddress]:
-    """node id -> its binding row (check it with `verified` before use)."""
-    return {row.node_id: row for row in repository.addresses_of_pool(session, pool.id)}
+def _subject(pool: str, node_id: str) -> str:
+    return f"pool/{pool}/node/{node_id}"

@@ -24,7 +24,7 @@ from registry.placement.rules import EVERYWHERE, Placement
 from registry.placement.stored import from_stored
 from registry.requalification import service as requalification
 from registry.settings import get_settings
-from registry.tables import NodeAddress, NodeStatus, Pool
+from registry.tables import NodeStatus
 
 
 def report(session: Session, principal: Principal, pool_name: str, node_id: str,
@@ -49,7 +49,7 @@ def report(session: Session, principal: Principal, pool_name: str, node_id: str,
     follow_nodes(session, pool.id)
     return _node_out(row, desired_digests(session, pool.id), pool.generation, visible_to(principal),
                      internals=True, placed=from_stored(pool.placement),
-                     address=_address(pool, repository.address_of(session, pool.id, node_id)))
+                     address=addresses.trusted_one(session, pool, node_id))
 
 
 def bind_address(session: Session, principal: Principal, pool_name: str, node_id: str,
@@ -86,20 +86,12 @@ def rollout(session: Session, principal: Principal, pool_name: str) -> RolloutOu
     rows = node_statuses(session, pool.id)
     internals = principal.tenant is None  # global admins, the pool's own nodes and routers
     placed = from_stored(pool.placement)
-    bound = addresses.of_pool(session, pool)
+    bound = addresses.trusted(session, pool)
     nodes = [_node_out(row, desired, pool.generation, visible, internals=internals, placed=placed,
-                       address=_address(pool, bound.get(row.node_id))) for row in rows]
+                       address=bound.get(row.node_id, ("unbound", None))) for row in rows]
     return RolloutOut(pool=pool.name, generation=pool.generation, nodes_total=len(nodes),
                       nodes_converged=sum(n.converged for n in nodes),
                       nodes_stale=sum(n.stale for n in nodes), nodes=nodes)
-
-
-def _address(pool: Pool, row: NodeAddress | None) -> tuple[str, str | None]:
-    """(state, the address routers may use)."""
-    if row is None:
-        return "unbound", None
-    url = addresses.verified(pool.name, row)
-    return ("bound", url) if url is not None else ("seal_broken", None)
 
 
 def _node_out(row: NodeStatus, desired: dict[str, str], generation: int, visible, *,

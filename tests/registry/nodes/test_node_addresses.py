@@ -154,3 +154,19 @@ def test_an_address_on_another_kind_of_token_is_refused(fleet, admin, engine, sc
 
     assert_refused(response, 422, "invalid_token_scope", "only node tokens are bound to a vLLM address")
     assert count(engine, ApiToken) == tokens and count(engine, AuditEvent) == events
+
+
+def test_an_earlier_sealed_binding_put_back_by_a_database_writer_is_not_believed(fleet, admin, engine):
+    """node-r moved from one address to another; the writer restores the old row, seal and all
+    (an address since given to someone else): only the newest sealed binding counts."""
+    report(fleet.client("node-r"), "node-r")
+    old_url, old_seal = stored(engine)["node-r"]
+    moved = admin.put(f"/v1/pools/{POOL}/nodes/node-r/address", json={"vllm_url": "https://node-r.internal:8443"})
+    assert moved.status_code == 200 and rollout(admin)["node-r"]["address"] == "bound"
+    with Session(engine) as session, session.begin():
+        session.execute(update(NodeAddress).where(NodeAddress.node_id == "node-r")
+                        .values(vllm_url=old_url, seal=old_seal))
+
+    seen = rollout(admin)["node-r"]
+
+    assert seen["address"] == "seal_broken" and seen["vllm_url"] is None
