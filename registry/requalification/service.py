@@ -95,8 +95,6 @@ def _engine_changed(session: Session, pool: Pool, engine: dict[str, Any], report
     record = engine_record(engine)
     if not _is_new_engine(session, pool, record["sha256"]):  # every heartbeat ends here
         return False
-    if pool.qualified_engines and confirmation.confirmed_by(session, pool, record["sha256"]) is None:
-        return False  # pending: and a pending engine's heartbeats never take the pool's lock
     repository.lock_pool(session, pool)
     if not _is_new_engine(session, pool, record["sha256"]):  # another registry process was first
         return False
