@@ -7,8 +7,9 @@ A new engine is confirmed when
 - an operator declared it for the pool (`POST /v1/pools/{pool}/engines`), or
 - a quorum of the pool's live nodes reports it: a majority of them, and never fewer than two.
 
-Until then it is pending, listed with the nodes that report it, and marks nothing. A pool with a
-single node moves to a new engine only by its operator's declaration."""
+Until then it is pending, listed with the nodes that report it, and marks nothing. The pool's
+first engine, the one its versions count as qualified on, is confirmed the same way. A pool with
+a single node moves to a new engine only by its operator's declaration."""
 
 from __future__ import annotations
 

@@ -64,7 +64,7 @@ class RequalificationsOut(BaseModel):
     policy: str = Field(description="keep_serving: marked versions serve until they qualify again; "
                                     "suspend: they leave the active set until then.")
     qualified_engine: EngineOut | None = Field(
-        description="The engine the versions were last qualified on; none until a node reports one.")
+        description="The engine the versions were last qualified on; none until one is confirmed.")
     also_qualified: list[EngineOut] = Field(description="Earlier qualified engines that live nodes "
                                                         "still run.")
     qualified_config_sha256: str | None

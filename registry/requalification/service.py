@@ -98,16 +98,16 @@ def _engine_changed(session: Session, pool: Pool, engine: dict[str, Any], report
     repository.lock_pool(session, pool)
     if not _is_new_engine(session, pool, record["sha256"]):  # another registry process was first
         return False
-    actor = f"system (re-qualification: {reported})"
+    how = confirmation.confirmed_by(session, pool, record["sha256"])
+    if how is None:  # pending, the pool's first engine too: listed with its reporters, marks nothing
+        return False
     if not pool.qualified_engines:
         pool.qualified_engines = [{**record, "since": datetime.now(UTC).isoformat()}]
-        audit.record(session, actor=actor, action="pool.qualified_engine", subject=f"pool/{pool.name}",
+        audit.record(session, actor=f"system (re-qualification: the first engine {how}; {reported})",
+                     action="pool.qualified_engine", subject=f"pool/{pool.name}",
                      before={"qualified_engines": []},
                      after={"qualified_engines": pool.qualified_engines})
         session.flush()
-        return False
-    how = confirmation.confirmed_by(session, pool, record["sha256"])
-    if how is None:  # pending: listed with the nodes that report it, marks nothing
         return False
     actor = f"system (re-qualification: a new engine {how}; {reported})"
     before = {k: v for k, v in pool.qualified_engines[-1].items() if k != "since"}

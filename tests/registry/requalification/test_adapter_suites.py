@@ -22,6 +22,7 @@ def test_a_mark_requests_and_waits_for_the_adapters_own_suites_too(
     version = serve(POOL, "acme/rq-own")
     require_own_suite(uploader, "acme/rq-own", TASK)
     node = fleets(POOL).client("node-own")
+    declare(admin, POOL, "0.32.0")  # the pool's first engine, as its operator says
     report(node, POOL, "node-own", "0.32.0")
 
     report(node, POOL, "node-own", "0.32.0", enforce_eager=True)  # a flag changed
@@ -52,6 +53,7 @@ def test_an_incumbents_half_of_a_comparison_neither_requalifies_it_nor_stands_fo
     serve(HALF_POOL, "acme/rq-half")
     require_own_suite(uploader, "acme/rq-half", HALF_TASK)
     node = fleets(HALF_POOL).client("node-half")
+    declare(admin, HALF_POOL, "0.32.0")
     report(node, HALF_POOL, "node-half", "0.32.0")
     report(node, HALF_POOL, "node-half", "0.32.0", enforce_eager=True)
     declare(admin, HALF_POOL, "0.32.0", enforce_eager=True)  # a round starts

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from registry.requalification.service import suspended_version_ids
 from registry.task_queue import evaluation_queue
 from tests.registry.requalification.support import (
-    RQ_BASE, RQ_SUITE, audit_count, dashboard, deliveries, evaluation_rows, make_pool, marks, pool_row,
+    RQ_BASE, RQ_SUITE, audit_count, dashboard, declare, deliveries, evaluation_rows, make_pool, marks, pool_row,
     report, version_id,
 )
 from devkit.pipeline_steps import finish_evaluation
@@ -41,6 +41,7 @@ def marked(admin, requal_base, serve, fleets, engine, broker):
                 serve(POOL, "globex/rq-code", uploader="globex_uploader")]
     ids = {v["served_name"]: version_id(engine, v) for v in versions}
     node = fleets(POOL)
+    declare(admin, POOL, OLD)  # the first engine: one node's word alone would leave it pending
     report(node.client("node-a"), POOL, "node-a", OLD)
     first = admin.get(f"/v1/pools/{POOL}/requalifications").json()
     evaluations_before = evaluation_rows(engine, set(ids.values()))

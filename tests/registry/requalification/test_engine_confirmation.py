@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from registry.tables import AuditEvent, Pool
 from tests.registry.requalification.support import (
-    RQ_BASE, RQ_SUITE, audit_count, deliveries, evaluation_rows, make_pool, marks, node_report, report,
+    RQ_BASE, RQ_SUITE, audit_count, declare, deliveries, evaluation_rows, make_pool, marks, node_report, report,
     version_id,
 )
 from tests.support.asserts import assert_refused
@@ -24,6 +24,7 @@ def pool(admin, requal_base, serve, fleets, engine):
     make_pool(admin, POOL, RQ_BASE, RQ_SUITE, requalify_policy="suspend")
     versions = [serve(POOL, "acme/rq-confirmed"), serve(POOL, "globex/rq-confirmed", uploader="globex_uploader")]
     node = fleets(POOL).client("node-x")
+    declare(admin, POOL, "0.32.0")
     report(node, POOL, "node-x", "0.32.0")  # the first engine: the qualified one
     return {"ids": {version_id(engine, v) for v in versions}, "node": node}
 
@@ -78,7 +79,7 @@ def test_a_declared_engine_starts_the_round_and_suspend_never_empties_the_pool(p
     declaring = admin.post(f"/v1/pools/{POOL}/engines", json=node_report("0.33.0")["engine"])
 
     assert declaring.status_code == 200, declaring.text
-    assert len(declared(engine)) == 1 and declaring.json()["pending_engines"] == []
+    assert len(declared(engine)) == 2 and declaring.json()["pending_engines"] == []
     made = marks(engine, POOL, open_only=True)
     assert sorted(m.version_id for m in made) == sorted(pool["ids"])
     assert all(m.marked_by == "system (re-qualification: a new engine declared by an operator; node "
@@ -86,9 +87,22 @@ def test_a_declared_engine_starts_the_round_and_suspend_never_empties_the_pool(p
     # Both versions are marked: under suspend they would all leave; the pool keeps serving them.
     assert active(admin)[1] == before[1]
     assert not any(m["suspended"] for m in declaring.json()["marks"])
-    assert audit_count(engine, "pool.engine_declared", f"pool/{POOL}") == 1
+    assert audit_count(engine, "pool.engine_declared", f"pool/{POOL}") == 2  # the first engine, then this one
 
 
 def _events(engine) -> int:
     with Session(engine) as session:
         return session.scalar(select(func.count()).select_from(AuditEvent))
+
+
+def test_a_pools_first_engine_from_one_node_is_pending_too(admin, requal_base, fleets, engine):
+    """One leaked node token on a new pool cannot set the engine its versions count as
+    qualified on."""
+    make_pool(admin, "rq-first", RQ_BASE, RQ_SUITE)
+    report(fleets("rq-first").client("node-first"), "rq-first", "node-first", "6.6.6-evil")
+
+    listing = admin.get("/v1/pools/rq-first/requalifications").json()
+
+    assert listing["qualified_engine"] is None
+    assert [(p["vllm_version"], p["nodes"]) for p in listing["pending_engines"]] == [("6.6.6-evil", ["node-first"])]
+    assert audit_count(engine, "pool.qualified_engine", "pool/rq-first") == 0

@@ -35,6 +35,7 @@ def suspending(admin, requal_base, serve, fleets, engine):
     created = make_pool(admin, POOL, RQ_BASE, RQ_SUITE, requalify_policy="suspend")
     version = serve(POOL, "globex/rq-held", uploader="globex_uploader")
     node = fleets(POOL).client("node-s")
+    declare(admin, POOL, "0.32.0")
     report(node, POOL, "node-s", "0.32.0")
     return {"created": created, "version": version, "id": version_id(engine, version), "node": node}
 

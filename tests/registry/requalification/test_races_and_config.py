@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from registry.requalification.service import observe_base_model
 from registry.tables import BaseModel
 from tests.registry.requalification.support import (
-    RQ_BASE, RQ_SUITE, audit_count, config_sha256, evaluation_rows, make_pool, marks, node_report,
+    RQ_BASE, RQ_SUITE, audit_count, config_sha256, declare, evaluation_rows, make_pool, marks, node_report,
     pool_row, register_base_with_suite, report, version_id,
 )
 from tests.support.nodes import bound_address, issue_token
@@ -25,6 +25,7 @@ def test_reports_racing_through_two_registries_mark_each_version_once(
     pool = "rq-race"
     make_pool(admin, pool, RQ_BASE, RQ_SUITE)
     ids = {version_id(engine, serve(pool, name)) for name in ("acme/rq-race-a", "acme/rq-race-b")}
+    declare(admin, pool, "0.32.0")
     report(fleets(pool).client("node-0"), pool, "node-0", "0.32.0")
     evaluations = len(evaluation_rows(engine, ids))
     # New nodes: each first report inserts its status row, whose foreign key share-locks the pool

@@ -109,6 +109,7 @@ def test_a_version_marked_to_qualify_again_gets_a_fresh_evaluation_of_an_added_s
     path = f"/v1/adapters/acme/suite-change-marked/versions/{version['number']}/evaluations"
     finish_evaluation(engine, client_for("acme_uploader").post(path, json={"suite": REGRESSION}).json()["id"])
     node = fleets(MARKED_POOL).client("node-m")
+    declare(admin, MARKED_POOL, "0.32.0")
     report(node, MARKED_POOL, "node-m", "0.32.0")  # the engine the pool qualifies on
     report(node, MARKED_POOL, "node-m", "0.32.0", enforce_eager=True)  # a flag changed
     declare(admin, MARKED_POOL, "0.32.0", enforce_eager=True)  # the operator confirms it: marked
