@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, AnyHttpUrl, BaseModel, ConfigDict, Field, UrlConstraints
 
 from registry.names import FREE_TEXT, SERVED_NAME
+from registry.requalification.schemas import EngineDeclaration
 
 SHA256 = r"^[0-9a-f]{64}$"
 
@@ -61,14 +62,9 @@ class NodeIncident(BaseModel):
     at: datetime
 
 
-class NodeEngine(BaseModel):
-    """What serves on the node: a change here asks every active version to qualify again."""
-    model_config = ConfigDict(extra="forbid")
-    vllm_version: str = Field(pattern=r"^[A-Za-z0-9.+_-]{1,64}$")
-    dtype: str | None = Field(None, pattern=r"^[a-z0-9_]{1,16}$")
-    flags: dict[Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,64}$")],
-                Annotated[str, Field(max_length=200)] | int | float | bool] = Field(
-        default_factory=dict, max_length=64)
+class NodeEngine(EngineDeclaration):
+    """What serves on the node: a change here asks every active version to qualify again, once a
+    quorum or an operator confirms it (the fields an operator declares it with)."""
 
 
 class NodeReport(BaseModel):
