@@ -149,7 +149,8 @@ def canaries(work: Path, kit, registry, admin, uploader, db, common: dict, runni
                                    settings={"LORAPLANE_ROUTER_TRAFFIC_REPORT_S": "0.5",
                                              "LORAPLANE_ROUTER_NODES_POLL_S": "0.5"})
     running.append(router)
-    running.append(services.start_housekeeper(work / "housekeeper", {**common, "LORAPLANE_CANARY_CHECK_S": "0.5"}))
+    running.append(services.start_housekeeper(work / "housekeeper", {**common, "LORAPLANE_CANARY_CHECK_S": "0.5",
+                                                                                  "LORAPLANE_CANARY_GRACE_S": "1.5"}))
     versions = [_ready(uploader, admin, db, kit.adapters[name])
                 for name in ("digits_to_words", "digits_to_words_v2", "digits_to_words_noisy")]
     first = uploader.post(f"/v1/pools/{POOL}/promotions", json={"adapter": ADAPTER, "version": 1})
@@ -188,7 +189,7 @@ def canaries(work: Path, kit, registry, admin, uploader, db, common: dict, runni
                "good_canary_runs": args.good_runs,
                "good_canary_decide_s_median": round(statistics.median(good_s), 2)}
     return metrics, {"good_runs": args.good_runs, "bad_runs": args.bad_runs, "canary_check_s": 0.5,
-                     "router_traffic_report_s": 0.5}
+                     "router_traffic_report_s": 0.5, "canary_grace_s": 1.5}
 
 
 def _ready(uploader, admin, db, folder: Path) -> dict:

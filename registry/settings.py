@@ -102,6 +102,10 @@ class RegistrySettings(BaseSettings):
     canary_check_s: float = Field(default=5.0, ge=0.2, le=3600, description=(
         "How often the housekeeper judges every canary under analysis. A bad canary is rolled "
         "back at most this long (plus a router's traffic report interval) after the evidence."))
+    canary_grace_s: float = Field(default=15.0, ge=0, le=3600, description=(
+        "How long after a canary's step is committed its traffic starts to count. A window a "
+        "router reports within it may hold requests routed at the previous weight; keep it above "
+        "the routers' traffic report interval (10 s by default) plus their active-set delay."))
     traffic_window_keep_s: float = Field(default=7 * 86400, ge=60, le=366 * 86400, description=(
         "How long the routers' traffic windows are kept for canary analysis."))
     webhook_allowed_networks: list[IPvAnyNetwork] = Field(default_factory=list, description=(

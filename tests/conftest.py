@@ -38,6 +38,10 @@ if lanes.worker() or "LORAPLANE_DATA_DIR" not in os.environ:
 if lanes.worker() or "LORAPLANE_ATTESTATION_KEY_DIR" not in os.environ:
     os.environ["LORAPLANE_ATTESTATION_KEY_DIR"] = tempfile.mkdtemp(prefix="loraplane-test-keys-")
 
+# The canary checks these tests call in this process judge windows they report themselves, right
+# after a step begins: no router's earlier traffic to wait out.
+os.environ.setdefault("LORAPLANE_CANARY_GRACE_S", "0")
+
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024
 BASE_NAME = "tiny-llama"
 REPO = Path(__file__).resolve().parents[1]
@@ -140,6 +144,8 @@ def second_registry(service_dir: Path, registry: services.Service) -> Iterator[s
 
 # Short enough that tests see nodes go stale and retired versions leave within seconds.
 REGISTRY_TIMINGS = {"LORAPLANE_NODE_STALE_AFTER_S": "3", "LORAPLANE_RETIRE_GRACE_S": "0.5",
+                    # The tests report traffic windows themselves, right after a step begins.
+                    "LORAPLANE_CANARY_GRACE_S": "0",
                     # The tests' webhook receivers listen on loopback.
                     "LORAPLANE_WEBHOOK_ALLOWED_NETWORKS": '["127.0.0.0/8"]'}
 

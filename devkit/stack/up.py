@@ -163,8 +163,9 @@ class _Stack:
 
     def _housekeeper(self) -> ProcessSpec:
         """Webhook deliveries, and canary analysis: judged every second here, beside the router's
-        traffic reports, also every second, so that a demo canary decides within its window."""
-        env = {**self.env, "LORAPLANE_CANARY_CHECK_S": "1"}
+        traffic reports, also every second, so that a demo canary decides within its window (its
+        grace covers one report and the router's active-set delay)."""
+        env = {**self.env, "LORAPLANE_CANARY_CHECK_S": "1", "LORAPLANE_CANARY_GRACE_S": "2"}
         argv = [sys.executable, "-m", "loraplane", "housekeeper"]
         return ProcessSpec("housekeeper", argv, env,
                            lambda: b"ready." in self.supervisor.log_since_start("housekeeper"))

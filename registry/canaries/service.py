@@ -14,7 +14,7 @@ person, as approval needs, never its uploader or requester."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
@@ -29,6 +29,7 @@ from registry.errors import Conflict, Forbidden, NotFound
 from registry.promotions import activation, canary_actions, gates, rules
 from registry.promotions import repository as promotions
 from registry.promotions.analysis_policy import CanaryAnalysis
+from registry.settings import get_settings
 from registry.tables import Adapter, AdapterVersion, Pool, Promotion, Tenant
 from registry.traffic_windows import repository as windows
 
@@ -42,7 +43,7 @@ PROMOTED, ROLLED_BACK, HELD = "promoted", "rolled_back", "held"
 
 def check(session: Session, promotion_id: int, *, now: datetime | None = None) -> str | None:
     """Judge one canary and act on the verdict; returns what happened (None: nothing to judge)."""
-    now = now or _now()
+    now = now or windows.database_now(session)
     # Judged unlocked; acted on under the locks only if the state is still the one judged, so a
     # pause or a resume that came meanwhile is never overwritten.
     promotion = session.get(Promotion, promotion_id)
@@ -73,11 +74,11 @@ def check(session: Session, promotion_id: int, *, now: datetime | None = None) -
         unjudged = any(c.passed is None for c in status.checks)
         _save(promotion, state, status, WAITING if unjudged else ANALYSING)
         return promotion.analysis_state["state"]
-    return _act(session, promotion, policy, state, status, evidence, now)
+    return _act(session, promotion, policy, state, status, evidence)
 
 
 def _act(session: Session, promotion: Promotion, policy: CanaryAnalysis, state: dict, status: CanaryStatus,
-         evidence: dict, now: datetime) -> str:
+         evidence: dict) -> str:
     """A verdict that changes the active set, under the pool's lock (taken before the canary's,
     as every change takes them), reading the canary again."""
     step = state["step"]
@@ -91,7 +92,7 @@ def _act(session: Session, promotion: Promotion, policy: CanaryAnalysis, state: 
             return ROLLED_BACK
         if step + 1 < len(policy.steps):
             weight = policy.steps[step + 1].weight
-            state.update(step=step + 1, gate_opened=False, **canary_actions.step_start(session, now))
+            state.update(step=step + 1, gate_opened=False, **canary_actions.step_start(session))
             state.pop("confirmed_by", None)
             _save(promotion, state, status, ANALYSING)
             canary_actions.step(session, promotion, weight, change.generation, evidence)
@@ -158,7 +159,7 @@ def resume(session: Session, principal: Principal, promotion_id: int) -> CanaryS
         state["confirmed_by"] = {"step": state["step"], "by": principal.label,
                                  "verdict": (state.get("last") or {}).get("verdict")}
     else:
-        state.update(canary_actions.step_start(session, _now()))
+        state.update(canary_actions.step_start(session))
         state.pop("confirmed_by", None)  # a fresh window: a verdict confirmed before does not carry
     state["state"] = ANALYSING
     state.pop("held_because", None)
@@ -204,8 +205,8 @@ def _status(session: Session, promotion: Promotion, policy: CanaryAnalysis, stat
     canary_name = _served(session, promotion.version_id)
     production_id = promotions.aliased_version_id(session, promotion.pool_id, promotion.adapter_id, PRODUCTION)
     production_name = _served(session, production_id) if production_id else ""
-    rows = windows.windows_after(session, promotion.pool_id, [canary_name, production_name],
-                                    state.get("after_window_id", 0))
+    counted_from = since + timedelta(seconds=get_settings().canary_grace_s)
+    rows = windows.sums_since(session, promotion.pool_id, [canary_name, production_name], counted_from)
     canary = analysis.side(canary_name, CANARY, rows)
     production = analysis.side(production_name, PRODUCTION, rows)
     elapsed_s = (now - since).total_seconds()
@@ -251,7 +252,3 @@ def _tenant_of(session: Session, promotion: Promotion) -> str:
 
 def _served(session: Session, version_id: int) -> str:
     return adapters.version_out(session, session.get(AdapterVersion, version_id)).served_name
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)

@@ -8,8 +8,6 @@ as its decider, and passes every gate again."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from sqlalchemy.orm import Session
 
 from registry.active_set import changes
@@ -27,14 +25,16 @@ ANALYSING = "analysing"
 
 def start(session: Session, canary: Promotion) -> None:
     """A canary with a policy became active: its first step begins."""
-    canary.analysis_state = {"step": 0, **step_start(session, activation.now()), "state": ANALYSING,
+    canary.analysis_state = {"step": 0, **step_start(session), "state": ANALYSING,
                              "last": None}
 
 
-def step_start(session: Session, now: datetime) -> dict:
-    """A step's window: its time, and the traffic stored after it. Windows are read by id, so a
-    report that arrives late counts in the step it reaches, never in none."""
-    return {"step_started_at": now.isoformat(), "after_window_id": windows.last_window_id(session)}
+def step_start(session: Session) -> dict:
+    """A step begins when it is written, by the database's clock, the one every traffic window is
+    stamped with: the traffic counted for it is what routers report after that, once the grace
+    has passed (`canary_grace_s`), so that requests routed at the previous weight never count
+    for this one, and a report that arrives late counts in the step it reaches."""
+    return {"step_started_at": windows.database_now(session).isoformat()}
 
 
 def step(session: Session, canary: Promotion, weight: int, generation: int, evidence: dict) -> None:

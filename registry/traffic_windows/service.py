@@ -18,7 +18,7 @@ def record(session: Session, pool_id: int, router_id: str, report_id: str,
     """False when the report was stored before."""
     if not deltas or repository.report_seen(session, pool_id, router_id, report_id):
         return False
-    at = datetime.now(UTC)
+    at = repository.database_now(session)
     try:
         with session.begin_nested():  # the same report, racing through another registry process
             session.add_all(TrafficWindow(pool_id=pool_id, router_id=router_id, report_id=report_id,

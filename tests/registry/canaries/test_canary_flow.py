@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from devkit.pipeline_steps import request_promotion
 from registry.canaries import service as canaries
+from registry.settings import get_settings
 from registry.tables import AuditEvent, Promotion, TrafficWindow, WebhookDelivery
 from registry.traffic_windows.schemas import WINDOW_BUCKETS
 from tests.support.asserts import assert_refused
@@ -248,6 +249,32 @@ def test_a_paused_canary_is_not_judged_and_resumes_with_a_fresh_window(
     assert resumed["state"] == "analysing"
     judge(engine, promotion_id, after_s=1)
     # The failures came before the resume: its fresh window has seen none of them.
+    assert canary_weight(admin, pool, version["served_name"]) == 5
+    second_reviewer.post(f"/v1/pools/{pool}/aliases/{ADAPTER}/canary/rollback", json={"comment": "done"})
+
+
+@pytest.fixture
+def grace_of_a_minute(monkeypatch):
+    """This process's checks wait out a grace of a minute, as a deployment's might."""
+    monkeypatch.setenv("LORAPLANE_CANARY_GRACE_S", "60")
+    get_settings.cache_clear()
+    yield
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+def test_traffic_reported_within_the_grace_after_a_step_is_not_counted_for_it(
+        first, make_ready, client_for, second_reviewer, promo_pools, router_client, admin, engine,
+        grace_of_a_minute):
+    pool = promo_pools["open"]
+    version, promotion_id = start_canary(make_ready, client_for, second_reviewer, pool, steps=[{"weight": 5}])
+    production = production_of(admin, pool)
+    # Reported at once: routed, for all the registry knows, before the routers took the new weight.
+    assert report(router_client, pool, window(version["served_name"], "canary", 50, errors=50),
+                  window(production, "production", 200)).status_code == 204
+    assert judge(engine, promotion_id, after_s=WINDOW_S + 1) == "waiting_for_traffic"
+    status = client_for("acme_reviewer").get(f"/v1/promotions/{promotion_id}/canary").json()
+    assert status["canary"]["requests"] == 0 and status["production"]["requests"] == 0
     assert canary_weight(admin, pool, version["served_name"]) == 5
     second_reviewer.post(f"/v1/pools/{pool}/aliases/{ADAPTER}/canary/rollback", json={"comment": "done"})
 

@@ -59,7 +59,8 @@ def stack(service_dir: Path, canary_pool, proxy, registry) -> Iterator[dict]:
                                              "LORAPLANE_ROUTER_LOAD_WAIT_S": "5"})
     env = {k: v for k, v in registry.env.items() if k.startswith("LORAPLANE_")}
     env.pop("LORAPLANE_DATA_DIR", None)
-    housekeeper = services.start_housekeeper(folder / "housekeeper", {**env, "LORAPLANE_CANARY_CHECK_S": CHECK_S})
+    housekeeper = services.start_housekeeper(folder / "housekeeper", {**env, "LORAPLANE_CANARY_CHECK_S": CHECK_S,
+                                                                              "LORAPLANE_CANARY_GRACE_S": "1.5"})
     yield {"router": router}
     for service in (housekeeper, router, agent):
         service.stop()
