@@ -449,6 +449,9 @@ def eval_run(
     against: Optional[int] = typer.Option(None, min=1, help=(
         "Also evaluate version N of the same adapter (the incumbent) in the same batch, and show "
         "the two side by side.")),
+    again: bool = typer.Option(False, "--again", help=(
+        "Evaluate anew even if an evaluation passed: after a pool's engine changed, its gates "
+        "count only evaluations that ran on that engine.")),
     wait: bool = typer.Option(True, help="Wait for the verdict, showing progress."),
     timeout_s: float = typer.Option(3600, help="How long to wait."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
@@ -457,7 +460,7 @@ def eval_run(
     from loraplane import evaluate
 
     with connect() as client:
-        evaluation = _call(lambda: evaluate.request(client, version, suite, against=against))
+        evaluation = _call(lambda: evaluate.request(client, version, suite, against=against, again=again))
         console.print(f"evaluation {evaluation['id']}: {evaluation['state']}")
         if not wait:
             _print_json(evaluation)

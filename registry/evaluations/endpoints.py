@@ -19,7 +19,8 @@ router = APIRouter(tags=["evaluations"])
     "/v1/adapters/{tenant}/{name}/versions/{number}/evaluations",
     status_code=202, response_model=EvaluationOut,
     responses={200: {"description": "This version already has an unfinished or passed "
-                                    "evaluation against the suite: that one."}},
+                                    "evaluation against the suite (an unfinished one with `again`): "
+                                    "that one."}},
 )
 def request_evaluation(
     body: EvaluationRequest, response: Response, tenant: str = Tenant, name: str = Name,
@@ -27,7 +28,7 @@ def request_evaluation(
     session: Session = RequestSession,
 ):
     evaluation, created = service.request(session, principal, tenant, name, number, body.suite,
-                                          against=body.against)
+                                          against=body.against, again=body.again)
     if not created:
         response.status_code = 200
     return evaluation

@@ -14,6 +14,9 @@ class EvaluationRequest(BaseModel):
     against: int | None = Field(None, ge=1, le=2**31 - 1, description=(
         "Another version of the same adapter (the incumbent): both are evaluated on the suite on "
         "one engine in one batch, and the challenger gate compares them."))
+    again: bool = Field(False, description=(
+        "Evaluate anew even if one passed: after a pool's engine changed, its gates count only "
+        "evaluations that ran on that engine. An unfinished evaluation is still returned."))
 
 
 class MetricResult(BaseModel):

@@ -25,10 +25,11 @@ VERSION_EVALUATING, VERSION_EVALUATED = "evaluating", "evaluated"
 
 
 def request(session: Session, principal: Principal, tenant: str, name: str, number: int,
-            suite_name: str, *, against: int | None = None) -> tuple[EvaluationOut, bool]:
+            suite_name: str, *, against: int | None = None, again: bool = False) -> tuple[EvaluationOut, bool]:
     """Returns (evaluation, created). An unfinished or passed evaluation of the same version and
     suite (and incumbent) is returned instead of a new one, so a retried request costs no engine
-    time. With `against`, the incumbent version is evaluated beside it in one batch."""
+    time; with `again`, only an unfinished one is. With `against`, the incumbent version is
+    evaluated beside it in one batch."""
     principal.require(REQUESTERS, tenant)
     version = adapters.find_version(session, tenant, name, number)
     adapter = session.get(Adapter, version.adapter_id)
@@ -38,16 +39,20 @@ def request(session: Session, principal: Principal, tenant: str, name: str, numb
             f"eval suite {suite_name!r} is for another base model than {tenant}/{name}",
             code="suite_base_mismatch", hint="Pick a suite for the adapter's base model.")
     if against is None:
-        existing = repository.latest_unfailed(session, version.id, suite.id)
+        existing = _reusable(repository.latest_unfailed(session, version.id, suite.id), again)
         row = existing or create(session, version, suite, actor=principal.label)
         return to_out(session, row), existing is None
     if against == number:
         raise Unprocessable(f"{tenant}/{name}@{number} cannot be compared with itself",
                             code="same_version", hint="Name the version it would replace in `against`.")
     incumbent = adapters.find_version(session, tenant, name, against)
-    existing = repository.latest_unfailed_pair(session, version.id, suite.id, incumbent.id)
+    existing = _reusable(repository.latest_unfailed_pair(session, version.id, suite.id, incumbent.id), again)
     row = existing or create_pair(session, version, incumbent, suite, actor=principal.label)
     return to_out(session, row), existing is None
+
+
+def _reusable(existing: Evaluation | None, again: bool) -> Evaluation | None:
+    return None if again and existing is not None and existing.state in rules.FINISHED else existing
 
 
 def request_required(session: Session, tenant: str, name: str, number: int, *,

@@ -15,6 +15,7 @@ from registry.evaluations.repository import latest_evaluations
 from registry.placement.rules import capacity as node_capacity
 from registry.promotions import challenger, repository
 from registry.promotions.target import Gate, Target
+from registry.requalification.fingerprints import engine_difference
 from registry.tables import AdapterVersion, BaseModel, Evaluation, Promotion
 
 
@@ -22,7 +23,8 @@ def check(session: Session, target: Target) -> list[Gate]:
     evaluations = latest_evaluations(session, target.version.id)
     return [_base_model(session, target), _rank(target), _alias(session, target),
             _required_suites(target, evaluations), _adapter_suites(target, evaluations),
-            challenger.gate(session, target), _parity(evaluations), _capacity(session, target)]
+            challenger.gate(session, target), _parity(evaluations), _engine(target, evaluations),
+            _capacity(session, target)]
 
 
 def blocking(gates: list[Gate]) -> list[Gate]:
@@ -120,6 +122,27 @@ def _parity(evaluations: dict[str, Evaluation]) -> Gate:
                     "vLLM's output differs from the merged weights: check the adapter's dtype "
                     "and target modules against the pool's engine.")
     return Gate("parity", True, f"parity passed in {', '.join(sorted(measured))}")
+
+
+def _engine(t: Target, evaluations: dict[str, Evaluation]) -> Gate:
+    """The evaluations the other gates count ran on the engine the pool's nodes serve on: a
+    verdict from another vLLM version or dtype says little about the answers here."""
+    if not t.pool.qualified_engines:
+        return Gate("engine", True, f"pool {t.pool.name!r} has no qualified engine yet to compare with")
+    serves = t.pool.qualified_engines[-1]
+    counted = set(t.pool.required_suites) | set(policies.adapter_suites(t.adapter)) | {
+        suite for suite, e in evaluations.items() if "parity" in (e.metrics or {})}
+    differing = [f"{suite} (evaluation {e.id} ran on {why})" for suite, e in sorted(evaluations.items())
+                 if suite in counted and e.state in evaluation_rules.FINISHED
+                 and (why := engine_difference(e.engine, serves))]
+    if not differing:
+        return Gate("engine", True, f"its evaluations ran on the pool's engine (vLLM {serves.get('vllm_version')})")
+    return Gate("engine", False,
+                f"evaluations of {t.served_name} ran on another engine than pool {t.pool.name!r} serves on: "
+                + "; ".join(differing),
+                f"Evaluate it again on a worker whose vLLM is {serves.get('vllm_version')}"
+                + (f" with dtype {serves['dtype']}" if serves.get("dtype") else "")
+                + f" (`loraplane eval run {t.served_name} --suite SUITE --again`).")
 
 
 def _capacity(session: Session, t: Target) -> Gate:

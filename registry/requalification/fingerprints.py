@@ -27,3 +27,19 @@ def engine_record(engine: dict[str, Any]) -> dict[str, Any]:
     """The engine as a mark or a pool keeps it: its fields and their fingerprint."""
     return {"sha256": engine_fingerprint(engine), **engine_fields(engine)}
 
+
+
+def engine_difference(ran_on: dict[str, Any] | None, serves: dict[str, Any]) -> str | None:
+    """How the engine an evaluation ran on differs from the engine a pool serves on, in what
+    changes an adapter's answers (vLLM's version, and the dtype where both say), or None when
+    they agree. Flags are not compared: a worker's and a node's LoRA slots differ by design and
+    change no answer. An evaluation that recorded no engine predates engines being kept, and
+    is taken as it was."""
+    if ran_on is None:
+        return None
+    if ran_on.get("vllm_version") != serves.get("vllm_version"):
+        return f"vLLM {ran_on.get('vllm_version')}, not the pool's {serves.get('vllm_version')}"
+    mine, theirs = ran_on.get("dtype"), serves.get("dtype")
+    if mine and theirs and "auto" not in (mine, theirs) and mine != theirs:
+        return f"dtype {mine}, not the pool's {theirs}"
+    return None

@@ -86,13 +86,14 @@ class SuiteResult:
     suite: str
     state: str
     finished_at: datetime | None
+    engine: dict | None
 
 
 def evaluations_of(session: Session, version_ids: set[int], suites: list[str]) -> list[SuiteResult]:
     """The versions' own evaluations against these suites, oldest first."""
     rows = session.execute(
         select(Evaluation.id, Evaluation.version_id, EvalSuite.name, Evaluation.state,
-               Evaluation.finished_at)
+               Evaluation.finished_at, Evaluation.engine)
         .join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
         .where(Evaluation.version_id.in_(version_ids), EvalSuite.name.in_(suites), not_an_incumbent_half())
         .order_by(Evaluation.id)).all()

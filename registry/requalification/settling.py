@@ -15,7 +15,7 @@ from registry.clock import aware
 from registry.evaluation_policies import service as policies
 from registry.evaluations import rules as evaluation_rules
 from registry.requalification import repository, rules
-from registry.requalification.fingerprints import engine_fingerprint
+from registry.requalification.fingerprints import engine_difference, engine_fingerprint
 from registry.tables import Pool, Requalification
 from registry.webhooks.service import emit
 
@@ -110,12 +110,13 @@ def _verdicts(session: Session, pool: Pool, marks: list[Requalification],
 def _passed_since(mark: Requalification, results: list[repository.SuiteResult],
                   suites: list[str]) -> list[int] | None:
     """The latest passed evaluation of each required suite finished after the mark, or None
-    while a suite has none."""
+    while a suite has none. For a new engine, only an evaluation that ran on that engine counts."""
     marked_at = aware(mark.marked_at)
     latest: dict[str, int] = {}
     for result in results:
         if (result.version_id == mark.version_id and result.state == evaluation_rules.PASSED
-                and result.finished_at is not None and aware(result.finished_at) > marked_at):
+                and result.finished_at is not None and aware(result.finished_at) > marked_at
+                and (mark.cause != rules.ENGINE or engine_difference(result.engine, mark.after) is None)):
             latest[result.suite] = result.evaluation_id
     if any(suite not in latest for suite in suites):
         return None
