@@ -51,8 +51,28 @@ def set_policy(
             "challenger": {"margins": margins, "require_improvement": require_improvement}}
     with connect() as client:
         policy = call(lambda: checked(client.put(_path(adapter), json=body)))
-    console.print(f"{adapter}: {len(policy['required_suites'])} suite(s) of its own")
+    if policy.get("proposed"):
+        console.print(f"{adapter}: proposed, not in force: it weakens the policy ("
+                      + "; ".join(policy["proposed"]["weakens"]) + "). A reviewer or admin of the tenant "
+                      f"other than you puts it in force with `loraplane policy approve {adapter}`.")
+    else:
+        console.print(f"{adapter}: {len(policy['required_suites'])} suite(s) of its own")
     print_json(policy)
+
+
+@policy_app.command("approve")
+def approve(adapter: str = typer.Argument(..., help="tenant/name")):
+    """Put a proposed policy that weakens the current one in force (a second person: a reviewer
+    or admin of the tenant who did not propose it)."""
+    with connect() as client:
+        print_json(call(lambda: checked(client.post(_path(adapter) + "/approve"))))
+
+
+@policy_app.command("withdraw")
+def withdraw(adapter: str = typer.Argument(..., help="tenant/name")):
+    """Drop a proposed policy; the one in force stays."""
+    with connect() as client:
+        print_json(call(lambda: checked(client.delete(_path(adapter) + "/proposed"))))
 
 
 def _path(adapter: str) -> str:

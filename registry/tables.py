@@ -161,6 +161,12 @@ class Adapter(Base):
     # What the adapter's own task requires (registry/evaluation_policies): its suites and the
     # margins a challenger is held to against the version it would replace. None: nothing.
     evaluation_policy: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # A policy that would weaken it waits here for a second person (evaluation_policies/service).
+    proposed_evaluation_policy: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    policy_proposed_by: Mapped[str | None] = mapped_column(String(300))
+    policy_proposed_by_identity_id: Mapped[int | None] = mapped_column(
+        ForeignKey("identities.id", name="fk_adapters_policy_proposer_identity"))
+    policy_proposed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = created_at_column()
 
 
@@ -319,6 +325,9 @@ class Promotion(Base):
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # A canary's analysis policy (registry/canaries), and where its analysis stands once active.
     analysis: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The adapter's evaluation policy when this promotion went active: what a later promotion's
+    # policy is compared with.
+    evaluation_policy: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     analysis_state: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 

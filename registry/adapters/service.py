@@ -223,6 +223,12 @@ def find_adapter(session: Session, tenant: str, name: str) -> Adapter:
     return row
 
 
+def find_adapter_for_update(session: Session, tenant: str, name: str) -> Adapter:
+    """find_adapter, its row locked until the transaction ends, and read afresh."""
+    return session.get(Adapter, find_adapter(session, tenant, name).id, with_for_update=True,
+                       populate_existing=True)
+
+
 def find_version(session: Session, tenant: str, name: str, number: int) -> AdapterVersion:
     row = repository.version_by_number(session, find_adapter(session, tenant, name).id, number)
     if row is None:

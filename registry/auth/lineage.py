@@ -37,3 +37,30 @@ def global_admins(session: Session, identity_ids: set[int]) -> set[int]:
 def describe(session: Session, identity_id: int) -> str:
     identity = session.get(Identity, identity_id)
     return f"{identity.name} (identity {identity_id})" if identity else f"identity {identity_id}"
+
+
+SECOND_PERSON = ("Ask another reviewer, with a token of their own that was not issued by or to the "
+                 "other party.")
+SHARED_ISSUER = ("Ask a reviewer whose token was issued by someone else (another tenant admin, or a "
+                 "global admin).")
+
+
+def could_act_as(session: Session, approver_id: int, party_id: int, deed: str) -> tuple[str, str] | None:
+    """(why, what to do) when the approver could have done what `party_id` did (`deed`, e.g.
+    "uploaded this version"), and so may not approve it; None when they are two people."""
+    me = describe(session, approver_id)
+    if party_id == approver_id:
+        return f"{me} {deed} and may not approve it", SECOND_PERSON
+    them = describe(session, party_id)
+    my_issuers = issuers(session, approver_id)
+    if party_id in my_issuers:
+        return f"{me} holds a token issued through {them}, who {deed}, and may not approve it", SECOND_PERSON
+    their_issuers = issuers(session, party_id)
+    if approver_id in their_issuers:
+        return f"{me} issued a token of {them}, who {deed}, and may not approve it", SECOND_PERSON
+    shared = (my_issuers & their_issuers) - global_admins(session, my_issuers & their_issuers)
+    if shared:
+        common = describe(session, min(shared))
+        return (f"{me} and {them}, who {deed}, hold tokens issued through the same {common}, who "
+                f"could act as both; {me} may not approve it"), SHARED_ISSUER
+    return None

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -56,7 +57,17 @@ class EvaluationPolicy(BaseModel):
         return self
 
 
+class ProposedPolicy(BaseModel):
+    policy: EvaluationPolicy
+    weakens: list[str] = Field(description="How it would weaken the policy in force.")
+    proposed_by: str
+    proposed_at: datetime | None
+
+
 class EvaluationPolicyOut(EvaluationPolicy):
     tenant: str
     adapter: str
     effective_margins: dict[str, float] = Field(description="The margin each metric is held to.")
+    proposed: ProposedPolicy | None = Field(None, description=(
+        "A policy that would weaken this one, waiting for a second person to approve it "
+        "(POST .../evaluation-policy/approve); until then this one is in force."))

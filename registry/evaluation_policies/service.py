@@ -2,35 +2,49 @@
 
 The policy is the adapter's own: its tenant's admins and uploaders set it, since they know the
 task. A pool's suites still apply to every adapter in the pool; the promotion gates require both
-and name the level that is missing."""
+and name the level that is missing.
+
+A policy that only strengthens applies at once. One that weakens (a suite dropped, a margin
+raised, an improvement no longer required) is proposed: it waits, the old policy in force, until
+a second person approves it (a reviewer or admin of the tenant who is not, and could not act
+as, its proposer), so that an uploader cannot lower the bar for their own next version unseen."""
 
 from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from datetime import UTC, datetime
+
 from registry import audit
 from registry.adapters import service as adapters
+from registry.auth import lineage
 from registry.auth.principal import Principal, Role
-from registry.errors import Unprocessable
+from registry.errors import Conflict, Forbidden, Unprocessable
 from registry.eval_suites import service as suites
-from registry.evaluation_policies.schemas import QUALITY_METRICS, EvaluationPolicy, EvaluationPolicyOut
+from registry.evaluation_policies import changes
+from registry.evaluation_policies.schemas import (
+    QUALITY_METRICS, EvaluationPolicy, EvaluationPolicyOut, ProposedPolicy,
+)
 from registry.tables import Adapter, AdapterVersion, BaseModel, Pool
 
 READERS = {Role.ADMIN, Role.UPLOADER, Role.REVIEWER}
 EDITORS = {Role.ADMIN, Role.UPLOADER}
+APPROVERS = {Role.ADMIN, Role.REVIEWER}
 
 
 def get(session: Session, principal: Principal, tenant: str, name: str) -> EvaluationPolicyOut:
     principal.require(READERS, tenant)
-    return _out(tenant, adapters.find_adapter(session, tenant, name))
+    return _out(session, tenant, adapters.find_adapter(session, tenant, name))
 
 
 def put(session: Session, principal: Principal, tenant: str, name: str,
-        spec: EvaluationPolicy) -> EvaluationPolicyOut:
-    """Replace the policy. Every suite must be one this adapter may use (global, or its tenant's)
-    and be built for its base; another tenant's suite is answered as one that does not exist."""
+        spec: EvaluationPolicy) -> tuple[EvaluationPolicyOut, bool]:
+    """Replace the policy, or propose it when it weakens the one in force; returns (policy,
+    applied). Every suite must be one this adapter may use (global, or its tenant's) and be
+    built for its base; another tenant's suite is answered as one that does not exist. A new
+    policy replaces any earlier proposal."""
     principal.require(EDITORS, tenant)
-    adapter = adapters.find_adapter(session, tenant, name)
+    adapter = adapters.find_adapter_for_update(session, tenant, name)
     for ref in spec.required_suites:
         suite = suites.usable_for(session, ref, adapter.tenant_id)
         if suite.base_model_id != adapter.base_model_id:
@@ -38,13 +52,70 @@ def put(session: Session, principal: Principal, tenant: str, name: str,
             raise Unprocessable(f"eval suite {ref!r} is for another base model than {tenant}/{name} "
                                 f"({base!r})", code="suite_base_mismatch",
                                 hint="Pick suites built for the adapter's base model.")
-    before = adapter.evaluation_policy
-    adapter.evaluation_policy = spec.model_dump(mode="json")
+    weakens = changes.weakenings(of(adapter), spec)
+    if not weakens:
+        _withdraw(adapter)
+        _apply(session, adapter, spec.model_dump(mode="json"), actor=principal.label, tenant=tenant)
+        return _out(session, tenant, adapter), True
+    adapter.proposed_evaluation_policy = spec.model_dump(mode="json")
+    adapter.policy_proposed_by, adapter.policy_proposed_by_identity_id = principal.label, principal.identity_id
+    adapter.policy_proposed_at = datetime.now(UTC)
     session.flush()
-    audit.record(session, actor=principal.label, action="adapter.evaluation_policy",
+    audit.record(session, actor=principal.label, action="adapter.evaluation_policy.proposed",
                  subject=f"{tenant}/{name}", tenant_id=adapter.tenant_id,
-                 before={"policy": before}, after={"policy": adapter.evaluation_policy})
-    return _out(tenant, adapter)
+                 before={"policy": adapter.evaluation_policy},
+                 after={"proposed": adapter.proposed_evaluation_policy, "weakens": weakens})
+    return _out(session, tenant, adapter), False
+
+
+def approve(session: Session, principal: Principal, tenant: str, name: str) -> EvaluationPolicyOut:
+    """Put the proposed policy in force: a reviewer or admin of the tenant, never its proposer
+    nor anyone in the proposer's token lineage."""
+    principal.require(APPROVERS, tenant)
+    adapter = adapters.find_adapter_for_update(session, tenant, name)
+    if adapter.proposed_evaluation_policy is None:
+        raise Conflict(f"{tenant}/{name} has no proposed evaluation policy to approve",
+                       code="no_proposed_policy", hint="A policy that weakens the current one is proposed "
+                       "with PUT .../evaluation-policy; one that does not applies at once.")
+    proposer = adapter.policy_proposed_by_identity_id
+    refused = (("who proposed it has no recorded identity", "Propose it again with a current token.")
+               if proposer is None else lineage.could_act_as(session, principal.identity_id, proposer,
+                                                             "proposed this policy"))
+    if refused is not None:
+        raise Forbidden(refused[0], code="four_eyes", hint=refused[1])
+    proposed, by = adapter.proposed_evaluation_policy, adapter.policy_proposed_by
+    _withdraw(adapter)
+    _apply(session, adapter, proposed, actor=principal.label, tenant=tenant, proposed_by=by)
+    return _out(session, tenant, adapter)
+
+
+def withdraw(session: Session, principal: Principal, tenant: str, name: str) -> EvaluationPolicyOut:
+    """Drop the proposal: its tenant's editors and reviewers may."""
+    principal.require(EDITORS | APPROVERS, tenant)
+    adapter = adapters.find_adapter_for_update(session, tenant, name)
+    if adapter.proposed_evaluation_policy is None:
+        raise Conflict(f"{tenant}/{name} has no proposed evaluation policy", code="no_proposed_policy")
+    audit.record(session, actor=principal.label, action="adapter.evaluation_policy.withdrawn",
+                 subject=f"{tenant}/{name}", tenant_id=adapter.tenant_id,
+                 before={"proposed": adapter.proposed_evaluation_policy}, after=None)
+    _withdraw(adapter)
+    return _out(session, tenant, adapter)
+
+
+def _apply(session: Session, adapter: Adapter, policy: dict, *, actor: str, tenant: str,
+           proposed_by: str | None = None) -> None:
+    before = adapter.evaluation_policy
+    adapter.evaluation_policy = policy
+    session.flush()
+    audit.record(session, actor=actor, action="adapter.evaluation_policy",
+                 subject=f"{tenant}/{adapter.name}", tenant_id=adapter.tenant_id,
+                 before={"policy": before},
+                 after={"policy": policy, **({"proposed_by": proposed_by} if proposed_by else {})})
+
+
+def _withdraw(adapter: Adapter) -> None:
+    adapter.proposed_evaluation_policy = None
+    adapter.policy_proposed_by = adapter.policy_proposed_by_identity_id = adapter.policy_proposed_at = None
 
 
 def of(adapter: Adapter) -> EvaluationPolicy:
@@ -75,7 +146,21 @@ def every_suite(required: dict[int, list[str]]) -> list[str]:
     return sorted({suite for names in required.values() for suite in names})
 
 
-def _out(tenant: str, adapter: Adapter) -> EvaluationPolicyOut:
+def changes_since(earlier: dict | None, adapter: Adapter) -> list[str]:
+    """What changed in the adapter's policy since `earlier` (a promotion's), weakenings marked."""
+    current = of(adapter)
+    return [("weakens: " if c.weakens else "") + c.text
+            for c in changes.between(EvaluationPolicy.model_validate(earlier or {}), current)]
+
+
+def _out(session: Session, tenant: str, adapter: Adapter) -> EvaluationPolicyOut:
     policy = of(adapter)
+    proposed = None
+    if adapter.proposed_evaluation_policy is not None:
+        spec = EvaluationPolicy.model_validate(adapter.proposed_evaluation_policy)
+        proposed = ProposedPolicy(policy=spec, weakens=changes.weakenings(policy, spec),
+                                  proposed_by=adapter.policy_proposed_by or "",
+                                  proposed_at=adapter.policy_proposed_at)
     return EvaluationPolicyOut(tenant=tenant, adapter=adapter.name, **policy.model_dump(),
-                               effective_margins={m: policy.challenger.margin(m) for m in QUALITY_METRICS})
+                               effective_margins={m: policy.challenger.margin(m) for m in QUALITY_METRICS},
+                               proposed=proposed)

@@ -43,6 +43,7 @@ def point(session: Session, promotion: Promotion, generation: int, *, restoring:
                         weight=promotion.weight, promotion_id=promotion.id, generation=generation)
     rules.transition(promotion, rules.ACTIVE)
     promotion.activated_at = now()
+    promotion.evaluation_policy = session.get(Adapter, promotion.adapter_id).evaluation_policy or {}
     event = record(session, promotion, "promotion.activated", promotion.decided_by or promotion.requested_by)
     action = attestations.ROLLBACK if promotion.kind == rules.ROLLBACK else attestations.APPROVE
     attestations.issue_on_commit(session, promotion, action, event)

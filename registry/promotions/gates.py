@@ -175,32 +175,14 @@ def four_eyes(session: Session, promotion: Promotion, approver: Principal) -> Ga
     or was issued by the uploader or the requester, or who shares an issuer with either (below
     the global admins), could have acted alone."""
     version = session.get(AdapterVersion, promotion.version_id)
-    second_person = ("Ask another reviewer, with a token of their own that was not issued by or to "
-                     "the other party.")
-    me = lineage.describe(session, approver.identity_id)
-    my_issuers = lineage.issuers(session, approver.identity_id)
     for deed, party in (("uploaded this version", version.uploaded_by_identity_id),
                         ("requested this promotion", promotion.requested_by_identity_id)):
         if party is None:
             return Gate("four_eyes", False, f"who {deed} has no recorded identity, so four-eyes "
                         "cannot be checked", "Request the promotion again with a current token.")
-        if party == approver.identity_id:
-            return Gate("four_eyes", False, f"{me} {deed} and may not approve it", second_person)
-        them = lineage.describe(session, party)
-        if party in my_issuers:
-            return Gate("four_eyes", False, f"{me} holds a token issued through {them}, who "
-                        f"{deed}, and may not approve it", second_person)
-        their_issuers = lineage.issuers(session, party)
-        if approver.identity_id in their_issuers:
-            return Gate("four_eyes", False, f"{me} issued a token of {them}, who {deed}, and may "
-                        "not approve it", second_person)
-        shared = my_issuers & their_issuers
-        shared -= lineage.global_admins(session, shared)
-        if shared:
-            common = lineage.describe(session, min(shared))
-            return Gate("four_eyes", False, f"{me} and {them}, who {deed}, hold tokens issued "
-                        f"through the same {common}, who could act as both; {me} may not approve it",
-                        "Ask a reviewer whose token was issued by someone else (another tenant "
-                        "admin, or a global admin).")
+        refused = lineage.could_act_as(session, approver.identity_id, party, deed)
+        if refused is not None:
+            return Gate("four_eyes", False, *refused)
     return Gate("four_eyes", True, "the approver is neither the uploader nor the requester, nor in "
                 "either one's token lineage, and shares no issuer with them")
+

@@ -27,6 +27,13 @@ def active_promotion_for_update(session: Session, pool_id: int, adapter_id: int,
     return session.scalar(query.with_for_update())
 
 
+def active_promotion(session: Session, pool_id: int, adapter_id: int, alias: str) -> Promotion | None:
+    """The promotion the alias points at now, read without a lock."""
+    return session.scalar(select(Promotion).where(
+        Promotion.pool_id == pool_id, Promotion.adapter_id == adapter_id,
+        Promotion.alias == alias, Promotion.state == ACTIVE))
+
+
 def promotion_page(session: Session, *, tenant: str | None, pool_id: int | None, state: str | None,
                    limit: int, cursor: str | None) -> tuple[list[Promotion], str | None]:
     query = select(Promotion)

@@ -94,6 +94,9 @@ class PromotionOut(BaseModel):
         "Where its analysis stands: analysing, waiting_for_traffic, paused, awaiting_gate, "
         "promoted or rolled_back (GET /v1/promotions/{id}/canary has the metrics)."))
     can_approve: ApprovalCheck | None = Field(None, description="Whether the caller may approve it, and why not.")
+    policy_changes: list[str] | None = Field(None, description=(
+        "While it awaits approval: how the adapter's evaluation policy changed since the production "
+        "version went active (a weakening starts with 'weakens: '); null when nothing serves yet."))
 
 
 class AliasOut(BaseModel):

@@ -8,11 +8,12 @@ from sqlalchemy.orm import Session
 
 from registry.active_set import changes
 from registry.active_set.change import ActiveSetChange
-from registry.active_set.snapshot import CANARY, pool_by_name
+from registry.active_set.snapshot import CANARY, PRODUCTION, pool_by_name
 from registry.adapters import service as adapters
 from registry.attestations import evaluated
 from registry.auth.principal import Principal, Role
 from registry.errors import Conflict, Forbidden, NotFound, Unprocessable
+from registry.evaluation_policies import service as policies
 from registry.promotions import activation, canary_actions, gates, repository, rules
 from registry.promotions.schemas import AliasOut, ApprovalCheck, GateOut, PromotionCreate, PromotionOut
 from registry.tables import Adapter, AdapterVersion, Pool, Promotion, Tenant
@@ -183,9 +184,22 @@ def to_out(session: Session, row: Promotion, viewer: Principal | None = None) ->
         decision_comment=row.decision_comment, created_at=row.created_at,
         decided_at=row.decided_at, activated_at=row.activated_at, ended_at=row.ended_at,
         analysis=row.analysis, canary_state=(row.analysis_state or {}).get("state"))
-    if viewer is not None and row.state == rules.AWAITING:
-        out.can_approve = _approval_check(session, row, viewer, version.tenant)
+    if row.state == rules.AWAITING:
+        out.policy_changes = _policy_changes(session, row)
+        if viewer is not None:
+            out.can_approve = _approval_check(session, row, viewer, version.tenant)
     return out
+
+
+def _policy_changes(session: Session, row: Promotion) -> list[str] | None:
+    """How the adapter's evaluation policy changed since the production version it would
+    replace (or beside which a canary runs) went active; None when nothing serves yet."""
+    incumbent = repository.active_promotion(session, row.pool_id, row.adapter_id, PRODUCTION)
+    if incumbent is None:
+        return None
+    if incumbent.evaluation_policy is None:
+        return ["unknown: the incumbent went active before promotions kept their policy"]
+    return policies.changes_since(incumbent.evaluation_policy, session.get(Adapter, row.adapter_id))
 
 
 def _approval_check(session: Session, row: Promotion, viewer: Principal, tenant: str) -> ApprovalCheck:

@@ -143,6 +143,14 @@ ENDPOINTS = {
     "PUT /v1/adapters/{tenant}/{name}/evaluation-policy": [
         (lambda w: ("PUT", "/v1/adapters/acme/matrix/evaluation-policy", {"json": {"required_suites": []}}),
          expect(403, global_admin=200, acme_admin=200, acme_uploader=200))],
+    # A weakening waits for the tenant's reviewers and admins; the matrix's adapter has none
+    # waiting, so those who may act are told so.
+    "POST /v1/adapters/{tenant}/{name}/evaluation-policy/approve": [
+        (lambda w: ("POST", "/v1/adapters/acme/matrix/evaluation-policy/approve", {}),
+         expect(403, global_admin=409, acme_admin=409, acme_reviewer=409))],
+    "DELETE /v1/adapters/{tenant}/{name}/evaluation-policy/proposed": [
+        (lambda w: ("DELETE", "/v1/adapters/acme/matrix/evaluation-policy/proposed", {}),
+         expect(403, global_admin=409, acme_admin=409, acme_uploader=409, acme_reviewer=409))],
     "GET /v1/adapters/{tenant}/{name}/versions": [
         (lambda w: ("GET", "/v1/adapters/acme/matrix/versions", {}), READERS)],
     "GET /v1/adapters/{tenant}/{name}/versions/{number}": [

@@ -12,6 +12,7 @@ from devkit.pipeline_steps import evaluations_of, finish_evaluation, request_pro
 from registry.evaluations import claims
 from registry.tables import Adapter, AuditEvent, Evaluation, Promotion
 from tests.registry.conftest import PROMO_BASE
+from tests.registry.requalification.support import dashboard
 from tests.support.asserts import assert_refused
 
 TASK_SUITE = "acme/promo-task"
@@ -38,8 +39,13 @@ def policy_path(adapter: str) -> str:
     return f"/v1/adapters/{adapter}/evaluation-policy"
 
 
-def set_policy(client, adapter: str, suites: list[str], **challenger) -> dict:
+def set_policy(client, adapter: str, suites: list[str], *, approver=None, **challenger) -> dict:
+    """Set a policy; one that weakens the policy in force is proposed, and `approver` (a second
+    person) puts it in force."""
     response = client.put(policy_path(adapter), json={"required_suites": suites, "challenger": challenger})
+    if approver is not None:
+        assert response.status_code == 202, response.text
+        response = approver.post(policy_path(adapter) + "/approve")
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -232,7 +238,7 @@ def test_a_challenger_within_the_margin_passes_unless_improvement_is_required(
     assert_refused(demanding, 422, "gate_blocked", "exact_match 0.85 vs 0.9 for acme/champ@1, and the "
                    "policy requires it to be better")
     assert promotion_count(engine) == promotions
-    set_policy(uploader, "acme/champ", [TASK_SUITE], margins={"exact_match": 0.1})
+    set_policy(uploader, "acme/champ", [TASK_SUITE], margins={"exact_match": 0.1}, approver=second_reviewer)
     created = request_promotion(uploader, promo_pools["open"], version)
     assert created.status_code == 201, created.text
     gate = {g["name"]: g for g in created.json()["gates"]}["challenger"]
@@ -244,9 +250,10 @@ def test_a_challenger_within_the_margin_passes_unless_improvement_is_required(
 
 
 def test_a_version_not_yet_compared_is_blocked_until_a_pair_is_requested(
-        champion, make_ready, client_for, promo_pools, engine):
+        champion, make_ready, client_for, promo_pools, engine, second_reviewer, registry, tokens):
     uploader = client_for("acme_uploader")
-    set_policy(uploader, "acme/champ", [])  # uploaded without a policy: no pair is queued
+    # uploaded without a policy: no pair is queued
+    set_policy(uploader, "acme/champ", [], approver=second_reviewer)
     version = make_ready("champ")
     set_policy(uploader, "acme/champ", [TASK_SUITE], margins={"exact_match": 0.1})
     number = version["number"]
@@ -269,7 +276,22 @@ def test_a_version_not_yet_compared_is_blocked_until_a_pair_is_requested(
     assert incumbent["pair"]["role"] == "incumbent" and incumbent["pair"]["other_evaluation_id"] == requested.json()["id"]
 
     finish_pair(engine, requested.json(), mine=1.0, theirs=0.9)
-    assert request_promotion(uploader, promo_pools["open"], version).status_code == 201
+    # The margin raised since production's promotion, by the uploader and a second person: the
+    # reviewer of this promotion sees it, on the API and on the promotion's page.
+    set_policy(uploader, "acme/champ", [TASK_SUITE], margins={"exact_match": 0.2}, approver=second_reviewer)
+    created = request_promotion(uploader, promo_pools["open"], version)
+    assert created.status_code == 201, created.text
+    changed = ["weakens: the challenger's margin on exact_match raised from 0.1 to 0.2"]
+    assert created.json()["policy_changes"] == changed
+    browser = dashboard(registry.url, tokens["acme_reviewer"])
+    try:
+        page = browser.get(f"/ui/promotions/{created.json()['id']}").text
+    finally:
+        browser.close()
+    section = page.split('id="policy-h"')[1].split("</section>")[0]
+    assert '<li class="fail">weakens: the challenger&#39;s margin on exact_match raised from 0.1 to 0.2</li>' in section
+    second_reviewer.post(f"/v1/promotions/{created.json()['id']}/reject", json={"comment": "seen"})
+    set_policy(uploader, "acme/champ", [TASK_SUITE], margins={"exact_match": 0.1})  # stricter: at once
 
 
 @pytest.mark.parametrize(("against", "status", "code", "message"), [
@@ -298,3 +320,70 @@ def test_the_two_halves_of_a_pair_are_always_claimed_together(champion, make_rea
             claimed = {e.id for e in claim.evaluations}
             claims.release(session, claim.token, list(claimed), reason="looked only")
         assert {incumbent_id, paired["id"]} <= claimed
+
+
+@pytest.fixture
+def weakened(client_for, make_ready, task_suites, engine) -> str:
+    """acme/policy-weak, held to acme's task suite with a margin of 0.05, and a proposal by its
+    uploader to drop the suite and raise the margin."""
+    if not client_for("acme_admin").get(policy_path("acme/policy-weak")).status_code == 200:
+        make_ready("policy-weak", evaluate=False)
+    set_policy(client_for("acme_uploader"), "acme/policy-weak", [TASK_SUITE], margins={"exact_match": 0.05})
+    return "acme/policy-weak"
+
+
+def test_a_policy_that_weakens_waits_for_a_second_person(weakened, client_for, second_reviewer, engine):
+    uploader = client_for("acme_uploader")
+    before = policy_and_events(engine, weakened)
+
+    proposed = uploader.put(policy_path(weakened), json={"challenger": {"margins": {"exact_match": 0.3}}})
+
+    assert proposed.status_code == 202, proposed.text
+    body = proposed.json()
+    assert body["required_suites"] == [TASK_SUITE] and body["effective_margins"]["exact_match"] == 0.05
+    assert body["proposed"]["weakens"] == [f"no longer requires suite {TASK_SUITE!r}",
+                                           "the challenger's margin on exact_match raised from 0.05 to 0.3"]
+    assert body["proposed"]["proposed_by"].startswith("acme_uploader")
+    assert policy_and_events(engine, weakened) == before  # the policy in force is unchanged
+    with Session(engine) as session:
+        (event,) = session.scalars(select(AuditEvent).where(
+            AuditEvent.action == "adapter.evaluation_policy.proposed", AuditEvent.subject == weakened)
+            .order_by(AuditEvent.id.desc()).limit(1))
+    assert event.after["weakens"] == body["proposed"]["weakens"]
+
+    for who, status, code, message in (
+            ("acme_uploader", 403, "forbidden", "role 'uploader' may not do this"),
+            ("globex_admin", 403, "forbidden", "belongs to tenant 'globex', not 'acme'"),
+            ("serving_node", 403, "forbidden", "role 'node' may not do this")):
+        assert_refused(client_for(who).post(policy_path(weakened) + "/approve"), status, code, message)
+    assert policy_and_events(engine, weakened) == before
+
+    approved = second_reviewer.post(policy_path(weakened) + "/approve")
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["required_suites"] == [] and approved.json()["proposed"] is None
+    with Session(engine) as session:
+        (applied,) = session.scalars(select(AuditEvent).where(
+            AuditEvent.action == "adapter.evaluation_policy", AuditEvent.subject == weakened)
+            .order_by(AuditEvent.id.desc()).limit(1))
+    assert applied.after["proposed_by"].startswith("acme_uploader") and applied.after["policy"]["required_suites"] == []
+    assert_refused(second_reviewer.post(policy_path(weakened) + "/approve"), 409, "no_proposed_policy",
+                   f"{weakened} has no proposed evaluation policy to approve")
+
+
+def test_its_proposer_cannot_approve_a_weakening(weakened, client_for, engine):
+    admin = client_for("acme_admin")
+    assert admin.put(policy_path(weakened), json={"required_suites": []}).status_code == 202
+    before = policy_and_events(engine, weakened)
+    assert_refused(admin.post(policy_path(weakened) + "/approve"), 403, "four_eyes",
+                   "proposed this policy and may not approve it")
+    assert policy_and_events(engine, weakened) == before
+    withdrawn = client_for("acme_uploader").delete(policy_path(weakened) + "/proposed")
+    assert withdrawn.status_code == 200 and withdrawn.json()["proposed"] is None
+
+
+def test_a_stricter_policy_applies_at_once_and_replaces_a_proposal(weakened, client_for, engine):
+    uploader = client_for("acme_uploader")
+    assert uploader.put(policy_path(weakened), json={"required_suites": []}).status_code == 202
+    stricter = set_policy(uploader, weakened, [TASK_SUITE], margins={"exact_match": 0.0},
+                          require_improvement=["exact_match"])
+    assert stricter["effective_margins"]["exact_match"] == 0.0 and stricter["proposed"] is None
