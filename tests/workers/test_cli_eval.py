@@ -86,6 +86,17 @@ def test_a_policy_set_from_the_cli_and_a_pair_evaluated_side_by_side(
     shown = cli("policy", "show", "acme/cli-pair", token=tokens["acme_reviewer"], url=registry.url)
     assert json.loads(shown.stdout)["required_suites"] == ["acme/cli-task"]
     assert json.loads(shown.stdout)["effective_margins"]["exact_match"] == 0.1
+    weaker = cli("policy", "set", "acme/cli-pair", "--suite", "acme/cli-task", "--margin", "exact_match=0.3",
+                 **as_uploader)
+    assert weaker.returncode == 0, weaker.stderr
+    assert ("proposed, not in force: it weakens the policy (the challenger's margin on exact_match raised "
+            "from 0.1 to 0.3)") in unwrapped(weaker.stderr)
+    mine = cli("policy", "approve", "acme/cli-pair", **as_uploader)
+    assert mine.returncode == 1 and "role 'uploader' may not do this" in unwrapped(mine.stderr)
+    withdrawn = cli("policy", "withdraw", "acme/cli-pair", token=tokens["acme_reviewer"], url=registry.url)
+    assert withdrawn.returncode == 0, withdrawn.stderr
+    assert json.loads(withdrawn.stdout)["proposed"] is None
+    assert json.loads(withdrawn.stdout)["effective_margins"]["exact_match"] == 0.1
 
     compared = cli("eval", "run", "acme/cli-pair@2", "--suite", "acme/cli-task", "--against", "1", **as_uploader)
 
