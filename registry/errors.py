@@ -61,5 +61,9 @@ class Unprocessable(LoraplaneError):
     status, code = 422, "invalid"
 
 
+class TooManyRequests(LoraplaneError):
+    status, code = 429, "quota_exceeded"
+
+
 class Unavailable(LoraplaneError):
     status, code = 503, "unavailable"

@@ -102,6 +102,12 @@ class RegistrySettings(BaseSettings):
     canary_check_s: float = Field(default=5.0, ge=0.2, le=3600, description=(
         "How often the housekeeper judges every canary under analysis. A bad canary is rolled "
         "back at most this long (plus a router's traffic report interval) after the evidence."))
+    tenant_max_waiting_evaluations: int = Field(default=100, ge=1, le=1_000_000, description=(
+        "How many of one tenant's evaluations may wait or run at once (re-qualification's are "
+        "not counted): an upload or a request past it is refused with 429 until some finish, so "
+        "one tenant cannot fill the shared workers' queue."))
+    tenant_max_suites: int = Field(default=200, ge=1, le=1_000_000, description=(
+        "How many eval suites one tenant may own."))
     canary_grace_s: float = Field(default=15.0, ge=0, le=3600, description=(
         "How long after a canary's step is committed its traffic starts to count. A window a "
         "router reports within it may hold requests routed at the previous weight; keep it above "

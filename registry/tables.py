@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text,
+    JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, SmallInteger, String, Text,
     UniqueConstraint, false, func, text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -225,6 +225,7 @@ class Evaluation(Base):
     holder of an unexpired claim may record its result, so a redelivered task records once."""
 
     __tablename__ = "evaluations"
+    __table_args__ = (Index("ix_evaluations_waiting", "state", "priority", "id"),)
     id: Mapped[int] = mapped_column(primary_key=True)
     version_id: Mapped[int] = mapped_column(ForeignKey("adapter_versions.id"), index=True)
     suite_id: Mapped[int] = mapped_column(ForeignKey("eval_suites.id"), index=True)
@@ -238,6 +239,8 @@ class Evaluation(Base):
     claim_token: Mapped[str | None] = mapped_column(String(36))
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     requested_by: Mapped[str] = mapped_column(String(300))
+    # Claimed first when lower: 0 re-qualification (versions that serve), 1 everything else.
+    priority: Mapped[int] = mapped_column(SmallInteger, server_default="1")
     # A challenger's evaluation names the incumbent's evaluation it is compared with: the two
     # are always claimed together, so they run on one engine in one batch.
     incumbent_evaluation_id: Mapped[int | None] = mapped_column(

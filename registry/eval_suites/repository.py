@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from registry.pagination import fetch_page
@@ -24,3 +24,7 @@ def page_of_suites(session: Session, *, limit: int, cursor: str | None,
     if not every_tenant:
         query = query.where(EvalSuite.tenant_id.is_(None) | (EvalSuite.tenant_id == tenant_id))
     return fetch_page(session, query, EvalSuite.id, limit=limit, cursor=cursor)
+
+
+def suites_of_tenant(session: Session, tenant_id: int) -> int:
+    return session.scalar(select(func.count()).select_from(EvalSuite).where(EvalSuite.tenant_id == tenant_id))

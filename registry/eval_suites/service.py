@@ -19,6 +19,7 @@ from registry.names import check_name
 from registry.auth.principal import Principal, Role
 from registry.auth.repository import find_tenant
 from registry.storage.base import ArtifactStore
+from registry.settings import get_settings
 from registry.tables import BaseModel, EvalSuite, Tenant
 
 RECREATE = "Recreate the suite under a new name."
@@ -43,6 +44,7 @@ def create(session: Session, store: ArtifactStore, spec: SuiteCreate, principal:
         if tenant is None:
             raise NotFound(f"tenant {spec.tenant!r} does not exist", code="tenant_not_found",
                            hint="Tenants are created with their first token (loraplane token create).")
+        _check_quota(session, tenant)
     ref = spec.name if tenant is None else f"{tenant.name}/{spec.name}"
     base = base_models.get(session, spec.base_model)
     if repository.suite_exists(session, ref):
@@ -62,6 +64,16 @@ def create(session: Session, store: ArtifactStore, spec: SuiteCreate, principal:
     session.flush()
     return audit.record_created(session, to_out(session, row), actor=principal.label, action="eval_suite.create",
                                 subject=f"eval-suite/{row.name}", tenant_id=row.tenant_id)
+
+
+def _check_quota(session: Session, tenant: Tenant) -> None:
+    """A tenant owns a bounded number of suites: each one is work the shared workers may be asked for."""
+    limit = get_settings().tenant_max_suites
+    owned = repository.suites_of_tenant(session, tenant.id)
+    if owned >= limit:
+        raise Conflict(f"tenant {tenant.name!r} owns {owned} eval suites, its quota "
+                       f"(LORAPLANE_TENANT_MAX_SUITES is {limit})", code="quota_exceeded",
+                       hint="Reuse one of its suites, or ask the operators for a larger quota.")
 
 
 def get(session: Session, principal: Principal, ref: str) -> SuiteOut:

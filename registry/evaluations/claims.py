@@ -64,7 +64,8 @@ def _aware(moment: datetime | None) -> datetime | None:
 
 def claim_batch(session: Session, evaluation_id: int, *, max_versions: int, lease_s: float) -> ClaimOutcome:
     """Claim this evaluation (with its challenger or incumbent, always) and others waiting on the
-    same base, up to max_versions versions."""
+    same base, up to max_versions versions: re-qualification's first, then the tenants' in turn
+    (repository.lock_waiting_on_base)."""
     now = utcnow()
     # The pair in id order: two workers given the two halves of a pair never deadlock.
     pair = repository.lock_evaluations(session, repository.pair_ids(session, evaluation_id))

@@ -5,25 +5,40 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import exists, or_, select
+from sqlalchemy import exists, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from registry.evaluations import rules
 from registry.pagination import fetch_page
-from registry.tables import BaseModel, EvalSuite, Evaluation, EvaluationExample, Pool, PoolAlias
+from registry.tables import (
+    Adapter, AdapterVersion, BaseModel, EvalSuite, Evaluation, EvaluationExample, Pool, PoolAlias,
+)
 
 
 def lock_waiting_on_base(session: Session, base_model_id: int, *, besides: int, now: datetime,
                          limit: int) -> list[Evaluation]:
     """Evaluations on this base that nobody works on (queued, or running under a lease expired
-    before `now`), oldest first, skipping those another transaction has locked."""
-    return list(session.scalars(
-        select(Evaluation).join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
-        .where(EvalSuite.base_model_id == base_model_id, Evaluation.id != besides,
-               or_(Evaluation.state == rules.QUEUED,
-                   (Evaluation.state == rules.RUNNING) & (Evaluation.lease_expires_at < now)))
-        .order_by(Evaluation.id).limit(limit)
-        .with_for_update(skip_locked=True, of=Evaluation)))
+    before `now`), in the order they are claimed: re-qualification's first, then the tenants in
+    turn (each one's oldest, then each one's second oldest...), so that one tenant's flood never
+    holds another's behind it. `besides` (the claim's own, being claimed) takes its tenant's
+    first turn. Those another transaction has locked are skipped. Ranked first, then locked:
+    Postgres locks no rows of a query with a window function."""
+    waiting = or_(Evaluation.state == rules.QUEUED,
+                  (Evaluation.state == rules.RUNNING) & (Evaluation.lease_expires_at < now))
+    turn = func.row_number().over(partition_by=(Evaluation.priority, Adapter.tenant_id), order_by=Evaluation.id)
+    ranked = (select(Evaluation.id, Evaluation.priority, turn.label("turn"))
+              .join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
+              .join(AdapterVersion, AdapterVersion.id == Evaluation.version_id)
+              .join(Adapter, Adapter.id == AdapterVersion.adapter_id)
+              .where(EvalSuite.base_model_id == base_model_id,
+                     or_(Evaluation.id == besides, waiting))).subquery()
+    ids = [i for i in session.scalars(select(ranked.c.id).order_by(ranked.c.priority, ranked.c.turn, ranked.c.id)
+                                      .limit(limit + 1)) if i != besides][:limit]
+    if not ids:
+        return []
+    locked = {row.id: row for row in session.scalars(
+        select(Evaluation).where(Evaluation.id.in_(ids), waiting).with_for_update(skip_locked=True))}
+    return [locked[i] for i in ids if i in locked]
 
 
 def lock_held(session: Session, token: str, ids: list[int]) -> list[Evaluation]:
@@ -150,3 +165,14 @@ def aliased_version_ids(session: Session, adapter_id: int, pool_ids: list[int], 
                                            PoolAlias.pool_id.in_(pool_ids),
                                            PoolAlias.alias == alias)
         .order_by(PoolAlias.id))))
+
+
+def waiting_of_tenant(session: Session, tenant_id: int) -> int:
+    """The tenant's evaluations queued or running, re-qualification's left out."""
+    return session.scalar(
+        select(func.count()).select_from(Evaluation)
+        .join(AdapterVersion, AdapterVersion.id == Evaluation.version_id)
+        .join(Adapter, Adapter.id == AdapterVersion.adapter_id)
+        .where(Adapter.tenant_id == tenant_id, Evaluation.state.in_((rules.QUEUED, rules.RUNNING)),
+               Evaluation.priority != rules.REQUALIFICATION))
+

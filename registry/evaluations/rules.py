@@ -13,6 +13,8 @@ from registry.errors import Conflict
 from registry.tables import Evaluation
 
 QUEUED, RUNNING, PASSED, FAILED = "queued", "running", "passed", "failed"
+# Claimed in this order: re-qualification checks versions that already serve.
+REQUALIFICATION, NORMAL = 0, 1
 FINISHED = frozenset({PASSED, FAILED})
 
 TRANSITIONS: dict[str, frozenset[str]] = {

@@ -13,7 +13,7 @@ from registry.errors import NotFound, Unprocessable
 from registry.active_set.snapshot import PRODUCTION
 from registry.eval_suites import service as suites
 from registry.evaluation_policies import service as policies
-from registry.evaluations import repository, rules
+from registry.evaluations import quotas, repository, rules
 from registry.evaluations.schemas import EvaluationOut, ExampleOut, MetricResult, PairOut
 from registry.pagination import Page
 from registry.tables import Adapter, AdapterVersion, BaseModel, EvalSuite, Evaluation, Tenant
@@ -40,6 +40,8 @@ def request(session: Session, principal: Principal, tenant: str, name: str, numb
             code="suite_base_mismatch", hint="Pick a suite for the adapter's base model.")
     if against is None:
         existing = _reusable(repository.latest_unfailed(session, version.id, suite.id), again)
+        if existing is None:
+            quotas.check_waiting(session, adapter.tenant_id, tenant)
         row = existing or create(session, version, suite, actor=principal.label)
         return to_out(session, row), existing is None
     if against == number:
@@ -47,6 +49,8 @@ def request(session: Session, principal: Principal, tenant: str, name: str, numb
                             code="same_version", hint="Name the version it would replace in `against`.")
     incumbent = adapters.find_version(session, tenant, name, against)
     existing = _reusable(repository.latest_unfailed_pair(session, version.id, suite.id, incumbent.id), again)
+    if existing is None:
+        quotas.check_waiting(session, adapter.tenant_id, tenant, adding=2)
     row = existing or create_pair(session, version, incumbent, suite, actor=principal.label)
     return to_out(session, row), existing is None
 
@@ -89,11 +93,12 @@ def create_pair(session: Session, challenger: AdapterVersion, incumbent: Adapter
 
 
 def create(session: Session, version: AdapterVersion, suite: EvalSuite, *, actor: str,
-           context: dict | None = None, incumbent: Evaluation | None = None) -> Evaluation:
+           context: dict | None = None, incumbent: Evaluation | None = None,
+           priority: int = rules.NORMAL) -> Evaluation:
     """Queue an evaluation and audit the request (`context` adds to what the event says). Its
     task is sent once the transaction commits: a worker must find the row."""
     row = Evaluation(version_id=version.id, suite_id=suite.id, state=rules.QUEUED,
-                     failing_metrics=[], attempts=0, requested_by=actor,
+                     failing_metrics=[], attempts=0, requested_by=actor, priority=priority,
                      incumbent_evaluation_id=incumbent.id if incumbent is not None else None)
     session.add(row)
     session.flush()

@@ -7,6 +7,7 @@ from sqlalchemy.orm import Session
 
 from registry.eval_suites import service as suites
 from registry.evaluations import repository as evaluations_repository
+from registry.evaluations import rules as evaluation_rules
 from registry.evaluations import service as evaluations
 from registry.requalification import marking, repository
 from registry.tables import AdapterVersion, Pool
@@ -28,6 +29,7 @@ def request_for_served_versions(session: Session, pool: Pool, added: list[str], 
                 row = marking.fresh_evaluation(session, version, suite, actor=actor, context=context)
             else:
                 row = (evaluations_repository.latest_unfailed(session, version.id, suite.id)
-                       or evaluations.create(session, version, suite, actor=actor, context=context))
+                       or evaluations.create(session, version, suite, actor=actor, context=context,
+                                             priority=evaluation_rules.REQUALIFICATION))
             ids.append(row.id)
     return ids

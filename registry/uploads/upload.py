@@ -17,6 +17,7 @@ from registry.adapters.schemas import VersionOut
 from registry.auth.principal import Principal
 from registry.db import transaction
 from registry.errors import Unprocessable
+from registry.evaluations import quotas
 from registry.evaluations import service as evaluations
 from registry.settings import RegistrySettings
 from registry.storage.base import ArtifactStore
@@ -31,6 +32,9 @@ def upload_version(store: ArtifactStore, settings: RegistrySettings, *, principa
     with transaction() as session:
         target = service.upload_target(session, tenant=tenant, name=name, spec=spec,
                                        base_model=received.fields.get(BASE_MODEL_FIELD))
+        # A new version is evaluated at once: refused before its bytes are stored while its
+        # tenant's evaluations fill their quota.
+        quotas.check_waiting(session, target.tenant_id, tenant)
     signature = upload_signature.check(files.signature, _signed_files(files), target.signing,
                                        tenant, workdir)
     layout = validation.check_weights(files, spec, target.base.table, settings.max_header_bytes)

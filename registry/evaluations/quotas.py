@@ -1,0 +1,26 @@
+"""What one tenant may ask of the shared evaluation workers: a bound on its evaluations waiting
+or running at once (the suites it owns are bounded in eval_suites). Re-qualification's
+evaluations are the platform's own and never counted, nor refused. A request past the bound is
+refused before anything is stored or sent, with what to do about it."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from registry.errors import TooManyRequests
+from registry.evaluations import repository
+from registry.settings import get_settings
+
+RETRY_AFTER_S = 60
+
+
+def check_waiting(session: Session, tenant_id: int, tenant: str, adding: int = 1) -> None:
+    limit = get_settings().tenant_max_waiting_evaluations
+    waiting = repository.waiting_of_tenant(session, tenant_id)
+    if waiting + adding > limit:
+        raise TooManyRequests(
+            f"tenant {tenant!r} has {waiting} evaluations waiting or running, and may have at most "
+            f"{limit} (LORAPLANE_TENANT_MAX_WAITING_EVALUATIONS); {adding} more would pass it",
+            hint="Try again once some have finished (GET /v1/evaluations?state=queued), or ask the "
+                 "operators for a larger quota.", headers={"Retry-After": str(RETRY_AFTER_S)})
+
