@@ -42,15 +42,16 @@ def read_header(weights: bytes) -> tuple[dict, bytes]:
 
 
 def synthesize_adapter(base_config: dict, base_name: str, *, rank: int = 8,
-                       modules: tuple[str, ...] = ("q_proj", "v_proj")) -> Adapter:
-    """A rank-`rank` F32 adapter on the attention projections of a Llama-shaped base."""
+                       modules: tuple[str, ...] = ("q_proj", "v_proj"), seed: int = 0) -> Adapter:
+    """A rank-`rank` F32 adapter on the attention projections of a Llama-shaped base, its
+    weights drawn from `seed`."""
     hidden, heads = base_config["hidden_size"], base_config["num_attention_heads"]
     head_dim = base_config.get("head_dim") or hidden // heads
     outputs = {"q_proj": heads * head_dim, "o_proj": hidden,
                "k_proj": base_config.get("num_key_value_heads", heads) * head_dim,
                "v_proj": base_config.get("num_key_value_heads", heads) * head_dim}
     inputs = {"q_proj": hidden, "k_proj": hidden, "v_proj": hidden, "o_proj": heads * head_dim}
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     header, blobs, offset = {}, [], 0
     for layer in range(base_config["num_hidden_layers"]):
         for module in modules:

@@ -1,6 +1,6 @@
 """The router believes a node holds a version only when the node's engine itself lists it, loaded
 from the folder named by the version's digest; a report claiming more is not enough. Engines here
-are impostors (tests/serving/router/impostor.py): what they stand for, a server that lists what
+are impostors (bench/trust_attacks/impostor.py): what they stand for, a server that lists what
 it likes, is the point."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import aiohttp
 from serving.router import metrics
 from serving.router.engines import MAX_MODELS_BYTES, EngineCheck
 from serving.router.fleet import Fleet
-from tests.serving.router.impostor import Impostor
+from bench.trust_attacks.impostor import Impostor
 
 GOOD, OTHER = "a" * 64, "b" * 64
 NAMES = ["acme/chat@1", "globex/chat@3"]

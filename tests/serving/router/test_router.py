@@ -18,7 +18,7 @@ from devkit import services
 from devkit.services import wait_for
 from registry.tables import NodeAddress, Pool
 from tests.serving.router.conftest import POOL, router_metric, wait_until_served
-from tests.serving.router.impostor import Impostor
+from bench.trust_attacks.impostor import Impostor
 from tests.support.nodes import complete, issue_token
 
 

@@ -1,6 +1,7 @@
 """An HTTP server where no real engine is: what an attacker would run at an address of their
 choosing. It lists whatever adapters it is told to in /v1/models, answers every completion with
-its own text, and counts the prompts that reached it. Runs in a thread, for synchronous tests."""
+its own text, and counts the prompts that reached it. Runs in a thread, for synchronous tests
+and the trust benchmark."""
 
 from __future__ import annotations
 

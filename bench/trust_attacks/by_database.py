@@ -1,0 +1,200 @@
+"""What someone who can write to the database, but holds none of the registry host's keys
+(LORAPLANE_SECRET_KEY, the attestation key folder), attempts with SQL alone. Each attack puts
+back what it changed, so that the next one starts from the same world."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+import httpx
+from sqlalchemy import delete, select, text, update
+from sqlalchemy.orm import Session
+
+from bench.trust_attacks.attack import Attack, Outcome
+from bench.trust_attacks.by_fleet import judge_canary
+from bench.trust_attacks.by_people import _pending
+from bench.trust_attacks.world import POOL, World, prompts_reach_impostor
+from registry.tables import (
+    Adapter, AdapterVersion, ApiToken, AuditEvent, Identity, NodeAddress, Pool, PoolAlias, Tenant, TrafficWindow,
+)
+from registry.traffic_windows.schemas import WINDOW_BUCKETS
+
+
+def moves_a_node_to_its_server(world: World) -> Outcome:
+    with Session(world.engine) as session, session.begin():
+        row = session.scalars(select(NodeAddress).join(Pool).where(Pool.name == POOL)).one()
+        original, row.vllm_url = row.vllm_url, world.impostor.url
+    try:
+        reached = prompts_reach_impostor(world)
+    finally:
+        with Session(world.engine) as session, session.begin():
+            session.execute(update(NodeAddress).where(NodeAddress.vllm_url == world.impostor.url)
+                            .values(vllm_url=original))
+    return Outcome(reached, "node-1's address rewritten to the impostor: " +
+                   ("prompts reached it" if reached else "its seal broke, and no prompt reached it"))
+
+
+def mints_a_token(world: World) -> Outcome:
+    plain = "lpt_" + secrets.token_urlsafe(32)
+    with Session(world.engine) as session, session.begin():
+        identity = Identity(name="forged", tenant_id=None)
+        session.add(identity)
+        session.flush()
+        row = ApiToken(token_hash=hashlib.sha256(plain.encode()).hexdigest(), subject="forged",
+                       identity_id=identity.id, role="admin", tenant_id=None)
+        session.add(row)
+        session.flush()
+        ids = row.id, identity.id
+    try:
+        status = httpx.get(world.registry_url + "/v1/whoami", headers={"Authorization": f"Bearer {plain}"}).status_code
+    finally:
+        with Session(world.engine) as session, session.begin():
+            session.delete(session.get(ApiToken, ids[0]))
+            session.flush()
+            session.delete(session.get(Identity, ids[1]))
+    return Outcome(status == 200, f"a global admin token row with the token's sha256: whoami answered {status}")
+
+
+AUDIT_TRIGGERS = ("audit_events_append_only", "audit_events_no_truncate")
+
+
+@contextmanager
+def _as_owner(engine) -> Iterator[Session]:
+    """What the tables' owner can do in one transaction: switch the audit table's append-only
+    triggers off, change anything, and switch them back on."""
+    with Session(engine) as session, session.begin():
+        session.execute(text("ALTER TABLE audit_events DISABLE TRIGGER USER"))
+        yield session
+        session.flush()
+        for trigger in AUDIT_TRIGGERS:
+            session.execute(text(f"ALTER TABLE audit_events ENABLE ALWAYS TRIGGER {trigger}"))
+
+
+def _version_row(session: Session, tenant: str, adapter: str, number: int) -> AdapterVersion:
+    return session.scalar(select(AdapterVersion).join(Adapter).join(Tenant).where(
+        Tenant.name == tenant, Adapter.name == adapter, AdapterVersion.number == number))
+
+
+def _swap_then_approve(world: World, *, rewrite_events: bool) -> Outcome:
+    promotion_id = _pending(world, "uploader")
+    with _as_owner(world.engine) as session:
+        pending = _version_row(session, "acme", "trust-chat", 3)
+        other = _version_row(session, "globex", "trust-code", 2)
+        kept = (pending.digest, pending.files)
+        pending.digest, pending.files = other.digest, other.files
+        events = []
+        if rewrite_events:
+            events = list(session.scalars(select(AuditEvent).where(
+                AuditEvent.subject == world.versions["chat@3"]["served_name"],
+                AuditEvent.action.in_(("adapter_version.upload", "evaluation.passed")))))
+            for event in events:
+                event.after = {**event.after, "digest": other.digest}
+        before_events = {e.id: {**e.after, "digest": kept[0]} for e in events}
+    try:
+        response = world.client("reviewer").post(f"/v1/promotions/{promotion_id}/approve",
+                                                 json={"comment": "looks fine"})
+    finally:
+        with _as_owner(world.engine) as session:
+            pending = _version_row(session, "acme", "trust-chat", 3)
+            pending.digest, pending.files = kept
+            for event_id, after in before_events.items():
+                session.get(AuditEvent, event_id).after = after
+    signed = response.status_code == 200
+    if signed:
+        world.client("global_admin").post(f"/v1/pools/{POOL}/aliases/acme/trust-chat/production/rollback",
+                                          json={"comment": "undo"})
+    else:
+        world.client("global_admin").post(f"/v1/promotions/{promotion_id}/reject", json={"comment": "refused"})
+    return Outcome(signed, f"a real reviewer's approval of swapped bytes answered {response.status_code}")
+
+
+def swaps_bytes_before_approval(world: World) -> Outcome:
+    return _swap_then_approve(world, rewrite_events=False)
+
+
+def swaps_bytes_and_rewrites_their_records(world: World) -> Outcome:
+    return _swap_then_approve(world, rewrite_events=True)
+
+
+def forges_windows_from_two_routers(world: World) -> Outcome:
+    answered = [0] * (len(WINDOW_BUCKETS) + 1)
+    answered[3] = 5000
+    with Session(world.engine) as session, session.begin():
+        pool_id = session.scalar(select(Pool.id).where(Pool.name == POOL))
+        session.execute(delete(TrafficWindow).where(TrafficWindow.pool_id == pool_id))  # a clean slate
+        now = datetime.now(UTC)
+        for router in ("router-1", "router-9"):
+            report = str(uuid.uuid4())
+            for key, alias in (("chat@2", "canary"), ("chat@1", "production")):
+                session.add(TrafficWindow(
+                    pool_id=pool_id, router_id=router, report_id=report, served_name=world.versions[key]["served_name"],
+                    alias=alias, at=now, requests=5000, errors={}, completion_tokens=80000, busy_s=400.0,
+                    ttft_buckets=answered, latency_buckets=answered))
+    weight, state = judge_canary(world)
+    return Outcome(state != "active" or weight != 10,
+                   f"windows inserted as two routers: canary {state} at {weight}%")
+
+
+def _active_entry(world: World, served_name: str, generation_before: int) -> dict | None:
+    node = world.client("node")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the registry's poll of the database: about a second
+        body = node.get(f"/v1/pools/{POOL}/active-set").json()
+        if body["generation"] > generation_before:
+            return next((e for e in body["entries"] if e["served_name"] == served_name), None)
+        time.sleep(0.2)
+    return None
+
+
+def _point_alias(world: World, key: str, tenant: str, adapter: str, number: int, alias: str) -> Outcome:
+    """Point `alias` of the adapter at version `number` and bump the pool's generation, as the
+    registry's own change would: does a node get that version with an attestation to trust?"""
+    generation = world.client("node").get(f"/v1/pools/{POOL}/active-set").json()["generation"]
+    with Session(world.engine) as session, session.begin():
+        version = _version_row(session, tenant, adapter, number)
+        row = session.scalar(select(PoolAlias).join(Pool).where(
+            Pool.name == POOL, PoolAlias.adapter_id == version.adapter_id, PoolAlias.alias == alias))
+        kept, alias_id = row.version_id, row.id
+        row.version_id = version.id
+        session.execute(update(Pool).where(Pool.name == POOL).values(generation=Pool.generation + 1))
+    try:
+        entry = _active_entry(world, world.versions[key]["served_name"], generation)
+    finally:
+        with Session(world.engine) as session, session.begin():
+            session.execute(update(PoolAlias).where(PoolAlias.id == alias_id).values(version_id=kept))
+            session.execute(update(Pool).where(Pool.name == POOL).values(generation=Pool.generation + 1))
+    trusted = entry is not None and bool(entry.get("attestation"))
+    return Outcome(trusted, f"{world.versions[key]['served_name']} served to nodes "
+                   + ("with the attestation of its earlier approval, which nodes accept" if trusted
+                      else "with no attestation to trust"
+                      if entry is not None else "not at all"))
+
+
+def points_production_at_a_rolled_back_version(world: World) -> Outcome:
+    return _point_alias(world, "code@2", "globex", "trust-code", 2, "production")
+
+
+def points_production_at_a_version_nobody_approved(world: World) -> Outcome:
+    return _point_alias(world, "chat@4", "acme", "trust-chat", 4, "production")
+
+
+ATTACKS = [
+    Attack("database_writer", "moves_a_node_to_its_server", moves_a_node_to_its_server),
+    Attack("database_writer", "mints_a_token", mints_a_token),
+    Attack("database_writer", "swaps_bytes_before_an_approval", swaps_bytes_before_approval),
+    Attack("database_writer", "swaps_bytes_and_rewrites_their_records", swaps_bytes_and_rewrites_their_records),
+    Attack("database_writer", "points_production_at_a_version_nobody_approved",
+           points_production_at_a_version_nobody_approved),
+    Attack("database_writer", "points_production_at_a_rolled_back_version",
+           points_production_at_a_rolled_back_version,
+           open_because="an attestation proves a version was approved once, not that it is current: "
+                        "active-set generations are not signed yet"),
+    Attack("database_writer", "forges_traffic_windows_as_two_routers", forges_windows_from_two_routers,
+           open_because="traffic windows carry no seal: a database writer can write them as any routers"),
+]
