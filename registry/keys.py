@@ -21,6 +21,7 @@ class Purpose(StrEnum):
     AUDIT_HEAD = "audit-head"
     NODE_ADDRESSES = "node-addresses"
     API_TOKENS = "api-tokens"
+    TRAFFIC_WINDOWS = "traffic-windows"
 
 
 def key_for(purpose: Purpose) -> bytes:

@@ -395,6 +395,9 @@ class TrafficWindow(Base):
     latency_buckets: Mapped[list[int]] = mapped_column(JSON)
     shadow_compared: Mapped[int] = mapped_column(BigInteger, server_default="0")
     shadow_agreed: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    # A keyed hash of every field above but the id, made as the registry stores the window
+    # (traffic_windows/seals.py): a window written into the database directly does not count.
+    seal: Mapped[str | None] = mapped_column(String(64))
 
 
 class NodeStatus(Base):

@@ -195,6 +195,5 @@ ATTACKS = [
            points_production_at_a_rolled_back_version,
            open_because="an attestation proves a version was approved once, not that it is current: "
                         "active-set generations are not signed yet"),
-    Attack("database_writer", "forges_traffic_windows_as_two_routers", forges_windows_from_two_routers,
-           open_because="traffic windows carry no seal: a database writer can write them as any routers"),
+    Attack("database_writer", "forges_traffic_windows_as_two_routers", forges_windows_from_two_routers),
 ]

@@ -14,12 +14,13 @@ from collections.abc import Iterable
 
 from registry.canaries.schemas import Check, SideMetrics
 from registry.promotions.analysis_policy import CanaryAnalysis
-from registry.traffic_windows.schemas import WINDOW_BUCKETS, WindowSum
+from registry.tables import TrafficWindow
+from registry.traffic_windows.schemas import WINDOW_BUCKETS
 
 FAIL, PASS, WAIT = "fail", "pass", "wait"
 
 
-def side(served_name: str, alias: str, rows: Iterable[WindowSum]) -> SideMetrics:
+def side(served_name: str, alias: str, rows: Iterable[TrafficWindow]) -> SideMetrics:
     mine = [r for r in rows if r.served_name == served_name and r.alias == alias]
     requests = sum(r.requests for r in mine)
     errors: dict[str, int] = {}
@@ -74,10 +75,10 @@ def judge(policy: CanaryAnalysis, canary: SideMetrics, production: SideMetrics,
 
 
 def by_router(policy: CanaryAnalysis, canary_name: str, production_name: str,
-              rows: Iterable[WindowSum], elapsed_s: float) -> dict[str, str]:
+              rows: Iterable[TrafficWindow], elapsed_s: float) -> dict[str, str]:
     """Each router's own verdict, on its own windows alone: what one router token says, never
     summed with the others', so that it can be told apart and counted as one source."""
-    mine: dict[str, list[WindowSum]] = defaultdict(list)
+    mine: dict[str, list[TrafficWindow]] = defaultdict(list)
     for row in rows:
         mine[row.router_id].append(row)
     return {router: judge(policy, side(canary_name, "canary", windows),

@@ -43,3 +43,6 @@ class CanaryStatus(BaseModel):
     sources_needed: int = Field(1, description=(
         "Routers that must each reach the verdict before the analysis acts on it (the pool's "
         "canary_min_routers); short of them, it awaits corroboration or a reviewer."))
+    unsealed_windows: int = Field(0, description=(
+        "Traffic windows of this step whose seal did not hold: written to the database by "
+        "something other than a registry, and not counted."))

@@ -32,6 +32,7 @@ from registry.promotions.analysis_policy import CanaryAnalysis
 from registry.settings import get_settings
 from registry.tables import Adapter, AdapterVersion, Pool, Promotion, Tenant
 from registry.traffic_windows import repository as windows
+from registry.traffic_windows import service as traffic
 
 DECIDERS = {Role.ADMIN, Role.REVIEWER}
 READERS = {Role.ADMIN, Role.REVIEWER, Role.UPLOADER}
@@ -206,7 +207,7 @@ def _status(session: Session, promotion: Promotion, policy: CanaryAnalysis, stat
     production_id = promotions.aliased_version_id(session, promotion.pool_id, promotion.adapter_id, PRODUCTION)
     production_name = _served(session, production_id) if production_id else ""
     counted_from = since + timedelta(seconds=get_settings().canary_grace_s)
-    rows = windows.sums_since(session, promotion.pool_id, [canary_name, production_name], counted_from)
+    rows, unsealed = traffic.sealed_since(session, promotion.pool_id, [canary_name, production_name], counted_from)
     canary = analysis.side(canary_name, CANARY, rows)
     production = analysis.side(production_name, PRODUCTION, rows)
     elapsed_s = (now - since).total_seconds()
@@ -215,7 +216,8 @@ def _status(session: Session, promotion: Promotion, policy: CanaryAnalysis, stat
                         state=state["state"], step_started_at=since, checked_at=now, canary=canary,
                         production=production, checks=checks, verdict=verdict,
                         sources=analysis.by_router(policy, canary_name, production_name, rows, elapsed_s),
-                        sources_needed=session.get(Pool, promotion.pool_id).canary_min_routers)
+                        sources_needed=session.get(Pool, promotion.pool_id).canary_min_routers,
+                        unsealed_windows=unsealed)
 
 
 def _save(promotion: Promotion, state: dict, status: CanaryStatus, label: str) -> None:

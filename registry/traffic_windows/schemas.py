@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -68,20 +67,3 @@ class WindowDelta(BaseModel):
             raise ValueError("busy_s must be finite")
         return self
 
-
-@dataclass
-class WindowSum:
-    """Every window one router reported for one served name under one alias, summed: the fields
-    of a window, so that analysis reads a sum as it reads a row."""
-
-    router_id: str
-    served_name: str
-    alias: str
-    requests: int = 0
-    completion_tokens: int = 0
-    busy_s: float = 0.0
-    shadow_compared: int = 0
-    shadow_agreed: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
-    ttft_buckets: list[int] = field(default_factory=lambda: [0] * (len(WINDOW_BUCKETS) + 1))
-    latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(WINDOW_BUCKETS) + 1))

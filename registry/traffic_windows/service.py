@@ -3,14 +3,17 @@ again: a router whose answer was lost sends the same report once more."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from registry.tables import TrafficWindow
-from registry.traffic_windows import repository
+from registry.traffic_windows import repository, seals
 from registry.traffic_windows.schemas import WindowDelta
+
+log = logging.getLogger(__name__)
 
 
 def record(session: Session, pool_id: int, router_id: str, report_id: str,
@@ -19,13 +22,29 @@ def record(session: Session, pool_id: int, router_id: str, report_id: str,
     if not deltas or repository.report_seen(session, pool_id, router_id, report_id):
         return False
     at = repository.database_now(session)
+    windows = [TrafficWindow(pool_id=pool_id, router_id=router_id, report_id=report_id, at=at, **delta.model_dump())
+               for delta in deltas]
+    for window in windows:
+        window.seal = seals.seal(window)
     try:
         with session.begin_nested():  # the same report, racing through another registry process
-            session.add_all(TrafficWindow(pool_id=pool_id, router_id=router_id, report_id=report_id,
-                                          at=at, **delta.model_dump()) for delta in deltas)
+            session.add_all(windows)
     except IntegrityError:
         return False
     return True
+
+
+def sealed_since(session: Session, pool_id: int, served_names: list[str],
+                 since: datetime) -> tuple[list[TrafficWindow], int]:
+    """The windows of these names stored since `since` whose seal holds, and how many did not:
+    those were written to the database by someone other than a registry, and never count."""
+    windows = repository.windows_since(session, pool_id, served_names, since)
+    sealed = [window for window in windows if seals.holds(window)]
+    if len(sealed) < len(windows):
+        log.warning("%d traffic windows of pool %d have no valid seal and are not counted: they were "
+                    "not stored by a registry (loraplane audit verify, and check who writes to the "
+                    "database)", len(windows) - len(sealed), pool_id)
+    return sealed, len(windows) - len(sealed)
 
 
 def prune(session: Session, *, keep_s: float) -> int:

@@ -1,0 +1,30 @@
+"""Every traffic window is sealed as the registry stores it: a keyed hash, under a key derived
+from LORAPLANE_SECRET_KEY that the database never sees, of the pool, the router, the report, the
+name and alias, when it was stored, and every count. A canary's analysis counts only windows whose
+seal holds, so that someone who can write to the database cannot make up traffic (as two routers
+that agree, say) and move a canary: without the key, they cannot seal what they write."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from datetime import UTC
+
+from registry.keys import Purpose, key_for
+from registry.tables import TrafficWindow
+
+FIELDS = ("pool_id", "router_id", "report_id", "served_name", "alias", "requests", "errors",
+          "completion_tokens", "busy_s", "ttft_buckets", "latency_buckets", "shadow_compared",
+          "shadow_agreed")
+
+
+def seal(window: TrafficWindow) -> str:
+    at = window.at.astimezone(UTC).isoformat(timespec="microseconds")
+    message = json.dumps([at, *(getattr(window, name) for name in FIELDS)],
+                         sort_keys=True, separators=(",", ":")).encode()
+    return hmac.new(key_for(Purpose.TRAFFIC_WINDOWS), message, hashlib.sha256).hexdigest()
+
+
+def holds(window: TrafficWindow) -> bool:
+    return window.seal is not None and hmac.compare_digest(window.seal, seal(window))
