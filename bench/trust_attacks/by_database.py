@@ -184,6 +184,32 @@ def points_production_at_a_version_nobody_approved(world: World) -> Outcome:
     return _point_alias(world, "chat@4", "acme", "trust-chat", 4, "production")
 
 
+def moves_a_canarys_weight(world: World) -> Outcome:
+    """Set the canary's weight to 90% and bump the generation: do the routers get it?"""
+    router = world.client("router")
+    generation = router.get(f"/v1/pools/{POOL}/active-set").json()["generation"]
+    with Session(world.engine) as session, session.begin():
+        row = session.scalar(select(PoolAlias).join(Pool).where(Pool.name == POOL, PoolAlias.alias == "canary"))
+        kept, alias_id = row.weight, row.id
+        row.weight = 90
+        session.execute(update(Pool).where(Pool.name == POOL).values(generation=Pool.generation + 1))
+    try:
+        weight = None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            body = router.get(f"/v1/pools/{POOL}/active-set").json()
+            if body["generation"] > generation:
+                weight = next((a["weight"] for e in body["entries"] for a in e["aliases"]
+                               if a["alias"] == "canary"), None)
+                break
+            time.sleep(0.2)
+    finally:
+        with Session(world.engine) as session, session.begin():
+            session.execute(update(PoolAlias).where(PoolAlias.id == alias_id).values(weight=kept))
+            session.execute(update(Pool).where(Pool.name == POOL).values(generation=Pool.generation + 1))
+    return Outcome(weight == 90, f"the routers' active set gives the canary {weight}%")
+
+
 ATTACKS = [
     Attack("database_writer", "moves_a_node_to_its_server", moves_a_node_to_its_server),
     Attack("database_writer", "mints_a_token", mints_a_token),
@@ -196,4 +222,7 @@ ATTACKS = [
            open_because="an attestation proves a version was approved once, not that it is current: "
                         "active-set generations are not signed yet"),
     Attack("database_writer", "forges_traffic_windows_as_two_routers", forges_windows_from_two_routers),
+    Attack("database_writer", "moves_a_canarys_weight", moves_a_canarys_weight,
+           open_because="the routers take weights from the registry as it reads them from the database: "
+                        "active-set generations are not signed yet"),
 ]
