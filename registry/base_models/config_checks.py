@@ -66,8 +66,20 @@ def _refuse_code_loading(section: dict[str, Any], path: str, depth: int = 0) -> 
                                 "transformers' built-in implementations", code="invalid_base_config",
                                 hint="Remove the field or use a built-in one such as 'sdpa' or "
                                      "'eager': a kernel named org/repo is fetched and run from the hub.")
-        if isinstance(value, dict):
-            _refuse_code_loading(value, f"{where}.", depth + 1)
+        _descend(value, where, depth)
+
+
+def _descend(value: Any, where: str, depth: int) -> None:
+    """Into sub-configs, those held in lists too (e.g. a list of per-layer configs)."""
+    if isinstance(value, dict):
+        _refuse_code_loading(value, f"{where}.", depth + 1)
+    elif isinstance(value, list):
+        if depth + 1 > MAX_DEPTH:
+            raise Unprocessable(f"config.json nests deeper than {MAX_DEPTH} levels", code="invalid_base_config",
+                                hint=HINT)
+        for index, item in enumerate(value):
+            if isinstance(item, (dict, list)):
+                _descend(item, f"{where}[{index}]", depth + 1)
 
 
 def _check_sizes(section: dict[str, Any]) -> None:

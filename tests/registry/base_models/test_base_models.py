@@ -97,6 +97,10 @@ def test_a_second_base_from_the_same_config_shares_its_table(admin, base_model, 
      "invalid_base_config", "'auto_map' would load code that is not part of transformers"),
     ({"name": "x11", "config": {**LLAMA_8B, "trust_remote_code": True}}, 422, "invalid_base_config",
      "'trust_remote_code' would load code"),
+    ({"name": "x12", "config": {**LLAMA_8B, "layer_configs": [{"ok": 1}, {"auto_map": {"AutoModel": "m.Evil"}}]}},
+     422, "invalid_base_config", "'layer_configs[1].auto_map' would load code"),
+    ({"name": "x13", "config": {**LLAMA_8B, "blocks": [[{"attn_implementation": "evil/kernel"}]]}}, 422,
+     "invalid_base_config", "'blocks[0][0].attn_implementation' names 'evil/kernel'"),
 ])
 def test_bad_base_model_is_refused_and_nothing_is_stored(admin, base_model, body, status, code, message):
     before = admin.get("/v1/base-models", params={"limit": 200}).json()["items"]
