@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
@@ -18,7 +18,10 @@ def report_seen(session: Session, pool_id: int, router_id: str, report_id: str) 
 
 def database_now(session: Session) -> datetime:
     """The database's clock as this statement runs (not its transaction's start), the one the
-    windows are stamped with, so that registries and housekeepers on other hosts agree."""
+    windows are stamped with, so that registries and housekeepers on other hosts agree. SQLite
+    (one host, the embedded default) has no such clock: this host's is the one."""
+    if session.get_bind().dialect.name != "postgresql":
+        return datetime.now(UTC)
     return session.scalar(select(func.clock_timestamp()))
 
 

@@ -11,6 +11,7 @@ import hmac
 import json
 from datetime import UTC
 
+from registry.clock import aware
 from registry.keys import Purpose, key_for
 from registry.tables import TrafficWindow
 
@@ -20,7 +21,7 @@ FIELDS = ("pool_id", "router_id", "report_id", "served_name", "alias", "requests
 
 
 def seal(window: TrafficWindow) -> str:
-    at = window.at.astimezone(UTC).isoformat(timespec="microseconds")
+    at = aware(window.at).astimezone(UTC).isoformat(timespec="microseconds")
     message = json.dumps([at, *(getattr(window, name) for name in FIELDS)],
                          sort_keys=True, separators=(",", ":")).encode()
     return hmac.new(key_for(Purpose.TRAFFIC_WINDOWS), message, hashlib.sha256).hexdigest()

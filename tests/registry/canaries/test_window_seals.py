@@ -99,3 +99,38 @@ def test_a_window_counts_by_when_it_was_stored_never_by_its_id(engine, pool_id, 
     with Session(engine) as session:
         counted, unsealed = traffic.sealed_since(session, pool_id, names, step_began)
     assert [w.id for w in counted] == [after.id] and unsealed == 0
+
+
+def test_on_the_embedded_sqlite_database_windows_are_stamped_sealed_and_counted(tmp_path):
+    """SQLite, the embedded default, has no clock_timestamp() and hands times back naive."""
+    from migrations import runner
+    from registry.db import make_engine
+    from registry.promotions import canary_actions
+    from registry.tables import BaseModel
+    from registry.traffic_windows.schemas import WindowDelta
+
+    url = f"sqlite:///{tmp_path / 'embedded.db'}"
+    runner.upgrade(url)
+    engine = make_engine(url)
+    with Session(engine) as session, session.begin():
+        base = BaseModel(name="b", architecture="LlamaForCausalLM", hidden_size=64, num_layers=2,
+                         vocab_size=256, config={})
+        session.add(base)
+        session.flush()
+        pool = Pool(name="p", base_model_id=base.id, dtype="float32", max_loras=1, max_cpu_loras=1,
+                    max_lora_rank=8, required_suites=[])
+        session.add(pool)
+        session.flush()
+        pool_id = pool.id
+    with Session(engine) as session, session.begin():
+        began = canary_actions.step_start(session)["step_started_at"]
+    delta = WindowDelta(served_name="acme/x@1", alias="canary", requests=7, errors={}, completion_tokens=70,
+                        busy_s=0.5, ttft_buckets=[7] + [0] * (SLOTS - 1), latency_buckets=[7] + [0] * (SLOTS - 1))
+    with Session(engine) as session, session.begin():
+        assert traffic.record(session, pool_id, "r1", str(uuid.uuid4()), [delta])
+    with Session(engine) as session:
+        from datetime import datetime
+
+        counted, unsealed = traffic.sealed_since(session, pool_id, ["acme/x@1"], datetime.fromisoformat(began))
+    assert [w.requests for w in counted] == [7] and unsealed == 0
+    engine.dispose()
