@@ -61,11 +61,23 @@ def set_policy(
 
 
 @policy_app.command("approve")
-def approve(adapter: str = typer.Argument(..., help="tenant/name")):
+def approve(adapter: str = typer.Argument(..., help="tenant/name"),
+            yes: bool = typer.Option(False, "--yes", help="Approve without asking, once it is shown.")):
     """Put a proposed policy that weakens the current one in force (a second person: a reviewer
-    or admin of the tenant who did not propose it)."""
+    or admin of the tenant who did not propose it). Shows how it weakens the policy first, and
+    approves exactly that proposal."""
     with connect() as client:
-        print_json(call(lambda: checked(client.post(_path(adapter) + "/approve"))))
+        current = call(lambda: checked(client.get(_path(adapter))))
+        proposed = current.get("proposed")
+        if not proposed:
+            fail(f"{adapter} has no proposed evaluation policy", "A weakening is proposed with `loraplane policy set`.")
+        console.print(f"{adapter}: proposed by {proposed['proposed_by']}; it weakens the policy in force:")
+        for change in proposed["weakens"]:
+            console.print(f"  - {change}")
+        if not yes and not typer.confirm("Approve it?", err=True):
+            fail("not approved", "Nothing changed.")
+        print_json(call(lambda: checked(client.post(_path(adapter) + "/approve",
+                                                    json={"sha256": proposed["sha256"]}))))
 
 
 @policy_app.command("withdraw")

@@ -7,7 +7,7 @@ from registry.adapters.endpoints import Name, Tenant
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal
 from registry.evaluation_policies import service
-from registry.evaluation_policies.schemas import EvaluationPolicy, EvaluationPolicyOut
+from registry.evaluation_policies.schemas import EvaluationPolicy, EvaluationPolicyOut, PolicyApproval
 from registry.request_session import RequestSession
 
 router = APIRouter(prefix="/v1/adapters", tags=["adapters"])
@@ -31,10 +31,11 @@ def put_policy(spec: EvaluationPolicy, response: Response, tenant: str = Tenant,
 
 
 @router.post("/{tenant}/{name}/evaluation-policy/approve", response_model=EvaluationPolicyOut)
-def approve_policy(tenant: str = Tenant, name: str = Name, principal: Principal = Depends(authenticated),
-                   session: Session = RequestSession):
-    """Put a proposed policy in force: a reviewer or admin of the tenant who is not its proposer."""
-    return service.approve(session, principal, tenant, name)
+def approve_policy(body: PolicyApproval, tenant: str = Tenant, name: str = Name,
+                   principal: Principal = Depends(authenticated), session: Session = RequestSession):
+    """Put a proposed policy in force: a reviewer or admin of the tenant who is not its proposer,
+    naming the proposal they read (`proposed.sha256`)."""
+    return service.approve(session, principal, tenant, name, body.sha256)
 
 
 @router.delete("/{tenant}/{name}/evaluation-policy/proposed", response_model=EvaluationPolicyOut)

@@ -62,6 +62,14 @@ class ProposedPolicy(BaseModel):
     weakens: list[str] = Field(description="How it would weaken the policy in force.")
     proposed_by: str
     proposed_at: datetime | None
+    sha256: str = Field(description=(
+        "Names this proposal: approving it sends this back, so that a proposal replaced after "
+        "the approver read it is never the one approved."))
+
+
+class PolicyApproval(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="The `proposed.sha256` the approver read.")
 
 
 class EvaluationPolicyOut(EvaluationPolicy):

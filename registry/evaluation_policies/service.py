@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+import hashlib
 from datetime import UTC, datetime
 
 from registry import audit
 from registry.adapters import service as adapters
 from registry.auth import lineage
+from registry.clock import aware
 from registry.auth.principal import Principal, Role
 from registry.errors import Conflict, Forbidden, Unprocessable
 from registry.eval_suites import service as suites
@@ -26,6 +28,7 @@ from registry.evaluation_policies.schemas import (
     QUALITY_METRICS, EvaluationPolicy, EvaluationPolicyOut, ProposedPolicy,
 )
 from registry.tables import Adapter, AdapterVersion, BaseModel, Pool
+from signed_digests.provenance import canonical
 
 READERS = {Role.ADMIN, Role.UPLOADER, Role.REVIEWER}
 EDITORS = {Role.ADMIN, Role.UPLOADER}
@@ -54,6 +57,11 @@ def put(session: Session, principal: Principal, tenant: str, name: str,
                                 hint="Pick suites built for the adapter's base model.")
     weakens = changes.weakenings(of(adapter), spec)
     if not weakens:
+        if adapter.proposed_evaluation_policy is not None:
+            audit.record(session, actor=principal.label, action="adapter.evaluation_policy.withdrawn",
+                         subject=f"{tenant}/{name}", tenant_id=adapter.tenant_id,
+                         before={"proposed": adapter.proposed_evaluation_policy},
+                         after={"replaced_by": spec.model_dump(mode="json")})
         _withdraw(adapter)
         _apply(session, adapter, spec.model_dump(mode="json"), actor=principal.label, tenant=tenant)
         return _out(session, tenant, adapter), True
@@ -68,15 +76,19 @@ def put(session: Session, principal: Principal, tenant: str, name: str,
     return _out(session, tenant, adapter), False
 
 
-def approve(session: Session, principal: Principal, tenant: str, name: str) -> EvaluationPolicyOut:
+def approve(session: Session, principal: Principal, tenant: str, name: str, seen_sha256: str) -> EvaluationPolicyOut:
     """Put the proposed policy in force: a reviewer or admin of the tenant, never its proposer
-    nor anyone in the proposer's token lineage."""
+    nor anyone in the proposer's token lineage, and only the proposal they read (`seen_sha256`)."""
     principal.require(APPROVERS, tenant)
     adapter = adapters.find_adapter_for_update(session, tenant, name)
     if adapter.proposed_evaluation_policy is None:
         raise Conflict(f"{tenant}/{name} has no proposed evaluation policy to approve",
                        code="no_proposed_policy", hint="A policy that weakens the current one is proposed "
                        "with PUT .../evaluation-policy; one that does not applies at once.")
+    if seen_sha256 != _proposal_sha256(adapter):
+        raise Conflict(f"the proposed policy of {tenant}/{name} is not the one you read: it was replaced "
+                       "or withdrawn since", code="proposal_changed",
+                       hint="Read it again (GET .../evaluation-policy), then approve its `proposed.sha256`.")
     proposer = adapter.policy_proposed_by_identity_id
     refused = (("who proposed it has no recorded identity", "Propose it again with a current token.")
                if proposer is None else lineage.could_act_as(session, principal.identity_id, proposer,
@@ -100,6 +112,13 @@ def withdraw(session: Session, principal: Principal, tenant: str, name: str) -> 
                  before={"proposed": adapter.proposed_evaluation_policy}, after=None)
     _withdraw(adapter)
     return _out(session, tenant, adapter)
+
+
+def _proposal_sha256(adapter: Adapter) -> str:
+    """The proposal's policy, proposer and time: a new proposal of the same policy is another one."""
+    when = aware(adapter.policy_proposed_at).isoformat() if adapter.policy_proposed_at else None
+    document = [adapter.proposed_evaluation_policy, adapter.policy_proposed_by_identity_id, when]
+    return hashlib.sha256(canonical(document)).hexdigest()
 
 
 def _apply(session: Session, adapter: Adapter, policy: dict, *, actor: str, tenant: str,
@@ -160,7 +179,7 @@ def _out(session: Session, tenant: str, adapter: Adapter) -> EvaluationPolicyOut
         spec = EvaluationPolicy.model_validate(adapter.proposed_evaluation_policy)
         proposed = ProposedPolicy(policy=spec, weakens=changes.weakenings(policy, spec),
                                   proposed_by=adapter.policy_proposed_by or "",
-                                  proposed_at=adapter.policy_proposed_at)
+                                  proposed_at=adapter.policy_proposed_at, sha256=_proposal_sha256(adapter))
     return EvaluationPolicyOut(tenant=tenant, adapter=adapter.name, **policy.model_dump(),
                                effective_margins={m: policy.challenger.margin(m) for m in QUALITY_METRICS},
                                proposed=proposed)

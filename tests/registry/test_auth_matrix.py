@@ -146,7 +146,7 @@ ENDPOINTS = {
     # A weakening waits for the tenant's reviewers and admins; the matrix's adapter has none
     # waiting, so those who may act are told so.
     "POST /v1/adapters/{tenant}/{name}/evaluation-policy/approve": [
-        (lambda w: ("POST", "/v1/adapters/acme/matrix/evaluation-policy/approve", {}),
+        (lambda w: ("POST", "/v1/adapters/acme/matrix/evaluation-policy/approve", {"json": {"sha256": "0" * 64}}),
          expect(403, global_admin=409, acme_admin=409, acme_reviewer=409))],
     "DELETE /v1/adapters/{tenant}/{name}/evaluation-policy/proposed": [
         (lambda w: ("DELETE", "/v1/adapters/acme/matrix/evaluation-policy/proposed", {}),

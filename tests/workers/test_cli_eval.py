@@ -91,7 +91,7 @@ def test_a_policy_set_from_the_cli_and_a_pair_evaluated_side_by_side(
     assert weaker.returncode == 0, weaker.stderr
     assert ("proposed, not in force: it weakens the policy (the challenger's margin on exact_match raised "
             "from 0.1 to 0.3)") in unwrapped(weaker.stderr)
-    mine = cli("policy", "approve", "acme/cli-pair", **as_uploader)
+    mine = cli("policy", "approve", "acme/cli-pair", "--yes", **as_uploader)
     assert mine.returncode == 1 and "role 'uploader' may not do this" in unwrapped(mine.stderr)
     withdrawn = cli("policy", "withdraw", "acme/cli-pair", token=tokens["acme_reviewer"], url=registry.url)
     assert withdrawn.returncode == 0, withdrawn.stderr

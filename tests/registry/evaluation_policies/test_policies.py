@@ -45,7 +45,8 @@ def set_policy(client, adapter: str, suites: list[str], *, approver=None, **chal
     response = client.put(policy_path(adapter), json={"required_suites": suites, "challenger": challenger})
     if approver is not None:
         assert response.status_code == 202, response.text
-        response = approver.post(policy_path(adapter) + "/approve")
+        response = approver.post(policy_path(adapter) + "/approve",
+                                 json={"sha256": response.json()["proposed"]["sha256"]})
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -323,12 +324,19 @@ def test_the_two_halves_of_a_pair_are_always_claimed_together(champion, make_rea
 
 
 @pytest.fixture
-def weakened(client_for, make_ready, task_suites, engine) -> str:
-    """acme/policy-weak, held to acme's task suite with a margin of 0.05, and a proposal by its
-    uploader to drop the suite and raise the margin."""
+def weakened(client_for, make_ready, task_suites, engine, second_reviewer) -> str:
+    """acme/policy-weak, held to acme's task suite with a margin of 0.05 (approved by a second
+    person where an earlier test left it stricter), with no proposal waiting."""
     if not client_for("acme_admin").get(policy_path("acme/policy-weak")).status_code == 200:
         make_ready("policy-weak", evaluate=False)
-    set_policy(client_for("acme_uploader"), "acme/policy-weak", [TASK_SUITE], margins={"exact_match": 0.05})
+    uploader = client_for("acme_uploader")
+    uploader.delete(policy_path("acme/policy-weak") + "/proposed")
+    body = {"required_suites": [TASK_SUITE], "challenger": {"margins": {"exact_match": 0.05}}}
+    response = uploader.put(policy_path("acme/policy-weak"), json=body)
+    if response.status_code == 202:
+        response = second_reviewer.post(policy_path("acme/policy-weak") + "/approve",
+                                        json={"sha256": response.json()["proposed"]["sha256"]})
+    assert response.status_code == 200, response.text
     return "acme/policy-weak"
 
 
@@ -355,10 +363,11 @@ def test_a_policy_that_weakens_waits_for_a_second_person(weakened, client_for, s
             ("acme_uploader", 403, "forbidden", "role 'uploader' may not do this"),
             ("globex_admin", 403, "forbidden", "belongs to tenant 'globex', not 'acme'"),
             ("serving_node", 403, "forbidden", "role 'node' may not do this")):
-        assert_refused(client_for(who).post(policy_path(weakened) + "/approve"), status, code, message)
+        assert_refused(client_for(who).post(policy_path(weakened) + "/approve",
+                                            json={"sha256": body["proposed"]["sha256"]}), status, code, message)
     assert policy_and_events(engine, weakened) == before
 
-    approved = second_reviewer.post(policy_path(weakened) + "/approve")
+    approved = second_reviewer.post(policy_path(weakened) + "/approve", json={"sha256": body["proposed"]["sha256"]})
     assert approved.status_code == 200, approved.text
     assert approved.json()["required_suites"] == [] and approved.json()["proposed"] is None
     with Session(engine) as session:
@@ -366,7 +375,8 @@ def test_a_policy_that_weakens_waits_for_a_second_person(weakened, client_for, s
             AuditEvent.action == "adapter.evaluation_policy", AuditEvent.subject == weakened)
             .order_by(AuditEvent.id.desc()).limit(1))
     assert applied.after["proposed_by"].startswith("acme_uploader") and applied.after["policy"]["required_suites"] == []
-    assert_refused(second_reviewer.post(policy_path(weakened) + "/approve"), 409, "no_proposed_policy",
+    assert_refused(second_reviewer.post(policy_path(weakened) + "/approve", json={"sha256": "0" * 64}),
+                   409, "no_proposed_policy",
                    f"{weakened} has no proposed evaluation policy to approve")
 
 
@@ -374,7 +384,8 @@ def test_its_proposer_cannot_approve_a_weakening(weakened, client_for, engine):
     admin = client_for("acme_admin")
     assert admin.put(policy_path(weakened), json={"required_suites": []}).status_code == 202
     before = policy_and_events(engine, weakened)
-    assert_refused(admin.post(policy_path(weakened) + "/approve"), 403, "four_eyes",
+    proposal = admin.get(policy_path(weakened)).json()["proposed"]
+    assert_refused(admin.post(policy_path(weakened) + "/approve", json={"sha256": proposal["sha256"]}), 403, "four_eyes",
                    "proposed this policy and may not approve it")
     assert policy_and_events(engine, weakened) == before
     withdrawn = client_for("acme_uploader").delete(policy_path(weakened) + "/proposed")
@@ -387,3 +398,20 @@ def test_a_stricter_policy_applies_at_once_and_replaces_a_proposal(weakened, cli
     stricter = set_policy(uploader, weakened, [TASK_SUITE], margins={"exact_match": 0.0},
                           require_improvement=["exact_match"])
     assert stricter["effective_margins"]["exact_match"] == 0.0 and stricter["proposed"] is None
+
+
+def test_a_proposal_replaced_after_the_approver_read_it_is_not_approved(weakened, client_for, second_reviewer, engine):
+    uploader = client_for("acme_uploader")
+    read = uploader.put(policy_path(weakened), json={"required_suites": [TASK_SUITE],
+                                                      "challenger": {"margins": {"exact_match": 0.06}}})
+    assert read.status_code == 202, read.text
+    seen = read.json()["proposed"]["sha256"]
+    # The proposer swaps in a much weaker one between the reviewer's read and approval.
+    assert uploader.put(policy_path(weakened), json={"required_suites": []}).status_code == 202
+    before = policy_and_events(engine, weakened)
+
+    refused = second_reviewer.post(policy_path(weakened) + "/approve", json={"sha256": seen})
+
+    assert_refused(refused, 409, "proposal_changed", f"the proposed policy of {weakened} is not the one you read")
+    assert policy_and_events(engine, weakened) == before
+    client_for("acme_uploader").delete(policy_path(weakened) + "/proposed")
