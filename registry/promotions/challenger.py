@@ -16,6 +16,7 @@ from registry.evaluations import repository as evaluations
 from registry.evaluations import rules as evaluation_rules
 from registry.promotions import repository
 from registry.promotions.target import Gate, Target
+from registry.requalification.fingerprints import engine_difference
 from registry.tables import AdapterVersion, Evaluation
 
 NAME = "challenger"
@@ -35,7 +36,8 @@ def gate(session: Session, t: Target) -> Gate:
     for suite_name in policy.required_suites:
         suite = suites.get_row(session, suite_name)
         pair = evaluations.latest_pair(session, t.version.id, suite.id, incumbent.id)
-        blocks, said = _judge(suite_name, pair, incumbent_name, policy.challenger, measured)
+        blocks, said = _judge(suite_name, pair, incumbent_name, policy.challenger, measured,
+                              t.pool.qualified_engines[-1] if t.pool.qualified_engines else None)
         (problems if blocks else compared).append(said)
     unmeasured = [m for m in policy.challenger.require_improvement if m not in measured]
     if unmeasured and not problems:
@@ -47,8 +49,8 @@ def gate(session: Session, t: Target) -> Gate:
     return Gate(NAME, False, f"{t.served_name} against {incumbent_name}, which it would replace: "
                 + "; ".join(problems),
                 f"Compare them with `loraplane eval run {t.served_name} --suite SUITE --against "
-                f"{number}`; a worse challenger needs a better version (the margins are the "
-                "adapter's evaluation policy).")
+                f"{number}` (with `--again` after the pool's engine changed); a worse challenger needs "
+                "a better version (the margins are the adapter's evaluation policy).")
 
 
 def _incumbent(session: Session, t: Target) -> AdapterVersion | None:
@@ -59,8 +61,10 @@ def _incumbent(session: Session, t: Target) -> AdapterVersion | None:
 
 
 def _judge(suite: str, pair: tuple[Evaluation, Evaluation] | None, incumbent: str,
-           policy: ChallengerPolicy, measured: set[str]) -> tuple[bool, str]:
-    """(blocks, what to say) for one suite; adds the metrics it compared to `measured`."""
+           policy: ChallengerPolicy, measured: set[str], serves: dict | None) -> tuple[bool, str]:
+    """(blocks, what to say) for one suite; adds the metrics it compared to `measured`. With the
+    pool's qualified engine (`serves`), the pair must have run on it, as every evaluation a gate
+    counts must."""
     if pair is None:
         return True, f"{suite}: not compared yet"
     challenger_run, incumbent_run = pair
@@ -74,6 +78,9 @@ def _judge(suite: str, pair: tuple[Evaluation, Evaluation] | None, incumbent: st
         # on another engine: the comparison is only fair on one.
         return True, (f"{suite}: the two versions were evaluated on different engines "
                       f"({_engine_text(challenger_run.engine)} and {_engine_text(incumbent_run.engine)})")
+    why = engine_difference(challenger_run.engine, serves) if serves is not None else None
+    if why is not None:
+        return True, f"{suite}: the comparison ran on {why}"
     scores, worse = [], []
     for metric in QUALITY_METRICS:
         mine = (challenger_run.metrics.get(metric) or {}).get("value")

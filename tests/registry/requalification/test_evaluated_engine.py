@@ -106,3 +106,37 @@ def test_a_new_engines_mark_clears_only_with_an_evaluation_on_that_engine(
     assert marks(engine, pool, open_only=True) == []
     (cleared,) = marks(engine, pool)
     assert cleared.outcome == "requalified" and cleared.cleared_with == [again.json()["id"]]
+
+
+def test_a_challenger_compared_on_another_engine_is_blocked(serve, admin, client_for, engine, fleets, requal_base,
+                                                            tiny_base, tmp_path):
+    """The pair that compares a challenger with production is held to the pool's engine too."""
+    from devkit.tiny_model import build_adapter
+
+    pool = "rq-engine-pairs"
+    make_pool(admin, pool, RQ_BASE, RQ_SUITE)
+    qualified(admin, fleets, pool, SERVES)
+    serve(pool, "acme/eng-pair")  # version 1 in production
+    uploader = client_for("acme_uploader")
+    task = uploader.post("/v1/eval-suites", json={"name": "eng-pair-task", "tenant": "acme", "base_model": RQ_BASE,
+                                                   "examples": [{"prompt": "1 =>", "reference": "one"}],
+                                                   "metrics": {"exact_match": {"min": 0.5}}})
+    assert task.status_code == 201, task.text
+    assert uploader.put("/v1/adapters/acme/eng-pair/evaluation-policy",
+                        json={"required_suites": ["acme/eng-pair-task"]}).status_code == 200
+    folder = build_adapter(tiny_base, tmp_path / "pair-2", r=8, lora_alpha=16, target_modules=("q_proj", "v_proj"),
+                           seed=next(seeds), base_model_name=RQ_BASE)
+    version = upload_dir(uploader, "acme/eng-pair", folder)
+    for evaluation in evaluations_of(admin, version):
+        if evaluation["pair"]:  # both halves, on an engine the pool does not serve on
+            finish_evaluation(engine, evaluation["pair"]["other_evaluation_id"], engine_record=ran_on(OTHER))
+            finish_evaluation(engine, evaluation["id"], engine_record=ran_on(OTHER))
+        else:
+            finish_evaluation(engine, evaluation["id"], engine_record=ran_on(SERVES))
+
+    refused = request_promotion(uploader, pool, version)
+
+    assert refused.status_code == 422, refused.text
+    assert (f"[challenger] acme/eng-pair@2 against acme/eng-pair@1, which it would replace: acme/eng-pair-task: "
+            f"the comparison ran on vLLM {OTHER}, not the pool's {SERVES}") in refused.json()["error"]["message"]
+    assert promotions_of(engine, version) == []
