@@ -15,12 +15,17 @@ RETRY_AFTER_S = 60
 
 
 def check_waiting(session: Session, tenant_id: int, tenant: str, adding: int = 1) -> None:
+    """Refuse when `adding` more would pass the quota (0: when those just added did). Takes the
+    tenant's row lock first, so that requests racing through several registries are counted one
+    after another, each seeing what the others committed."""
     limit = get_settings().tenant_max_waiting_evaluations
+    repository.lock_tenant(session, tenant_id)
     waiting = repository.waiting_of_tenant(session, tenant_id)
     if waiting + adding > limit:
         raise TooManyRequests(
             f"tenant {tenant!r} has {waiting} evaluations waiting or running, and may have at most "
-            f"{limit} (LORAPLANE_TENANT_MAX_WAITING_EVALUATIONS); {adding} more would pass it",
+            f"{limit} (LORAPLANE_TENANT_MAX_WAITING_EVALUATIONS)"
+            + (f"; {adding} more would pass it" if adding else ", past it with this request's"),
             hint="Try again once some have finished (GET /v1/evaluations?state=queued), or ask the "
                  "operators for a larger quota.", headers={"Retry-After": str(RETRY_AFTER_S)})
 

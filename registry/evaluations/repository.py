@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import exists, func, or_, select
+from sqlalchemy import case, exists, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from registry.evaluations import rules
 from registry.pagination import fetch_page
 from registry.tables import (
-    Adapter, AdapterVersion, BaseModel, EvalSuite, Evaluation, EvaluationExample, Pool, PoolAlias,
+    Adapter, AdapterVersion, BaseModel, EvalSuite, Evaluation, EvaluationExample, Pool, PoolAlias, Tenant,
 )
 
 
@@ -21,24 +21,32 @@ def lock_waiting_on_base(session: Session, base_model_id: int, *, besides: int, 
     before `now`), in the order they are claimed: re-qualification's first, then the tenants in
     turn (each one's oldest, then each one's second oldest...), so that one tenant's flood never
     holds another's behind it. `besides` (the claim's own, being claimed) takes its tenant's
-    first turn. Those another transaction has locked are skipped. Ranked first, then locked:
-    Postgres locks no rows of a query with a window function."""
+    first turn. Halves of a pair are left out: they are claimed together, by one of their own
+    tasks. Those another transaction has locked are skipped; ranked first, then locked, since
+    Postgres locks no rows of a query with a window function, and several times `limit` are
+    ranked so that two workers claiming at once both find some."""
     waiting = or_(Evaluation.state == rules.QUEUED,
                   (Evaluation.state == rules.RUNNING) & (Evaluation.lease_expires_at < now))
-    turn = func.row_number().over(partition_by=(Evaluation.priority, Adapter.tenant_id), order_by=Evaluation.id)
+    challenger = aliased(Evaluation)
+    mine_first = case((Evaluation.id == besides, 0), else_=1)
+    turn = func.row_number().over(partition_by=(Evaluation.priority, Adapter.tenant_id),
+                                  order_by=(mine_first, Evaluation.id))
     ranked = (select(Evaluation.id, Evaluation.priority, turn.label("turn"))
               .join(EvalSuite, EvalSuite.id == Evaluation.suite_id)
               .join(AdapterVersion, AdapterVersion.id == Evaluation.version_id)
               .join(Adapter, Adapter.id == AdapterVersion.adapter_id)
-              .where(EvalSuite.base_model_id == base_model_id,
-                     or_(Evaluation.id == besides, waiting))).subquery()
+              .where(EvalSuite.base_model_id == base_model_id, or_(Evaluation.id == besides, waiting))
+              .where(or_(Evaluation.id == besides, Evaluation.incumbent_evaluation_id.is_(None)),
+                     or_(Evaluation.id == besides,
+                         ~exists().where(challenger.incumbent_evaluation_id == Evaluation.id)))
+              ).subquery()
     ids = [i for i in session.scalars(select(ranked.c.id).order_by(ranked.c.priority, ranked.c.turn, ranked.c.id)
-                                      .limit(limit + 1)) if i != besides][:limit]
+                                      .limit(4 * limit + 1)) if i != besides]
     if not ids:
         return []
     locked = {row.id: row for row in session.scalars(
         select(Evaluation).where(Evaluation.id.in_(ids), waiting).with_for_update(skip_locked=True))}
-    return [locked[i] for i in ids if i in locked]
+    return [locked[i] for i in ids if i in locked][:limit]
 
 
 def lock_held(session: Session, token: str, ids: list[int]) -> list[Evaluation]:
@@ -165,6 +173,10 @@ def aliased_version_ids(session: Session, adapter_id: int, pool_ids: list[int], 
                                            PoolAlias.pool_id.in_(pool_ids),
                                            PoolAlias.alias == alias)
         .order_by(PoolAlias.id))))
+
+
+def lock_tenant(session: Session, tenant_id: int) -> None:
+    session.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update())
 
 
 def waiting_of_tenant(session: Session, tenant_id: int) -> int:

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from registry import audit
 from registry.eval_suites import service as suites
 from registry.evaluation_policies import service as policies
+from registry.evaluations import repository as evaluations_repository
 from registry.evaluations import rules as evaluation_rules
 from registry.evaluations import service as evaluations
 from registry.requalification import repository
@@ -79,8 +80,9 @@ def fresh_evaluation(session: Session, version: AdapterVersion, suite: EvalSuite
     """One of the version's own evaluations on the suite that runs from now on: one queued and
     not yet started, or a new one (`context` adds to what its request's event says)."""
     waiting = repository.queued_evaluation(session, version.id, suite.id)
-    if waiting is not None:
-        waiting.priority = evaluation_rules.REQUALIFICATION
+    if waiting is not None:  # a challenger's half: both halves are claimed together, so both go first
+        for evaluation_id in evaluations_repository.pair_ids(session, waiting.id):
+            session.get(Evaluation, evaluation_id).priority = evaluation_rules.REQUALIFICATION
         return waiting
     return evaluations.create(session, version, suite, actor=actor, context=context,
                               priority=evaluation_rules.REQUALIFICATION)

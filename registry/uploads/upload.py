@@ -54,6 +54,8 @@ def upload_version(store: ArtifactStore, settings: RegistrySettings, *, principa
             derived_from=derived_from)
         queued = (evaluations.request_required(session, tenant, name, version.number,
                                                actor=principal.label) if created else [])
+        if queued:  # counted again with them, under the tenant's lock: uploads racing each other
+            quotas.check_waiting(session, target.tenant_id, tenant, adding=0)
     if queued:  # their tasks went to the workers as the transaction committed
         version = version.model_copy(update={"state": evaluations.VERSION_EVALUATING})
     return version, created
