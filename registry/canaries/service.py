@@ -210,7 +210,7 @@ def _status(session: Session, promotion: Promotion, policy: CanaryAnalysis, stat
     rows, unsealed = traffic.sealed_since(session, promotion.pool_id, [canary_name, production_name], counted_from)
     canary = analysis.side(canary_name, CANARY, rows)
     production = analysis.side(production_name, PRODUCTION, rows)
-    elapsed_s = (now - since).total_seconds()
+    elapsed_s = (now - counted_from).total_seconds()  # a step's window is what it observed
     checks, verdict = analysis.judge(policy, canary, production, elapsed_s)
     return CanaryStatus(promotion_id=promotion.id, step=state["step"], weight=promotion.weight or 0,
                         state=state["state"], step_started_at=since, checked_at=now, canary=canary,

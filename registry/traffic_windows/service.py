@@ -36,10 +36,15 @@ def record(session: Session, pool_id: int, router_id: str, report_id: str,
 
 def sealed_since(session: Session, pool_id: int, served_names: list[str],
                  since: datetime) -> tuple[list[TrafficWindow], int]:
-    """The windows of these names stored since `since` whose seal holds, and how many did not:
-    those were written to the database by someone other than a registry, and never count."""
+    """The windows of these names stored since `since` whose seal holds, each once, and how many
+    did not count: those were written to the database by someone other than a registry."""
     windows = repository.windows_since(session, pool_id, served_names, since)
-    sealed = [window for window in windows if seals.holds(window)]
+    sealed, seen = [], set()
+    for window in windows:  # a sealed window copied into another row counts once
+        key = (window.router_id, window.report_id, window.served_name, window.alias)
+        if seals.holds(window) and key not in seen:
+            seen.add(key)
+            sealed.append(window)
     if len(sealed) < len(windows):
         log.warning("%d traffic windows of pool %d have no valid seal and are not counted: they were "
                     "not stored by a registry (loraplane audit verify, and check who writes to the "
