@@ -137,8 +137,13 @@ def forges_windows_from_two_routers(world: World) -> Outcome:
                     alias=alias, at=now, requests=5000, errors={}, completion_tokens=80000, busy_s=400.0,
                     ttft_buckets=answered, latency_buckets=answered))
     weight, state = judge_canary(world)
-    return Outcome(state != "active" or weight != 10,
-                   f"windows inserted as two routers: canary {state} at {weight}%")
+    unsealed = world.client("reviewer").get(f"/v1/promotions/{world.canary_id}/canary").json().get("unsealed_windows")
+    moved = state != "active" or weight != 10
+    if not moved and unsealed != 4:
+        raise AssertionError(f"the canary did not move, yet not because its 4 forged windows went "
+                             f"uncounted ({unsealed} unsealed): the attack was not judged")
+    return Outcome(moved, f"windows inserted as two routers: canary {state} at {weight}%, "
+                          f"{unsealed} windows without a valid seal not counted")
 
 
 def _active_entry(world: World, served_name: str, generation_before: int) -> dict | None:

@@ -7,10 +7,12 @@ from sqlalchemy.orm import Session
 
 from bench.trust_attacks.attack import Attack, Outcome
 from bench.trust_attacks.world import CODE, POOL, World, upload
-
-POLICY_ADAPTER = "acme/trust-policy"
 from devkit.pipeline_steps import request_promotion
 from registry.tables import Promotion
+
+POLICY_ADAPTER = "acme/trust-policy"
+# What refuses a person acting alone; any other refusal means the attack was not judged at all.
+ALONE = {"four_eyes", "forbidden"}
 
 
 def _pending(world: World, requester: str, key: str = "chat@3"):
@@ -30,6 +32,10 @@ def _approved(world: World, who: str, promotion_id: int) -> Outcome:
     response = world.client(who).post(f"/v1/promotions/{promotion_id}/approve", json={"comment": "mine"})
     approved = response.status_code == 200
     if not approved:
+        refused_as = response.json()["error"]["code"]
+        if refused_as not in ALONE:
+            raise AssertionError(f"the approval was refused as {refused_as!r}, not as one person acting "
+                                 f"alone: the attack was not judged ({response.text[:300]})")
         world.client("global_admin").post(f"/v1/promotions/{promotion_id}/reject", json={"comment": "refused"})
     return Outcome(approved, f"approval answered {response.status_code}")
 
@@ -77,6 +83,8 @@ def reviewer_approves_what_it_requested(world: World) -> Outcome:
 def reviewer_confirms_its_own_canary(world: World) -> Outcome:
     """The reviewer requested the canary: confirming a verdict is a second person's act."""
     response = world.client("reviewer").post(f"/v1/promotions/{world.canary_id}/canary/resume")
+    if response.status_code != 200 and response.json()["error"]["code"] not in ALONE:
+        raise AssertionError(f"the confirmation was refused for another reason: {response.text[:300]}")
     return Outcome(response.status_code == 200, f"its own canary's confirmation answered {response.status_code}")
 
 
