@@ -48,8 +48,10 @@ def marked(admin, requal_base, serve, fleets, engine, broker):
     report(node.client("node-a"), POOL, "node-a", NEW)  # one node's word: pending
     pending = admin.get(f"/v1/pools/{POOL}/requalifications").json()
     report(node.client("node-b"), POOL, "node-b", NEW)  # a quorum of the two live nodes
-    return {"versions": versions, "pending": pending, "ids": ids, "node": node, "first": first,
-            "evaluations_before": evaluations_before, "broker": broker}
+    yield {"versions": versions, "pending": pending, "ids": ids, "node": node, "first": first,
+           "evaluations_before": evaluations_before, "broker": broker}
+    # Every later event of the run would be queued for this receiver too.
+    admin.delete(f"/v1/webhooks/{hook.json()['id']}")
 
 
 def test_the_first_engine_becomes_the_qualified_one_and_marks_nothing(marked, engine):
