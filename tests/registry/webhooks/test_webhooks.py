@@ -74,7 +74,9 @@ def test_a_promotion_event_is_delivered_signed_after_retries(housekeeper, client
     assert hook["secret"].startswith("whsec_")
     assert "secret" not in acme_admin.get("/v1/webhooks").json()[0]
 
-    promotion = request_promotion(uploader, promo_pools["open"], make_ready("hooked")).json()
+    requested = request_promotion(uploader, promo_pools["open"], make_ready("hooked"))
+    assert requested.status_code == 201, requested.text
+    promotion = requested.json()
 
     wait_for(lambda: len(receiver.requests) >= 3, what="three delivery attempts")
     headers, body, _ = receiver.requests[-1]
@@ -99,7 +101,8 @@ def test_a_receiver_that_keeps_failing_is_given_up_with_the_reason(housekeeper, 
     receiver = Receiver(failures=100)
     hook = admin.post("/v1/webhooks", json={"url": receiver.url, "events": ["promotion.requested"]}).json()
 
-    request_promotion(uploader, promo_pools["open"], make_ready("unheard"))
+    requested = request_promotion(uploader, promo_pools["open"], make_ready("unheard"))
+    assert requested.status_code == 201, requested.text
 
     delivery = wait_for(lambda: next((d for d in admin.get(f"/v1/webhooks/{hook['id']}/deliveries").json()
                                       if d["state"] == "failed"), None), what="the delivery to be given up")
