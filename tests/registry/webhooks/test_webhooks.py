@@ -9,13 +9,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from sqlalchemy import update
-from sqlalchemy.orm import Session
 
 from devkit import services
 from devkit.services import wait_for
 from devkit.pipeline_steps import request_promotion
-from registry.tables import WebhookDelivery
 from registry.webhooks import signing
 from tests.support.asserts import assert_refused
 
@@ -47,13 +44,7 @@ class Receiver:
 
 
 @pytest.fixture(scope="module")
-def housekeeper(service_dir, registry, engine):
-    # This module's housekeeper is the first of its lane: the deliveries other modules left pending,
-    # to receivers long gone, are given up first, so that it does not work through their
-    # backlog (and its sweep send them again) before this module's own.
-    with Session(engine) as session, session.begin():
-        session.execute(update(WebhookDelivery).where(WebhookDelivery.state == "pending")
-                        .values(state="failed", last_error="given up before this module's housekeeper started"))
+def housekeeper(service_dir, registry):
     env = {key: value for key, value in registry.env.items() if key.startswith("LORAPLANE_")}
     env.update({"LORAPLANE_WEBHOOK_BACKOFF_S": "0.3", "LORAPLANE_WEBHOOK_MAX_ATTEMPTS": "3",
                 "LORAPLANE_WEBHOOK_TIMEOUT_S": "2"})
