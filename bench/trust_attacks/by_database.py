@@ -146,36 +146,44 @@ def forges_windows_from_two_routers(world: World) -> Outcome:
                           f"{unsealed} windows without a valid seal not counted")
 
 
-def _active_entry(world: World, served_name: str, generation_before: int) -> dict | None:
-    node = world.client("node")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # the registry's poll of the database: about a second
-        body = node.get(f"/v1/pools/{POOL}/active-set").json()
-        if body["generation"] > generation_before:
-            return next((e for e in body["entries"] if e["served_name"] == served_name), None)
-        time.sleep(0.2)
-    return None
+def _served_after_editing_an_alias(world: World, reader: str, *where, **values) -> dict | None:
+    """Change the pool's alias row matching `where` to `values` with SQL and bump the pool's
+    generation, as the registry's own change would; return the active set `reader` is then
+    served (None if the registry never read the change), and put the row back."""
+    client = world.client(reader)
+    generation = client.get(f"/v1/pools/{POOL}/active-set").json()["generation"]
+    with Session(world.engine) as session, session.begin():
+        row = session.scalar(select(PoolAlias).join(Pool).where(Pool.name == POOL, *where))
+        kept, alias_id = {name: getattr(row, name) for name in values}, row.id
+        for name, value in values.items():
+            setattr(row, name, value)
+        session.execute(update(Pool).where(Pool.name == POOL).values(generation=Pool.generation + 1))
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the registry's poll of the database: about a second
+            body = client.get(f"/v1/pools/{POOL}/active-set").json()
+            if body["generation"] > generation:
+                return body
+            time.sleep(0.2)
+        return None
+    finally:
+        with Session(world.engine) as session, session.begin():
+            session.execute(update(PoolAlias).where(PoolAlias.id == alias_id).values(**kept))
+            session.execute(update(Pool).where(Pool.name == POOL).values(generation=Pool.generation + 1))
 
 
 def _point_alias(world: World, key: str, tenant: str, adapter: str, number: int, alias: str) -> Outcome:
-    """Point `alias` of the adapter at version `number` and bump the pool's generation, as the
-    registry's own change would: does a node get that version with an attestation to trust?"""
-    generation = world.client("node").get(f"/v1/pools/{POOL}/active-set").json()["generation"]
-    with Session(world.engine) as session, session.begin():
+    """Point `alias` of the adapter at version `number`: does a node get that version with an
+    attestation to trust?"""
+    with Session(world.engine) as session:
         version = _version_row(session, tenant, adapter, number)
-        row = session.scalar(select(PoolAlias).join(Pool).where(
-            Pool.name == POOL, PoolAlias.adapter_id == version.adapter_id, PoolAlias.alias == alias))
-        kept, alias_id = row.version_id, row.id
-        row.version_id = version.id
-        session.execute(update(Pool).where(Pool.name == POOL).values(generation=Pool.generation + 1))
-    try:
-        entry = _active_entry(world, world.versions[key]["served_name"], generation)
-    finally:
-        with Session(world.engine) as session, session.begin():
-            session.execute(update(PoolAlias).where(PoolAlias.id == alias_id).values(version_id=kept))
-            session.execute(update(Pool).where(Pool.name == POOL).values(generation=Pool.generation + 1))
+        adapter_id, version_id = version.adapter_id, version.id
+    body = _served_after_editing_an_alias(world, "node", PoolAlias.adapter_id == adapter_id, PoolAlias.alias == alias,
+                                          version_id=version_id)
+    served = world.versions[key]["served_name"]
+    entry = next((e for e in (body or {}).get("entries", []) if e["served_name"] == served), None)
     trusted = entry is not None and bool(entry.get("attestation"))
-    return Outcome(trusted, f"{world.versions[key]['served_name']} served to nodes "
+    return Outcome(trusted, f"{served} served to nodes "
                    + ("with the attestation of its earlier approval, which nodes accept" if trusted
                       else "with no attestation to trust"
                       if entry is not None else "not at all"))
@@ -190,28 +198,10 @@ def points_production_at_a_version_nobody_approved(world: World) -> Outcome:
 
 
 def moves_a_canarys_weight(world: World) -> Outcome:
-    """Set the canary's weight to 90% and bump the generation: do the routers get it?"""
-    router = world.client("router")
-    generation = router.get(f"/v1/pools/{POOL}/active-set").json()["generation"]
-    with Session(world.engine) as session, session.begin():
-        row = session.scalar(select(PoolAlias).join(Pool).where(Pool.name == POOL, PoolAlias.alias == "canary"))
-        kept, alias_id = row.weight, row.id
-        row.weight = 90
-        session.execute(update(Pool).where(Pool.name == POOL).values(generation=Pool.generation + 1))
-    try:
-        weight = None
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            body = router.get(f"/v1/pools/{POOL}/active-set").json()
-            if body["generation"] > generation:
-                weight = next((a["weight"] for e in body["entries"] for a in e["aliases"]
-                               if a["alias"] == "canary"), None)
-                break
-            time.sleep(0.2)
-    finally:
-        with Session(world.engine) as session, session.begin():
-            session.execute(update(PoolAlias).where(PoolAlias.id == alias_id).values(weight=kept))
-            session.execute(update(Pool).where(Pool.name == POOL).values(generation=Pool.generation + 1))
+    """Set the canary's weight to 90%: do the routers get it?"""
+    body = _served_after_editing_an_alias(world, "router", PoolAlias.alias == "canary", weight=90)
+    weight = next((a["weight"] for e in (body or {}).get("entries", []) for a in e["aliases"]
+                   if a["alias"] == "canary"), None)
     return Outcome(weight == 90, f"the routers' active set gives the canary {weight}%")
 
 
