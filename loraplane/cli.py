@@ -112,6 +112,7 @@ def serve(
     _call(lambda: prepare_folder(settings.data_dir))  # uploads spool there, whatever the database
     if settings.database_url.startswith("sqlite"):
         _call(lambda: runner.upgrade(settings.database_url))
+        _seal_active_sets(None, "loraplane serve (schema brought up to date)")
     uvicorn.run("loraplane.server:create_app", factory=True, host=host, port=port, workers=workers,
                 proxy_headers=True, access_log=access_log, timeout_graceful_shutdown=shutdown_grace_s)
 
@@ -209,6 +210,31 @@ def db_upgrade(revision: str = typer.Argument("head")):
 
     _call(lambda: runner.upgrade(get_settings().database_url, revision))
     typer.echo(f"database at {revision}")
+    if revision == "head":
+        _seal_active_sets(None, "loraplane db upgrade")
+
+
+@db_app.command("seal-active-sets")
+def db_seal_active_sets(
+    pool: Optional[str] = typer.Option(None, help="Sign this pool's rows as its active set, even "
+                                                  "where a signed set exists; check them first."),
+):
+    """Sign, from their rows, the active sets of pools that have none (made before active sets
+    were signed), or of --pool after you have checked its rows. Run on the registry host: it
+    needs the attestation key. Every seal is audited."""
+    _seal_active_sets(pool, "loraplane db seal-active-sets")
+
+
+def _seal_active_sets(pool: str | None, actor: str) -> None:
+    from registry.active_set import sealing
+    from registry.db import transaction
+
+    def run() -> list[str]:
+        with transaction() as session:
+            return sealing.seal(session, actor=actor, pool_name=pool)
+
+    for name in _call(run):
+        typer.echo(f"pool {name}: active set signed from its rows")
 
 
 @db_app.command("downgrade")

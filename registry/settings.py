@@ -40,7 +40,7 @@ class RegistrySettings(BaseSettings):
         "Rotate it by deploying a new one; the API cannot."))
     attestation_keyring: str | None = Field(default=None, pattern=r"^[\w.]+:[\w]+$", description=(
         "module:factory of a keyring plug-in (a KMS, say) instead of either; see "
-        "registry/attestations/keyring.py for the interface."))
+        "registry/attestation_keys/keyring.py for the interface."))
     attestation_key_overlap_s: int = Field(default=7 * 86400, ge=1, le=365 * 86400, description=(
         "How long a rotated-out key stays trusted, so attestations it signed keep verifying "
         "while nodes move to the re-signed ones."))

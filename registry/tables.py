@@ -149,6 +149,9 @@ class Pool(Base):
     # Routers whose own traffic must each reach a canary's verdict before it acts on it.
     canary_min_routers: Mapped[int] = mapped_column(Integer, server_default="2")
     qualified_config_sha256: Mapped[str | None] = mapped_column(String(64))
+    # What the pool serves, signed with the attestation key at every change (active_set/
+    # signed_set.py): the alias and retirement rows are its projection, never its source.
+    signed_active_set: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class Adapter(Base):

@@ -29,6 +29,8 @@ STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://loraplane.dev/attestation/approval/v1"
 IN_TOTO_PAYLOAD = "application/vnd.in-toto+json"
 BUNDLE_PAYLOAD = "application/vnd.loraplane.trust-bundle+json"
+ACTIVE_SET_PAYLOAD = "application/vnd.loraplane.active-set+json"
+ACTIVE_SET_TYPE = "https://loraplane.dev/active-set/v1"
 ALGORITHM = "ed25519"
 MAX_ENVELOPE_BYTES = 512 * 1024  # checked before any base64 or JSON work
 MAX_SIGNATURES = 16
@@ -150,11 +152,25 @@ class TrustBundle:
     @_never_crashes
     def verify(self, signed: Any, *, now: datetime | None = None) -> dict[str, Any]:
         """The statement inside an attestation, once a key valid now has signed it."""
-        when = now or datetime.now(UTC)
-        document = _payload(signed, IN_TOTO_PAYLOAD)
+        document = self._signed_document(signed, IN_TOTO_PAYLOAD, now or datetime.now(UTC))
+        if document.get("_type") != STATEMENT_TYPE or document.get("predicateType") != PREDICATE_TYPE:
+            raise Unverified("the attestation is not a loraplane approval statement")
+        return document
+
+    @_never_crashes
+    def verify_active_set(self, signed: Any, *, now: datetime | None = None) -> dict[str, Any]:
+        """A pool's signed active set (what it serves, under which aliases and weights), once a
+        key valid now has signed it."""
+        document = self._signed_document(signed, ACTIVE_SET_PAYLOAD, now or datetime.now(UTC))
+        if document.get("_type") != ACTIVE_SET_TYPE:
+            raise Unverified("the document is not a loraplane active set")
+        return document
+
+    def _signed_document(self, signed: Any, payload_type: str, when: datetime) -> dict[str, Any]:
+        document = _payload(signed, payload_type)
         valid = {k: v for k, v in self.keys.items() if v.valid_at(when)}
         claimed = [s.get("keyid") for s in signed["signatures"] if isinstance(s, dict)]
-        if not _signed_by(signed, document, IN_TOTO_PAYLOAD, valid):
+        if not _signed_by(signed, document, payload_type, valid):
             expired = [k for k in claimed if k in self.keys and k not in valid]
             if expired:
                 raise Unverified(f"signed by key {str(expired[0])[:16]}…, whose trust ended at "
@@ -165,8 +181,6 @@ class TrustBundle:
                                  "statement was changed after it was signed")
             shown = ", ".join(str(k)[:16] + "…" for k in claimed[:3]) or "no key"
             raise Unverified(f"signed by {shown}, which the trust bundle does not hold")
-        if document.get("_type") != STATEMENT_TYPE or document.get("predicateType") != PREDICATE_TYPE:
-            raise Unverified("the attestation is not a loraplane approval statement")
         return document
 
 

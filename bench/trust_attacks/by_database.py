@@ -205,6 +205,34 @@ def moves_a_canarys_weight(world: World) -> Outcome:
     return Outcome(weight == 90, f"the routers' active set gives the canary {weight}%")
 
 
+def restores_an_old_signed_active_set(world: World) -> Outcome:
+    """Put back the pool's signed active set from a backup taken while code@2 was production: a
+    set the registry really signed, with its generation. Does a node get code@2 again?"""
+    node = world.client("node")
+    generation = node.get(f"/v1/pools/{POOL}/active-set").json()["generation"]
+    with Session(world.engine) as session, session.begin():
+        pool = session.scalar(select(Pool).where(Pool.name == POOL))
+        kept, pool.signed_active_set = pool.signed_active_set, world.old_signed_set
+        pool.generation = pool.generation + 1
+    try:
+        deadline, response = time.monotonic() + 10, None
+        while time.monotonic() < deadline:  # the registry's poll of the database: about a second
+            response = node.get(f"/v1/pools/{POOL}/active-set")
+            if response.status_code != 200 or response.json()["generation"] > generation:
+                break
+            time.sleep(0.2)
+    finally:
+        with Session(world.engine) as session, session.begin():
+            pool = session.scalar(select(Pool).where(Pool.name == POOL))
+            pool.signed_active_set, pool.generation = kept, pool.generation + 1
+    served = world.versions["code@2"]["served_name"]
+    names = [e["served_name"] for e in response.json().get("entries", [])] if response.status_code == 200 else []
+    return Outcome(served in names, f"the old signed set put back: the registry answered nodes "
+                   f"{response.status_code}" + (f", serving {served}" if served in names else
+                                                f" ({response.json()['error']['code']})" if response.status_code != 200
+                                                else f", without {served}"))
+
+
 ATTACKS = [
     Attack("database_writer", "moves_a_node_to_its_server", moves_a_node_to_its_server),
     Attack("database_writer", "mints_a_token", mints_a_token),
@@ -213,11 +241,8 @@ ATTACKS = [
     Attack("database_writer", "points_production_at_a_version_nobody_approved",
            points_production_at_a_version_nobody_approved),
     Attack("database_writer", "points_production_at_a_rolled_back_version",
-           points_production_at_a_rolled_back_version,
-           open_because="an attestation proves a version was approved once, not that it is current: "
-                        "active-set generations are not signed yet"),
+           points_production_at_a_rolled_back_version),
     Attack("database_writer", "forges_traffic_windows_as_two_routers", forges_windows_from_two_routers),
-    Attack("database_writer", "moves_a_canarys_weight", moves_a_canarys_weight,
-           open_because="the routers take weights from the registry as it reads them from the database: "
-                        "active-set generations are not signed yet"),
+    Attack("database_writer", "moves_a_canarys_weight", moves_a_canarys_weight),
+    Attack("database_writer", "restores_an_old_signed_active_set", restores_an_old_signed_active_set),
 ]

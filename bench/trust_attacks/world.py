@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
 from bench.hostile_corpus import synthesize_adapter
 from bench.trust_attacks.impostor import Impostor
 from devkit import services
 from devkit.pipeline_steps import create_suite, evaluations_of, finish_evaluation, request_promotion
 from registry.settings import get_settings
+from registry.tables import Pool
 
 BASE_NAME, SUITE, POOL, OTHER_POOL = "trust-base", "trust-suite", "trust", "trust-other"
 BASE = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
@@ -40,6 +41,8 @@ class World:
     tokens: dict[str, str]
     versions: dict[str, dict] = field(default_factory=dict)  # "chat@1" -> the version's JSON
     canary_id: int = 0
+    # The pool's signed active set while code@2 was production: a backup a database writer kept.
+    old_signed_set: dict | None = None
     _clients: dict[str, httpx.Client] = field(default_factory=dict)
 
     def client(self, who: str) -> httpx.Client:
@@ -93,6 +96,8 @@ def build(registry_url: str, engine: Engine, admin_token: str, folder: Path) -> 
     _promote(world, "uploader", "reviewer", "chat@1")
     _promote(world, "globex_uploader", "globex_reviewer", "code@1")
     _promote(world, "globex_uploader", "globex_reviewer", "code@2")
+    with engine.connect() as connection:
+        world.old_signed_set = connection.scalar(select(Pool.signed_active_set).where(Pool.name == POOL))
     world.client("globex_reviewer").post(f"/v1/pools/{POOL}/aliases/{CODE}/production/rollback",
                                          json={"comment": "code@2 rolled back"}).raise_for_status()
     # The canary: requested by the reviewer, approved by a second reviewer.

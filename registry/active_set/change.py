@@ -6,23 +6,34 @@ belong together, and the new generation is announced only once the transaction c
 change is done, the set is placed on the pool's nodes again (placing.py), in the same
 transaction, so that nodes told the new generation also find where its adapters live.
 
+What the pool serves is its signed set (signed_set.py): a change starts from the last one, as
+verified, applies its own operations to it (`change.signed`, through changes.py), and signs the
+result with its generation as it finishes. A pool whose signed set does not verify takes no
+change (503) until an operator has checked and sealed it again.
+
     with ActiveSetChange(session, pool_id) as change:
-        ...point or drop aliases, retire versions, using change.generation...
+        ...point or drop aliases, retire versions (changes.py), passing the change...
 """
 
 from __future__ import annotations
 
+import logging
+
 from sqlalchemy.orm import Session
 
-from registry.active_set import placing, repository
+from registry.active_set import placing, repository, signed_set
 from registry.active_set.announcements import announce
 from registry.tables import Pool
+
+log = logging.getLogger(__name__)
 
 
 class ActiveSetChange:
     def __init__(self, session: Session, pool_id: int) -> None:
         self.session, self.pool_id = session, pool_id
         self.generation, pool_name = repository.bump_generation(session, pool_id)
+        self.pool = repository.pool_for_change(session, pool_id)
+        self.signed = signed_set.load(self.pool, generation=self.generation - 1)
         announce(session, {"kind": "generation", "pool": pool_name, "generation": self.generation})
 
     def __enter__(self) -> ActiveSetChange:
@@ -33,7 +44,12 @@ class ActiveSetChange:
             self.finish()
 
     def finish(self) -> None:
-        """Place the set as the change left it."""
+        """Sign the set as the change left it, and place it."""
+        self.signed.generation = self.generation
+        signed_set.sign(self.pool, self.signed)
+        if repaired := repository.project_aliases(self.session, self.pool_id, list(self.signed.aliases.values())):
+            log.error("pool %s: %d alias rows differed from its signed set, and were put back",
+                      self.pool.name, repaired)
         placing.store_if_moved(self.session, self.pool_id)
 
 

@@ -1,6 +1,6 @@
 """What a change does to a pool's active set: point and drop aliases, and retire versions that
-lost their last alias once traffic has moved. Each runs inside an `ActiveSetChange` (change.py),
-whose generation the retirements record."""
+lost their last alias once traffic has moved. Each runs inside an `ActiveSetChange` (change.py):
+it changes the change's signed set, and the rows that project it."""
 
 from __future__ import annotations
 
@@ -11,42 +11,50 @@ from sqlalchemy.orm import Session
 from registry import audit
 from registry.active_set import repository
 from registry.active_set.change import ActiveSetChange
+from registry.active_set.signed_set import SignedAlias, SignedRetiring
 from registry.clock import aware
 from registry.settings import get_settings
 from registry.tables import Adapter, AdapterVersion, Pool, PoolAlias, PoolRetirement, Tenant
 
 
-def point_alias(session: Session, *, pool_id: int, adapter_id: int, alias: str, version_id: int,
-                weight: int | None, promotion_id: int, generation: int) -> int | None:
-    """Point the alias at the version; returns the version it pointed at before, if any."""
-    row = repository.alias_row(session, pool_id, adapter_id, alias)
-    previous = row.version_id if row else None
+def point_alias(session: Session, change: ActiveSetChange, *, adapter_id: int, alias: str,
+                version_id: int, weight: int | None, promotion_id: int) -> int | None:
+    """Point the alias at the version; returns the version it pointed at before, if any (as the
+    signed set says: a row edited meanwhile changes nothing here)."""
+    served_name, digest = repository.names_and_digests(session, {version_id})[version_id]
+    previous = change.signed.point(SignedAlias(adapter_id, alias, version_id, served_name, digest,
+                                               weight, promotion_id))
+    row = repository.alias_row(session, change.pool_id, adapter_id, alias)
     if row is None:
-        row = PoolAlias(pool_id=pool_id, adapter_id=adapter_id, alias=alias)
+        row = PoolAlias(pool_id=change.pool_id, adapter_id=adapter_id, alias=alias)
         session.add(row)
     row.version_id, row.weight, row.promotion_id = version_id, weight, promotion_id
-    repository.unretire(session, pool_id, version_id)
+    repository.unretire(session, change.pool_id, version_id)
     session.flush()
     if previous is not None and previous != version_id:
-        retire_if_unaliased(session, pool_id, previous, generation)
+        retire_if_unaliased(session, change, previous)
     return previous
 
 
-def drop_alias(session: Session, *, pool_id: int, adapter_id: int, alias: str,
-               generation: int) -> None:
-    row = repository.alias_row(session, pool_id, adapter_id, alias)
+def drop_alias(session: Session, change: ActiveSetChange, *, adapter_id: int, alias: str) -> None:
+    dropped = change.signed.drop(adapter_id, alias)
+    row = repository.alias_row(session, change.pool_id, adapter_id, alias)
     if row is not None:
         session.delete(row)
         session.flush()
-        retire_if_unaliased(session, pool_id, row.version_id, generation)
+    if dropped is not None:
+        retire_if_unaliased(session, change, dropped.version_id)
 
 
-def retire_if_unaliased(session: Session, pool_id: int, version_id: int, generation: int) -> None:
+def retire_if_unaliased(session: Session, change: ActiveSetChange, version_id: int) -> None:
     """A version without aliases keeps serving requests in flight until every live node has
     moved on (see drop_drained). With no live node there is no traffic to wait for."""
-    if not repository.is_aliased(session, pool_id, version_id) and repository.live_nodes(session, pool_id):
-        session.add(PoolRetirement(pool_id=pool_id, version_id=version_id, generation=generation))
-        session.flush()
+    if change.signed.is_aliased(version_id) or not repository.live_nodes(session, change.pool_id):
+        return
+    served_name, digest = repository.names_and_digests(session, {version_id})[version_id]
+    change.signed.retire(SignedRetiring(version_id, served_name, digest))
+    session.add(PoolRetirement(pool_id=change.pool_id, version_id=version_id, generation=change.generation))
+    session.flush()
 
 
 def drop_drained(session: Session, pool_id: int) -> bool:
@@ -60,6 +68,7 @@ def drop_drained(session: Session, pool_id: int) -> bool:
         return False
     with ActiveSetChange(session, pool_id) as change:
         for retirement in drained:
+            change.signed.retiring.pop(retirement.version_id, None)
             _record_retirement(session, retirement, change.generation)
         repository.delete_retirements(session, [r.id for r in drained])
     return True

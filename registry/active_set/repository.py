@@ -61,9 +61,25 @@ def aliases_of_pool(session: Session, pool_id: int) -> list[PoolAlias]:
     return list(session.scalars(select(PoolAlias).where(PoolAlias.pool_id == pool_id)))
 
 
-def is_aliased(session: Session, pool_id: int, version_id: int) -> bool:
-    return session.scalar(select(PoolAlias.id).where(
-        PoolAlias.pool_id == pool_id, PoolAlias.version_id == version_id).limit(1)) is not None
+def project_aliases(session: Session, pool_id: int, signed: list) -> int:
+    """Make the pool's alias rows say what its signed set says (`signed`: its SignedAlias items);
+    returns how many rows had to change beyond what the change itself wrote."""
+    rows = {(row.adapter_id, row.alias): row for row in aliases_of_pool(session, pool_id)}
+    repaired = 0
+    for alias in signed:
+        row = rows.pop((alias.adapter_id, alias.alias), None)
+        if row is None:
+            row = PoolAlias(pool_id=pool_id, adapter_id=alias.adapter_id, alias=alias.alias)
+            session.add(row)
+        wanted = (alias.version_id, alias.weight, alias.promotion_id)
+        if (row.version_id, row.weight, row.promotion_id) != wanted:
+            row.version_id, row.weight, row.promotion_id = wanted
+            repaired += 1
+    for row in rows.values():
+        session.delete(row)
+        repaired += 1
+    session.flush()
+    return repaired
 
 
 def aliased_version_ids(session: Session, pool_id: int) -> set[int]:
@@ -97,6 +113,20 @@ def served_names(session: Session, version_ids: set[int]) -> dict[str, str]:
         .join(Adapter, Adapter.id == AdapterVersion.adapter_id).join(Tenant, Tenant.id == Adapter.tenant_id)
         .where(AdapterVersion.id.in_(list(version_ids)))).all()
     return {f"{tenant}/{name}@{number}": digest for tenant, name, number, digest in rows}
+
+
+def names_and_digests(session: Session, version_ids: set[int]) -> dict[int, tuple[str, str]]:
+    """version id -> (served name, digest)."""
+    rows = session.execute(
+        select(AdapterVersion.id, Tenant.name, Adapter.name, AdapterVersion.number, AdapterVersion.digest)
+        .join(Adapter, Adapter.id == AdapterVersion.adapter_id).join(Tenant, Tenant.id == Adapter.tenant_id)
+        .where(AdapterVersion.id.in_(list(version_ids)))).all()
+    return {vid: (f"{tenant}/{name}@{number}", digest) for vid, tenant, name, number, digest in rows}
+
+
+def pool_for_change(session: Session, pool_id: int) -> Pool:
+    """The pool row as the generation bump left it (the session may hold an older copy)."""
+    return session.scalar(select(Pool).where(Pool.id == pool_id).execution_options(populate_existing=True))
 
 
 def live_nodes(session: Session, pool_id: int) -> list[NodeStatus]:

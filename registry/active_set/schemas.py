@@ -53,3 +53,9 @@ class ActiveSet(BaseModel):
         "it is the whole set, which every node holds while it fits."))
     entries: list[ActiveEntry]
     urls_expire_in: int
+    signed: dict[str, Any] | None = Field(None, description=(
+        "The pool's whole active set as the registry signed it at this generation's change: a "
+        "DSSE envelope (payload type application/vnd.loraplane.active-set+json) holding every "
+        "alias with its version, digest and weight, and the versions retiring. Signed with the "
+        "attestation key, so a trust-bundle holder can check that the entries and weights above "
+        "are the ones the registry decided (see docs/security.md)."))

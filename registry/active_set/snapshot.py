@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 
 from sqlalchemy.orm import Session
 
-from registry.active_set import repository
+from registry.active_set import repository, signed_set
 from registry.active_set.schemas import ActiveEntry, ActiveSet, AliasWeight, ArtifactFile
 from registry.active_set.suspension import suspended_version_ids
 from registry.adapters import artifact
@@ -17,6 +18,7 @@ from registry.storage.base import ArtifactStore
 from registry.tables import Adapter, AdapterVersion, BaseModel, Pool, PoolAlias, Promotion, Tenant
 
 PRODUCTION, CANARY = "production", "canary"
+log = logging.getLogger(__name__)
 
 
 def pool_by_name(session: Session, name: str, *, lock: bool = False) -> Pool:
@@ -33,10 +35,12 @@ def read(session: Session, pool_name: str, store: ArtifactStore,
          settings: RegistrySettings, node: str | None = None, *,
          with_files: bool = True) -> ActiveSet:
     """The pool's whole set, or with `node` only what the placement gives that node; without
-    files (and their presigned URLs) for readers that must not download them."""
+    files (and their presigned URLs) for readers that must not download them. Built from the
+    pool's signed set (signed_set.py), never from alias rows alone."""
     pool = pool_by_name(session, pool_name, lock=True)
-    aliases = repository.aliases_of_pool(session, pool.id)
-    retiring = repository.retiring_version_ids(session, pool.id)
+    signed = signed_set.load(pool, remember=True)
+    _report_rows_that_differ(session, pool, signed)
+    aliases = list(signed.aliases.values())
     canary_weight = {a.adapter_id: a.weight or 0 for a in aliases if a.alias == CANARY}
     by_version: dict[int, list[AliasWeight]] = defaultdict(list)
     for alias in aliases:
@@ -44,7 +48,7 @@ def read(session: Session, pool_name: str, store: ArtifactStore,
             alias=alias.alias, weight=_weight(alias, canary_weight.get(alias.adapter_id, 0)),
             shadow=_shadow(session, alias)))
     # Versions waiting to qualify on a new engine, under the pool's `suspend` policy.
-    version_ids = sorted((set(by_version) | retiring) - suspended_version_ids(session, pool.id))
+    version_ids = sorted(_as_signed(session, pool, signed) - suspended_version_ids(session, pool.id))
     proofs = repository.current_attestations(session, pool.id, version_ids)
     entries = [_entry(session, session.get(AdapterVersion, vid), by_version.get(vid, []),
                       store if with_files else None, settings, proofs.get(vid))
@@ -66,7 +70,29 @@ def read(session: Session, pool_name: str, store: ArtifactStore,
         generation=pool.generation, node=part_of,
         limits={"max_loras": pool.max_loras, "max_cpu_loras": pool.max_cpu_loras,
                 "max_lora_rank": pool.max_lora_rank},
-        entries=entries, urls_expire_in=settings.presign_ttl_s)
+        entries=entries, urls_expire_in=settings.presign_ttl_s, signed=pool.signed_active_set)
+
+
+def _as_signed(session: Session, pool: Pool, signed: signed_set.SignedSet) -> set[int]:
+    """The signed set's versions whose rows still name and digest them as it does; a version
+    row edited since it was signed is left out, and reported."""
+    rows = repository.names_and_digests(session, signed.version_ids())
+    kept = set()
+    for version_id, (served_name, digest) in signed.names().items():
+        if rows.get(version_id) == (served_name, digest):
+            kept.add(version_id)
+        else:
+            log.error("pool %s: version %d was signed as %s (%s…), its row says %s: left out",
+                      pool.name, version_id, served_name, digest[:12], rows.get(version_id))
+    return kept
+
+
+def _report_rows_that_differ(session: Session, pool: Pool, signed: signed_set.SignedSet) -> None:
+    rows = {(a.adapter_id, a.alias, a.version_id, a.weight) for a in repository.aliases_of_pool(session, pool.id)}
+    kept = {(a.adapter_id, a.alias, a.version_id, a.weight) for a in signed.aliases.values()}
+    if rows != kept:
+        log.error("pool %s: alias rows differ from its signed set (rows only: %s; signed only: %s); "
+                  "the signed set is served", pool.name, sorted(rows - kept)[:5], sorted(kept - rows)[:5])
 
 
 def _weight(alias: PoolAlias, canary: int) -> int:
@@ -105,12 +131,13 @@ def _last_loaded(session: Session, pool: Pool, node_id: str) -> frozenset[str]:
 
 def retiring_names(session: Session, pool_id: int) -> set[str]:
     """Served names that lost their last alias and stay only until traffic has moved."""
-    return set(repository.served_names(session, repository.retiring_version_ids(session, pool_id)))
+    signed = signed_set.load(session.get(Pool, pool_id))
+    return {r.served_name for r in signed.retiring.values()}
 
 
 def desired_digests(session: Session, pool_id: int) -> dict[str, str]:
     """served name -> digest of everything the pool's nodes should hold (no URLs)."""
-    version_ids = repository.aliased_version_ids(session, pool_id)
-    version_ids |= repository.retiring_version_ids(session, pool_id)
-    version_ids -= suspended_version_ids(session, pool_id)
-    return repository.served_names(session, version_ids)
+    signed = signed_set.load(session.get(Pool, pool_id))
+    suspended = suspended_version_ids(session, pool_id)
+    return {name: digest for version_id, (name, digest) in signed.names().items()
+            if version_id not in suspended}

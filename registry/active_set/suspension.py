@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from registry.active_set import repository
+from registry.active_set import repository, signed_set
+from registry.tables import Pool
 
 KEEP_SERVING, SUSPEND = "keep_serving", "suspend"
 POLICIES = (KEEP_SERVING, SUSPEND)
@@ -19,6 +20,5 @@ def suspended_version_ids(session: Session, pool_id: int) -> set[int]:
     if repository.requalify_policy(session, pool_id) != SUSPEND:
         return set()
     marked = repository.marked_version_ids(session, pool_id)
-    serving = (repository.aliased_version_ids(session, pool_id)
-               | repository.retiring_version_ids(session, pool_id))
+    serving = signed_set.load(session.get(Pool, pool_id)).version_ids()
     return marked if serving - marked else set()

@@ -8,7 +8,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
 from registry.adapters.endpoints import Name, Number, Tenant
-from registry.attestations import bundle, reading, upkeep
+from registry.attestation_keys import bundle
+from registry.attestations import reading, upkeep
 from registry.attestations.schemas import AttestationOut, BackfillOut, RotationIn, RotationOut
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.attestations import evidence
-from registry.attestations.keyring import get_keyring
+from registry.attestation_keys.keyring import get_keyring
 from registry.tables import AdapterVersion, Attestation, Promotion
 from signed_digests import provenance
 

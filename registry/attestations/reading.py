@@ -7,7 +7,8 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from registry.adapters import service as adapters
-from registry.attestations import bundle, repository
+from registry.attestation_keys import bundle
+from registry.attestations import repository
 from registry.attestations.evidence import served_name
 from registry.attestations.schemas import AttestationOut
 from registry.auth.principal import Principal

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from registry.tables import Attestation, AuditEvent, PoolAlias, PoolRetirement, Promotion
+from registry.tables import Attestation, AuditEvent, Pool, PoolAlias, PoolRetirement, Promotion
 
 
 def of_version(session: Session, version_id: int) -> list[Attestation]:
@@ -49,3 +49,10 @@ def active_pairs(session: Session) -> list[tuple[int, int]]:
 def lock_upkeep(session: Session, key: int) -> None:
     """PostgreSQL's advisory lock `key`, held until the transaction ends."""
     session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+
+
+def active_set_signers(session: Session) -> list[tuple[int, str | None]]:
+    """(pool id, id of the key that signed its active set) of every pool with a signed set."""
+    rows = session.execute(select(Pool.id, Pool.signed_active_set).where(Pool.signed_active_set.is_not(None)))
+    return [(pool_id, ((signed.get("signatures") or [{}])[0] or {}).get("keyid"))
+            for pool_id, signed in rows]

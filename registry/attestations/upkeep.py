@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 from registry import audit
 from registry.active_set.change import new_generation
 from registry.attestations import evaluated, evidence, issuing, repository
-from registry.attestations.bundle import own_keys
-from registry.attestations.keyring import RotationUnsupported, get_keyring
+from registry.attestation_keys.bundle import own_keys
+from registry.attestation_keys.keyring import RotationUnsupported, get_keyring
 from registry.attestations.schemas import RotationOut
 from registry.auth.principal import Principal
 from registry.db import transaction
@@ -63,6 +63,8 @@ def resign_active(session: Session) -> int:
                       latest.audit_event_hash)
         count += 1
         changed.add(pool_id)
+    # Pools whose signed set an older key signed: a new generation signs it with the current one.
+    changed |= {pool_id for pool_id, key_id in repository.active_set_signers(session) if key_id != kid}
     for pool_id in sorted(changed):  # nodes receive the new signatures with a new generation
         new_generation(session, pool_id)
     return count

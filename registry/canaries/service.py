@@ -89,16 +89,16 @@ def _act(session: Session, promotion: Promotion, policy: CanaryAnalysis, state: 
             return "changed meanwhile"
         if status.verdict == analysis.FAIL:
             _save(promotion, state, status, ROLLED_BACK)
-            canary_actions.roll_back(session, promotion, change.generation, evidence)
+            canary_actions.roll_back(session, promotion, change, evidence)
             return ROLLED_BACK
         if step + 1 < len(policy.steps):
             weight = policy.steps[step + 1].weight
             state.update(step=step + 1, gate_opened=False, **canary_actions.step_start(session))
             state.pop("confirmed_by", None)
             _save(promotion, state, status, ANALYSING)
-            canary_actions.step(session, promotion, weight, change.generation, evidence)
+            canary_actions.step(session, promotion, weight, change, evidence)
             return f"step {step + 1}: {weight}%"
-        why_not = canary_actions.promote(session, promotion, change.generation, evidence)
+        why_not = canary_actions.promote(session, promotion, change, evidence)
         if why_not is None:
             _save(promotion, state, status, PROMOTED)
             return PROMOTED

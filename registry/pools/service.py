@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from registry import audit
+from registry.active_set import signed_set
 from registry.active_set.change import new_generation
 from registry.base_models import service as base_models
 from registry.errors import Conflict, NotFound
@@ -42,6 +43,7 @@ def create(session: Session, spec: PoolCreate, *, actor: str) -> PoolOut:
     )
     session.add(row)
     session.flush()
+    signed_set.sign(row, signed_set.SignedSet(pool=row.name, pool_id=row.id, generation=row.generation))
     return audit.record_created(session, to_out(row, base), actor=actor, action="pool.create",
                                 subject=f"pool/{row.name}")
 

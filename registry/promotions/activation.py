@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from registry import audit, webhooks
 from registry.active_set import changes
+from registry.active_set.change import ActiveSetChange
 from registry.active_set.snapshot import CANARY, PRODUCTION
 from registry.attestations import evaluated, issuing as attestations
 from registry.promotions import repository, rules
@@ -17,7 +18,7 @@ from registry.adapters import service as adapters
 from registry.tables import Adapter, AdapterVersion, Pool, Promotion
 
 
-def activate(session: Session, promotion: Promotion, generation: int, actor: str) -> None:
+def activate(session: Session, promotion: Promotion, change: ActiveSetChange, actor: str) -> None:
     current = repository.active_promotion_for_update(session, promotion.pool_id, promotion.adapter_id,
                                                      promotion.alias)
     if current is not None:
@@ -25,12 +26,13 @@ def activate(session: Session, promotion: Promotion, generation: int, actor: str
         current.ended_at = now()
         promotion.previous_id = current.id
         record(session, current, "promotion.superseded", actor)
-    point(session, promotion, generation)
+    point(session, promotion, change)
     if promotion.alias == PRODUCTION:
-        graduate_canary(session, promotion, generation, actor)
+        graduate_canary(session, promotion, change, actor)
 
 
-def point(session: Session, promotion: Promotion, generation: int, *, restoring: bool = False) -> None:
+def point(session: Session, promotion: Promotion, change: ActiveSetChange, *,
+          restoring: bool = False) -> None:
     """Raises Conflict, before anything changes, when the version's bytes are not the ones that
     were uploaded and evaluated (attestations/evaluated.py): its attestation would sign them.
     `restoring` (a rollback, said by the code path, never by a row) checks the upload alone: that
@@ -38,9 +40,9 @@ def point(session: Session, promotion: Promotion, generation: int, *, restoring:
     version = session.get(AdapterVersion, promotion.version_id)
     evaluated.check(session, version, adapters.version_out(session, version).served_name,
                     evaluations=not restoring)
-    changes.point_alias(session, pool_id=promotion.pool_id, adapter_id=promotion.adapter_id,
-                        alias=promotion.alias, version_id=promotion.version_id,
-                        weight=promotion.weight, promotion_id=promotion.id, generation=generation)
+    changes.point_alias(session, change, adapter_id=promotion.adapter_id, alias=promotion.alias,
+                        version_id=promotion.version_id, weight=promotion.weight,
+                        promotion_id=promotion.id)
     rules.transition(promotion, rules.ACTIVE)
     promotion.activated_at = now()
     promotion.evaluation_policy = session.get(Adapter, promotion.adapter_id).evaluation_policy or {}
@@ -49,15 +51,14 @@ def point(session: Session, promotion: Promotion, generation: int, *, restoring:
     attestations.issue_on_commit(session, promotion, action, event)
 
 
-def graduate_canary(session: Session, promotion: Promotion, generation: int, actor: str) -> None:
+def graduate_canary(session: Session, promotion: Promotion, change: ActiveSetChange, actor: str) -> None:
     """Promoting the canary's version to production ends the canary: it would split nothing."""
     canary = repository.active_promotion_for_update(session, promotion.pool_id, promotion.adapter_id,
                                                     CANARY, version_id=promotion.version_id)
     if canary is not None:
         rules.transition(canary, rules.SUPERSEDED)
         canary.ended_at = now()
-        changes.drop_alias(session, pool_id=promotion.pool_id, adapter_id=promotion.adapter_id,
-                           alias=CANARY, generation=generation)
+        changes.drop_alias(session, change, adapter_id=promotion.adapter_id, alias=CANARY)
         record(session, canary, "promotion.superseded", actor)
 
 

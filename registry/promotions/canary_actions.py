@@ -11,6 +11,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from registry.active_set import changes
+from registry.active_set.change import ActiveSetChange
 from registry.active_set.snapshot import CANARY, PRODUCTION
 from registry.adapters import service as adapters
 from registry.attestations import evaluated
@@ -37,24 +38,23 @@ def step_start(session: Session) -> dict:
     return {"step_started_at": windows.database_now(session).isoformat()}
 
 
-def step(session: Session, canary: Promotion, weight: int, generation: int, evidence: dict) -> None:
+def step(session: Session, canary: Promotion, weight: int, change: ActiveSetChange,
+         evidence: dict) -> None:
     canary.weight = weight
-    changes.point_alias(session, pool_id=canary.pool_id, adapter_id=canary.adapter_id, alias=CANARY,
-                        version_id=canary.version_id, weight=weight, promotion_id=canary.id,
-                        generation=generation)
+    changes.point_alias(session, change, adapter_id=canary.adapter_id, alias=CANARY,
+                        version_id=canary.version_id, weight=weight, promotion_id=canary.id)
     activation.record(session, canary, "canary.step", AUTOMATIC, evidence=evidence)
 
 
-def roll_back(session: Session, canary: Promotion, generation: int, evidence: dict) -> None:
+def roll_back(session: Session, canary: Promotion, change: ActiveSetChange, evidence: dict) -> None:
     """Production takes all the traffic again; the canary's version leaves once traffic has moved."""
     rules.transition(canary, rules.ROLLED_BACK)
     canary.ended_at = activation.now()
-    changes.drop_alias(session, pool_id=canary.pool_id, adapter_id=canary.adapter_id, alias=CANARY,
-                       generation=generation)
+    changes.drop_alias(session, change, adapter_id=canary.adapter_id, alias=CANARY)
     activation.record(session, canary, "canary.rolled_back", AUTOMATIC, evidence=evidence)
 
 
-def promote(session: Session, canary: Promotion, generation: int, evidence: dict) -> str | None:
+def promote(session: Session, canary: Promotion, change: ActiveSetChange, evidence: dict) -> str | None:
     """Make the canary's version production. Returns why it cannot, leaving everything as it was
     (a production request awaits a reviewer, or a gate blocks)."""
     if repository.awaiting_request(session, canary.pool_id, canary.adapter_id, PRODUCTION) is not None:
@@ -85,6 +85,6 @@ def promote(session: Session, canary: Promotion, generation: int, evidence: dict
     session.flush()
     rules.transition(promotion, rules.AWAITING)
     rules.transition(promotion, rules.APPROVED)
-    activation.activate(session, promotion, generation, AUTOMATIC)
+    activation.activate(session, promotion, change, AUTOMATIC)
     activation.record(session, promotion, "canary.promoted", AUTOMATIC, evidence=evidence)
     return None

@@ -73,7 +73,7 @@ def approve(session: Session, principal: Principal, promotion_id: int, comment: 
         promotion.decided_by_identity_id = principal.identity_id or None
         promotion.decided_at = activation.now()
         activation.record(session, promotion, "promotion.approved", principal.label, comment=comment)
-        activation.activate(session, promotion, change.generation, principal.label)
+        activation.activate(session, promotion, change, principal.label)
         if promotion.analysis is not None:
             canary_actions.start(session, promotion)
     return to_out(session, promotion, principal)
@@ -99,12 +99,12 @@ def rollback(session: Session, principal: Principal, pool_name: str, tenant: str
     pool = pool_by_name(session, pool_name)
     adapter = adapters.find_adapter(session, tenant, name)
     with ActiveSetChange(session, pool.id) as change:
-        after = _roll_back(session, principal, pool, adapter, tenant, alias, comment, change.generation)
+        after = _roll_back(session, principal, pool, adapter, tenant, alias, comment, change)
     return to_out(session, after, principal)
 
 
 def _roll_back(session: Session, principal: Principal, pool: Pool, adapter: Adapter, tenant: str,
-               alias: str, comment: str, generation: int) -> Promotion:
+               alias: str, comment: str, change: ActiveSetChange) -> Promotion:
     """The promotion the alias points at afterwards; for a first canary, the one rolled back."""
     name = adapter.name
     current = repository.active_promotion_for_update(session, pool.id, adapter.id, alias)
@@ -127,8 +127,7 @@ def _roll_back(session: Session, principal: Principal, pool: Pool, adapter: Adap
     current.ended_at = activation.now()
     activation.record(session, current, "promotion.rolled_back", principal.label, comment=comment)
     if previous is None:  # a first canary: rolling it back means no canary
-        changes.drop_alias(session, pool_id=pool.id, adapter_id=adapter.id, alias=alias,
-                           generation=generation)
+        changes.drop_alias(session, change, adapter_id=adapter.id, alias=alias)
         return current
     restored = Promotion(
         pool_id=pool.id, adapter_id=adapter.id, version_id=previous.version_id, alias=alias,
@@ -139,7 +138,7 @@ def _roll_back(session: Session, principal: Principal, pool: Pool, adapter: Adap
         decision_comment=comment, decided_at=activation.now())
     session.add(restored)
     session.flush()
-    activation.point(session, restored, generation, restoring=True)
+    activation.point(session, restored, change, restoring=True)
     return restored
 
 

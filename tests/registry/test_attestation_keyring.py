@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from registry.attestations import keyring
+from registry.attestation_keys import keyring
 from registry.settings import RegistrySettings
 
 

@@ -4,17 +4,15 @@ each registry process re-reads pool generations every `active_set_poll_s` (1 s b
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from devkit import services
-from registry.active_set.change import new_generation
-from registry.db import make_engine
-from registry.tables import Pool
+from tests.conftest import REPO
 from tests.support.cli import start_up
 from tests.support.metrics import wait_for_long_polls
 from tests.support.nodes import bound_address
@@ -56,12 +54,25 @@ def long_poll(node: httpx.Client, etag: str) -> tuple[httpx.Response, float]:
     return response, time.monotonic()
 
 
+BUMP = """
+import sys
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+from registry.active_set.change import new_generation
+from registry.db import make_engine
+from registry.tables import Pool
+
+engine = make_engine(sys.argv[1])
+with Session(engine) as session, session.begin():
+    new_generation(session, session.scalar(select(Pool.id).where(Pool.name == "edge")))
+"""
+
+
 def bump_generation(data_dir) -> float:
-    engine = make_engine(f"sqlite:///{data_dir / 'loraplane.db'}")
-    with Session(engine) as session, session.begin():
-            # A bare generation bump from this process: it reaches the registry neither through
-            # its own commit hook nor through NOTIFY, which SQLite does not have.
-            new_generation(session, session.scalar(select(Pool.id).where(Pool.name == "edge")))
-    committed = time.monotonic()
-    engine.dispose()
-    return committed
+    """A bare generation bump from another process on the registry host (it holds the host's
+    keys, as a change must): it reaches the registry neither through the registry's own commit
+    hook nor through NOTIFY, which SQLite does not have."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LORAPLANE_")}
+    subprocess.run([sys.executable, "-c", BUMP, f"sqlite:///{data_dir / 'loraplane.db'}"], check=True,
+                   env={**env, "LORAPLANE_DATA_DIR": str(data_dir)}, cwd=REPO, timeout=60)
+    return time.monotonic()

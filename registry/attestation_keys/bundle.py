@@ -14,7 +14,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from registry.attestations.keyring import get_keyring
+from registry.attestation_keys.keyring import get_keyring
 from signed_digests import provenance
 
 CACHE_S = 30  # the bundle is public and anonymous: sign it at most this often, not per request
