@@ -26,12 +26,18 @@ def prepare_state(data_dir: Path, public_url: str) -> str:
     data_dir/admin.token (mode 0600) on a fresh folder."""
     os.environ.update(embedded_environment(data_dir, public_url))
     from migrations import runner
+    from registry import upgrade_seals
     from registry.db import prepare_folder
     from registry.settings import get_settings
 
     settings = get_settings()
     prepare_folder(settings.data_dir)  # 0700: it holds the database, the keys and the tokens
     runner.upgrade(settings.database_url)
+    pools, canaries = upgrade_seals.seal_in_transaction(actor="loraplane up (schema brought up to date)")
+    for pool in pools:
+        console.print(f"pool {pool}: active set signed from its rows (made before sets were signed)")
+    for promotion_id in canaries:
+        console.print(f"canary {promotion_id}: analysis sealed (started before analyses were sealed)")
     _rekey_saved_tokens(settings.data_dir)
     token_file = settings.data_dir / "admin.token"
     token = bootstrap_admin()

@@ -226,15 +226,13 @@ def db_seal_active_sets(
 
 
 def _seal_active_sets(pool: str | None, actor: str) -> None:
-    from registry.active_set import sealing
-    from registry.db import transaction
+    from registry import upgrade_seals
 
-    def run() -> list[str]:
-        with transaction() as session:
-            return sealing.seal(session, actor=actor, pool_name=pool)
-
-    for name in _call(run):
+    pools, canaries = _call(lambda: upgrade_seals.seal_in_transaction(actor=actor, pool_name=pool))
+    for name in pools:
         typer.echo(f"pool {name}: active set signed from its rows")
+    for promotion_id in canaries:
+        typer.echo(f"canary {promotion_id}: analysis policy and state sealed")
 
 
 @db_app.command("downgrade")

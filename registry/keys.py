@@ -22,6 +22,7 @@ class Purpose(StrEnum):
     NODE_ADDRESSES = "node-addresses"
     API_TOKENS = "api-tokens"
     TRAFFIC_WINDOWS = "traffic-windows"
+    CANARY_ANALYSIS = "canary-analysis"
 
 
 def key_for(purpose: Purpose) -> bytes:

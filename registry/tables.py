@@ -335,6 +335,8 @@ class Promotion(Base):
     # policy is compared with.
     evaluation_policy: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     analysis_state: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # A keyed hash of the policy and the state, made as the registry writes them (canaries/seals.py).
+    analysis_seal: Mapped[str | None] = mapped_column(String(64))
 
 
 class PoolAlias(Base):

@@ -30,6 +30,7 @@ class ActiveSet:
     entries: list[dict[str, Any]]
     etag: str
     limits: dict[str, int] | None = None
+    signed: dict[str, Any] | None = None  # the pool's signed set (serving/agent/signed_sets.py)
 
 
 class RegistryClient:
@@ -55,7 +56,8 @@ class RegistryClient:
             raise RegistryUnavailable(f"HTTP {response.status_code}: {response.text[:300]}")
         try:
             body = response.json()
-            return ActiveSet(body["generation"], body["entries"], response.headers["ETag"], body.get("limits"))
+            return ActiveSet(body["generation"], body["entries"], response.headers["ETag"], body.get("limits"),
+                             body.get("signed"))
         except (ValueError, KeyError, TypeError) as error:
             raise RegistryUnavailable(f"an unreadable active set: {error!r}") from error
 

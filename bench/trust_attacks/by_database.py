@@ -17,11 +17,12 @@ from sqlalchemy import delete, select, text, update
 from sqlalchemy.orm import Session
 
 from bench.trust_attacks.attack import Attack, Outcome
-from bench.trust_attacks.by_fleet import judge_canary
+from bench.trust_attacks.by_fleet import judge_canary, windows_of
 from bench.trust_attacks.by_people import _pending
 from bench.trust_attacks.world import POOL, World, prompts_reach_impostor
 from registry.tables import (
-    Adapter, AdapterVersion, ApiToken, AuditEvent, Identity, NodeAddress, Pool, PoolAlias, Tenant, TrafficWindow,
+    Adapter, AdapterVersion, ApiToken, AuditEvent, Identity, NodeAddress, Pool, PoolAlias, Promotion, Tenant,
+    TrafficWindow,
 )
 from registry.traffic_windows.schemas import WINDOW_BUCKETS
 
@@ -233,6 +234,55 @@ def restores_an_old_signed_active_set(world: World) -> Outcome:
                                                 else f", without {served}"))
 
 
+def _one_routers_traffic_then(world: World, loosen, undo) -> tuple[int | None, str]:
+    """One real router's windows, passing the canary (corroboration needs two), then `loosen`
+    run as a database writer: is the canary judged on less than its policy asks?"""
+    with Session(world.engine) as session, session.begin():
+        pool_id = session.scalar(select(Pool.id).where(Pool.name == POOL))
+        session.execute(delete(TrafficWindow).where(TrafficWindow.pool_id == pool_id))  # a clean slate
+    world.client("router").put(f"/v1/pools/{POOL}/routers/router-1/traffic", json={
+        "requests_per_s": {}, "report_id": str(uuid.uuid4()),
+        "windows": windows_of(world.versions["chat@2"]["served_name"], world.versions["chat@1"]["served_name"])})
+    with Session(world.engine) as session, session.begin():
+        kept = loosen(session)
+    try:
+        return judge_canary(world)
+    finally:
+        with Session(world.engine) as session, session.begin():
+            undo(session, kept)
+            session.execute(delete(TrafficWindow).where(TrafficWindow.pool_id == pool_id))
+
+
+def lowers_the_routers_a_canary_needs(world: World) -> Outcome:
+    def loosen(session: Session) -> int:
+        pool = session.scalar(select(Pool).where(Pool.name == POOL))
+        kept, pool.canary_min_routers = pool.canary_min_routers, 1
+        return kept
+
+    def undo(session: Session, kept: int) -> None:
+        session.execute(update(Pool).where(Pool.name == POOL).values(canary_min_routers=kept))
+
+    weight, state = _one_routers_traffic_then(world, loosen, undo)
+    moved = state != "active" or weight != 10
+    return Outcome(moved, f"canary_min_routers set to 1 under one router's passing traffic: canary {state} at {weight}%")
+
+
+def forges_a_reviewers_confirmation(world: World) -> Outcome:
+    def loosen(session: Session) -> dict:
+        promotion = session.get(Promotion, world.canary_id)
+        kept = dict(promotion.analysis_state)
+        promotion.analysis_state = {**kept, "confirmed_by": {"step": kept["step"], "by": "a reviewer",
+                                                             "verdict": "pass"}}
+        return kept
+
+    def undo(session: Session, kept: dict) -> None:
+        session.get(Promotion, world.canary_id).analysis_state = kept
+
+    weight, state = _one_routers_traffic_then(world, loosen, undo)
+    moved = state != "active" or weight != 10
+    return Outcome(moved, f"a reviewer's confirmation written into the canary's state: canary {state} at {weight}%")
+
+
 ATTACKS = [
     Attack("database_writer", "moves_a_node_to_its_server", moves_a_node_to_its_server),
     Attack("database_writer", "mints_a_token", mints_a_token),
@@ -245,4 +295,6 @@ ATTACKS = [
     Attack("database_writer", "forges_traffic_windows_as_two_routers", forges_windows_from_two_routers),
     Attack("database_writer", "moves_a_canarys_weight", moves_a_canarys_weight),
     Attack("database_writer", "restores_an_old_signed_active_set", restores_an_old_signed_active_set),
+    Attack("database_writer", "lowers_the_routers_a_canary_needs", lowers_the_routers_a_canary_needs),
+    Attack("database_writer", "forges_a_reviewers_confirmation", forges_a_reviewers_confirmation),
 ]

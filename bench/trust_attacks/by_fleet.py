@@ -57,7 +57,7 @@ def node_reads_promotions_and_suites(world: World) -> Outcome:
     return Outcome(any(s == 200 for s in statuses), f"promotions, suites, sizing answered {statuses}")
 
 
-def _windows(canary: str, production: str, *, canary_errors: int = 0) -> list[dict]:
+def windows_of(canary: str, production: str, *, canary_errors: int = 0) -> list[dict]:
     def window(name: str, alias: str, errors: int) -> dict:
         answered = [0] * (len(WINDOW_BUCKETS) + 1)
         answered[3] = 5000 - errors
@@ -90,14 +90,14 @@ def _served(world: World, key: str) -> str:
 
 def router_forged_windows_step_a_canary(world: World) -> Outcome:
     weight, state = _canary_after_check(world, world.client("router"), "router-1",
-                                        _windows(_served(world, "chat@2"), _served(world, "chat@1")))
+                                        windows_of(_served(world, "chat@2"), _served(world, "chat@1")))
     moved = state != "active" or weight != 10
     return Outcome(moved, f"5,000 forged requests a side from one router: canary {state} at {weight}%")
 
 
 def router_forged_errors_roll_a_canary_back(world: World) -> Outcome:
     weight, state = _canary_after_check(world, world.client("router"), "router-1",
-                                        _windows(_served(world, "chat@2"), _served(world, "chat@1"), canary_errors=4500))
+                                        windows_of(_served(world, "chat@2"), _served(world, "chat@1"), canary_errors=4500))
     moved = state != "active" or weight != 10
     return Outcome(moved, f"90% forged errors from one router: canary {state} at {weight}%")
 

@@ -124,6 +124,11 @@ def names_and_digests(session: Session, version_ids: set[int]) -> dict[int, tupl
     return {vid: (f"{tenant}/{name}@{number}", digest) for vid, tenant, name, number, digest in rows}
 
 
+def unsigned_pools(session: Session) -> list[Pool]:
+    """Pools without a signed active set."""
+    return list(session.scalars(select(Pool).where(Pool.signed_active_set.is_(None)).order_by(Pool.id)))
+
+
 def pool_for_change(session: Session, pool_id: int) -> Pool:
     """The pool row as the generation bump left it (the session may hold an older copy)."""
     return session.scalar(select(Pool).where(Pool.id == pool_id).execution_options(populate_existing=True))

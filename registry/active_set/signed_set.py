@@ -60,6 +60,8 @@ class SignedSet:
     generation: int
     aliases: dict[tuple[int, str], SignedAlias] = field(default_factory=dict)
     retiring: dict[int, SignedRetiring] = field(default_factory=dict)
+    # The routers whose own traffic must each reach a canary's verdict (canaries/service.py).
+    canary_min_routers: int = 2
     key_id: str | None = None  # the key that signed it, once signed
 
     def point(self, alias: SignedAlias) -> int | None:
@@ -92,6 +94,7 @@ class SignedSet:
                 "generation": self.generation,
                 "aliases": [asdict(a) for _, a in sorted(self.aliases.items())],
                 "retiring": [asdict(r) for _, r in sorted(self.retiring.items())],
+                "canary_min_routers": self.canary_min_routers,
                 "signed_at": datetime.now(UTC).isoformat()}
 
     @classmethod
@@ -101,7 +104,8 @@ class SignedSet:
         return cls(pool=document["pool"], pool_id=int(document["pool_id"]),
                    generation=int(document["generation"]),
                    aliases={(a.adapter_id, a.alias): a for a in aliases},
-                   retiring={r.version_id: r for r in retiring}, key_id=key_id)
+                   retiring={r.version_id: r for r in retiring},
+                   canary_min_routers=int(document.get("canary_min_routers", 2)), key_id=key_id)
 
 
 class Untrusted(Unavailable):
@@ -141,7 +145,8 @@ def sign(pool: Pool, signed: SignedSet) -> None:
 
 def from_rows(session: Session, pool: Pool) -> SignedSet:
     """The set the pool's rows describe, to sign once, by an operator's act (sealing.py)."""
-    signed = SignedSet(pool=pool.name, pool_id=pool.id, generation=pool.generation)
+    signed = SignedSet(pool=pool.name, pool_id=pool.id, generation=pool.generation,
+                       canary_min_routers=pool.canary_min_routers)
     version_ids = repository.aliased_version_ids(session, pool.id) | repository.retiring_version_ids(session, pool.id)
     names = repository.names_and_digests(session, version_ids)
     for row in repository.aliases_of_pool(session, pool.id):

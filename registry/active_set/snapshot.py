@@ -74,17 +74,16 @@ def read(session: Session, pool_name: str, store: ArtifactStore,
 
 
 def _as_signed(session: Session, pool: Pool, signed: signed_set.SignedSet) -> set[int]:
-    """The signed set's versions whose rows still name and digest them as it does; a version
-    row edited since it was signed is left out, and reported."""
+    """The signed set's versions that still have a row. A row edited since it was signed (its
+    name or digest) is served as it is, and reported: every node refuses it against the
+    attestation and the signed set, and keeps the approved bytes it holds (leaving the version
+    out would have nodes unload them)."""
     rows = repository.names_and_digests(session, signed.version_ids())
-    kept = set()
     for version_id, (served_name, digest) in signed.names().items():
-        if rows.get(version_id) == (served_name, digest):
-            kept.add(version_id)
-        else:
-            log.error("pool %s: version %d was signed as %s (%s…), its row says %s: left out",
+        if rows.get(version_id) != (served_name, digest):
+            log.error("pool %s: version %d was signed as %s (%s…), its row says %s",
                       pool.name, version_id, served_name, digest[:12], rows.get(version_id))
-    return kept
+    return set(rows)
 
 
 def _report_rows_that_differ(session: Session, pool: Pool, signed: signed_set.SignedSet) -> None:
@@ -136,8 +135,7 @@ def retiring_names(session: Session, pool_id: int) -> set[str]:
 
 
 def desired_digests(session: Session, pool_id: int) -> dict[str, str]:
-    """served name -> digest of everything the pool's nodes should hold (no URLs)."""
+    """served name -> digest of everything the pool's nodes should hold (no URLs): the signed
+    set's versions, named as the active set serves them."""
     signed = signed_set.load(session.get(Pool, pool_id))
-    suspended = suspended_version_ids(session, pool_id)
-    return {name: digest for version_id, (name, digest) in signed.names().items()
-            if version_id not in suspended}
+    return repository.served_names(session, signed.version_ids() - suspended_version_ids(session, pool_id))

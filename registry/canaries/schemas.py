@@ -46,3 +46,6 @@ class CanaryStatus(BaseModel):
     unsealed_windows: int = Field(0, description=(
         "Traffic windows of this step whose seal did not hold: written to the database by "
         "something other than a registry, and not counted."))
+    analysis_sealed: bool = Field(True, description=(
+        "False when the canary's analysis policy or state was written by something other than a "
+        "registry (its seal does not hold): it is neither judged nor acted on; roll it back."))

@@ -14,10 +14,12 @@ person, as approval needs, never its uploader or requester."""
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
+from registry.active_set import signed_set
 from registry.active_set.change import ActiveSetChange
 from registry.active_set.snapshot import CANARY, PRODUCTION
 from registry.adapters import service as adapters
@@ -26,7 +28,7 @@ from registry.canaries import analysis
 from registry.canaries.schemas import CanaryStatus
 from registry.clock import aware
 from registry.errors import Conflict, Forbidden, NotFound
-from registry.promotions import activation, canary_actions, gates, rules
+from registry.promotions import activation, analysis_seals, canary_actions, gates, rules
 from registry.promotions import repository as promotions
 from registry.promotions.analysis_policy import CanaryAnalysis
 from registry.settings import get_settings
@@ -40,6 +42,8 @@ ANALYSING, WAITING, PAUSED, AT_GATE = (canary_actions.ANALYSING, "waiting_for_tr
                                        "awaiting_gate")
 UNCORROBORATED = "awaiting_corroboration"
 PROMOTED, ROLLED_BACK, HELD = "promoted", "rolled_back", "held"
+UNSEALED = "unsealed"  # its policy or state was written outside the registry: not judged
+log = logging.getLogger(__name__)
 
 
 def check(session: Session, promotion_id: int, *, now: datetime | None = None) -> str | None:
@@ -50,6 +54,10 @@ def check(session: Session, promotion_id: int, *, now: datetime | None = None) -
     promotion = session.get(Promotion, promotion_id)
     if not _under_analysis(promotion):
         return None
+    if not analysis_seals.holds(promotion):
+        log.error("canary %d is not judged: its analysis policy or state was changed outside the "
+                  "registry (its seal does not hold); roll it back", promotion_id)
+        return UNSEALED
     policy, state = CanaryAnalysis.model_validate(promotion.analysis), dict(promotion.analysis_state)
     status = _status(session, promotion, policy, state, now)
     step = state["step"]
@@ -59,7 +67,7 @@ def check(session: Session, promotion_id: int, *, now: datetime | None = None) -
     gate = status.verdict == analysis.PASS and policy.steps[step].manual_gate and not state.get("gate_opened")
     if status.verdict == analysis.WAIT or uncorroborated or gate:
         promotion = promotions.promotion_for_update(session, promotion_id)
-        if not _under_analysis(promotion) or promotion.analysis_state != state:
+        if not _sealed_as_judged(promotion, state):
             return "changed meanwhile"  # a pause, a resume or another check: judged afresh next time
         if uncorroborated:
             if state["state"] != UNCORROBORATED:  # audited once, not at every check
@@ -85,7 +93,7 @@ def _act(session: Session, promotion: Promotion, policy: CanaryAnalysis, state: 
     step = state["step"]
     with ActiveSetChange(session, promotion.pool_id) as change:
         promotion = promotions.promotion_for_update(session, promotion.id)
-        if not _under_analysis(promotion) or promotion.analysis_state != state:
+        if not _sealed_as_judged(promotion, state):
             return "changed meanwhile"
         if status.verdict == analysis.FAIL:
             _save(promotion, state, status, ROLLED_BACK)
@@ -125,7 +133,7 @@ def _deciders(status: CanaryStatus, state: dict) -> list[str]:
 def _hold(session: Session, promotion_id: int, reason: str, evidence: dict) -> None:
     """The analysis passed but the version cannot be promoted: pause, and say why."""
     promotion = promotions.promotion_for_update(session, promotion_id)
-    promotion.analysis_state = {**promotion.analysis_state, "state": PAUSED, "held_because": reason}
+    analysis_seals.put(promotion, {**promotion.analysis_state, "state": PAUSED, "held_because": reason})
     activation.record(session, promotion, "canary.held", canary_actions.AUTOMATIC,
                       comment=reason, evidence=evidence)
 
@@ -137,7 +145,7 @@ def pause(session: Session, principal: Principal, promotion_id: int) -> CanarySt
         raise Conflict(f"canary {promotion_id} is already paused", code="already_paused",
                        hint=f"Resume it with POST /v1/promotions/{promotion_id}/canary/resume.")
     state["state"] = PAUSED
-    promotion.analysis_state = state
+    analysis_seals.put(promotion, state)
     activation.record(session, promotion, "canary.paused", principal.label)
     return status_of(session, principal, promotion_id)
 
@@ -164,7 +172,7 @@ def resume(session: Session, principal: Principal, promotion_id: int) -> CanaryS
         state.pop("confirmed_by", None)  # a fresh window: a verdict confirmed before does not carry
     state["state"] = ANALYSING
     state.pop("held_because", None)
-    promotion.analysis_state = state
+    analysis_seals.put(promotion, state)
     activation.record(session, promotion, "canary.resumed", principal.label)
     return status_of(session, principal, promotion_id)
 
@@ -191,13 +199,16 @@ def status_of(session: Session, principal: Principal, promotion_id: int) -> Cana
         raise NotFound(f"promotion {promotion_id} has no canary analysis", code="canary_not_found",
                        hint="Request a canary with an `analysis` policy (POST /v1/pools/{pool}/promotions).")
     state = promotion.analysis_state or {}
+    sealed = promotion.analysis_state is None or analysis_seals.holds(promotion)
     last = state.get("last")
     if last is not None:
         return CanaryStatus.model_validate({**last, "state": state["state"], "step": state["step"],
-                                            "step_started_at": state["step_started_at"]})
+                                            "step_started_at": state["step_started_at"],
+                                            "analysis_sealed": sealed})
     return CanaryStatus(promotion_id=promotion.id, step=state.get("step", 0), weight=promotion.weight or 0,
                         state=state.get("state", "requested"),
-                        step_started_at=state.get("step_started_at") or promotion.created_at)
+                        step_started_at=state.get("step_started_at") or promotion.created_at,
+                        analysis_sealed=sealed)
 
 
 def _status(session: Session, promotion: Promotion, policy: CanaryAnalysis, state: dict,
@@ -216,14 +227,19 @@ def _status(session: Session, promotion: Promotion, policy: CanaryAnalysis, stat
                         state=state["state"], step_started_at=since, checked_at=now, canary=canary,
                         production=production, checks=checks, verdict=verdict,
                         sources=analysis.by_router(policy, canary_name, production_name, rows, elapsed_s),
-                        sources_needed=session.get(Pool, promotion.pool_id).canary_min_routers,
+                        sources_needed=signed_set.load(session.get(Pool, promotion.pool_id)).canary_min_routers,
                         unsealed_windows=unsealed)
 
 
 def _save(promotion: Promotion, state: dict, status: CanaryStatus, label: str) -> None:
     state["state"] = label
     state["last"] = status.model_dump(mode="json")
-    promotion.analysis_state = dict(state)  # a new object: JSON columns track assignment
+    analysis_seals.put(promotion, state)
+
+
+def _sealed_as_judged(promotion: Promotion | None, state: dict) -> bool:
+    """Still under analysis, in the state that was judged, and sealed: read again under its lock."""
+    return _under_analysis(promotion) and promotion.analysis_state == state and analysis_seals.holds(promotion)
 
 
 def _under_analysis(promotion: Promotion | None) -> bool:
@@ -240,6 +256,11 @@ def _decidable(session: Session, principal: Principal, promotion_id: int) -> Pro
     if promotion.state != rules.ACTIVE or promotion.analysis_state is None:
         raise Conflict(f"canary {promotion_id} is {promotion.state}, not under analysis",
                        code="canary_not_active", hint="Only an active canary is paused or resumed.")
+    if not analysis_seals.holds(promotion):  # a pause or resume would seal what was written
+        raise Conflict(f"canary {promotion_id}'s analysis policy or state was changed outside the "
+                       "registry: its seal does not hold", code="canary_unsealed",
+                       hint="Roll the canary back (POST /v1/pools/{pool}/aliases/{tenant}/{name}/canary/"
+                            "rollback) and check who wrote the promotions table.")
     return promotion
 
 

@@ -6,7 +6,7 @@ from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.active_set import signed_set
-from registry.active_set.change import new_generation
+from registry.active_set.change import ActiveSetChange, new_generation
 from registry.base_models import service as base_models
 from registry.errors import Conflict, NotFound
 from registry.eval_suites import service as eval_suites
@@ -43,7 +43,8 @@ def create(session: Session, spec: PoolCreate, *, actor: str) -> PoolOut:
     )
     session.add(row)
     session.flush()
-    signed_set.sign(row, signed_set.SignedSet(pool=row.name, pool_id=row.id, generation=row.generation))
+    signed_set.sign(row, signed_set.SignedSet(pool=row.name, pool_id=row.id, generation=row.generation,
+                                              canary_min_routers=row.canary_min_routers))
     return audit.record_created(session, to_out(row, base), actor=actor, action="pool.create",
                                 subject=f"pool/{row.name}")
 
@@ -65,6 +66,9 @@ def update(session: Session, name: str, spec: PoolUpdate, *, actor: str) -> Pool
                      before={"canary_min_routers": row.canary_min_routers},
                      after={"canary_min_routers": spec.canary_min_routers})
         row.canary_min_routers = spec.canary_min_routers
+        session.flush()
+        with ActiveSetChange(session, row.id) as change:  # canaries read it from the signed set
+            change.signed.canary_min_routers = spec.canary_min_routers
     return to_out(row, base)
 
 

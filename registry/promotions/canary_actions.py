@@ -16,7 +16,7 @@ from registry.active_set.snapshot import CANARY, PRODUCTION
 from registry.adapters import service as adapters
 from registry.attestations import evaluated
 from registry.errors import Conflict
-from registry.promotions import activation, gates, repository, rules
+from registry.promotions import activation, analysis_seals, gates, repository, rules
 from registry.tables import Adapter, AdapterVersion, Pool, Promotion
 from registry.traffic_windows import repository as windows
 
@@ -26,8 +26,7 @@ ANALYSING = "analysing"
 
 def start(session: Session, canary: Promotion) -> None:
     """A canary with a policy became active: its first step begins."""
-    canary.analysis_state = {"step": 0, **step_start(session), "state": ANALYSING,
-                             "last": None}
+    analysis_seals.put(canary, {"step": 0, **step_start(session), "state": ANALYSING, "last": None})
 
 
 def step_start(session: Session) -> dict:

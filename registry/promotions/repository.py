@@ -68,3 +68,9 @@ def awaiting_request(session: Session, pool_id: int, adapter_id: int, alias: str
     return session.scalar(select(Promotion).where(
         Promotion.pool_id == pool_id, Promotion.adapter_id == adapter_id, Promotion.alias == alias,
         Promotion.state == AWAITING))
+
+
+def unsealed_canaries(session: Session) -> list[Promotion]:
+    """Canaries under way whose analysis has no seal (started before analyses were sealed)."""
+    return list(session.scalars(select(Promotion).where(
+        Promotion.analysis_state.is_not(None), Promotion.analysis_seal.is_(None), Promotion.ended_at.is_(None))))

@@ -18,12 +18,14 @@ class LastKnownGood:
     def load(self) -> ActiveSet | None:
         try:
             saved = json.loads(self.path.read_text())
-            return ActiveSet(saved["generation"], saved["entries"], saved["etag"], saved.get("limits"))
+            return ActiveSet(saved["generation"], saved["entries"], saved["etag"], saved.get("limits"),
+                             saved.get("signed"))
         except (OSError, ValueError, KeyError):
             return None
 
     def save(self, active: ActiveSet) -> None:
         staging = self.path.with_suffix(f".{os.getpid()}.tmp")
         staging.write_text(json.dumps({"generation": active.generation, "entries": active.entries,
-                                       "etag": active.etag, "limits": active.limits}))
+                                       "etag": active.etag, "limits": active.limits,
+                                       "signed": active.signed}))
         os.replace(staging, self.path)  # whole or not at all, even if the agent dies here

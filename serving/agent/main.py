@@ -21,6 +21,7 @@ from serving.agent.incidents import Incidents
 from serving.agent.last_known_good import LastKnownGood
 from serving.agent.proof import ProofCheck
 from serving.agent.reconcile import Reconciler
+from serving.agent.signed_sets import SignedSetCheck
 from serving.agent.settings import AgentSettings
 from serving.agent.trust import TrustStore
 from serving.agent.vllm_client import VllmClient, VllmUnavailable
@@ -30,6 +31,7 @@ from serving.registry_client import ActiveSet, RegistryClient, RegistryUnavailab
 
 log = logging.getLogger("loraplane.agent")
 URGENT_TRUST_REFRESH_S = 10  # at most this often for attestations naming a key not held
+REFUSED_SET_RETRY_S = 5  # a refused active set is asked for again after this, or a new bundle
 
 
 class Agent:
@@ -42,13 +44,18 @@ class Agent:
         self.trust = TrustStore(pinned=settings.pinned_trust_bundle, operator_file=settings.trust_bundle,
                                 fetch=self.registry.trust_bundle)
         self.proof = ProofCheck(self.trust, settings.pool) if settings.verify_provenance else None
+        self.signed_sets = SignedSetCheck(self.trust, settings.pool) if settings.verify_provenance else None
         self.reconciler = Reconciler(self.vllm, AdapterCache(settings.cache_dir, settings.cache_max_bytes, timeout),
                                      retry_failed_after_s=settings.retry_failed_after_s,
                                      proof=self.proof, incidents=Incidents())
         self.last_known_good = LastKnownGood(settings.state_dir)
         self.desired: ActiveSet | None = self.last_known_good.load()
+        if self.signed_sets is not None:
+            self.signed_sets.took(self.desired)
         self.changed = asyncio.Event()
         self.trust_wanted = asyncio.Event()
+        self.trust_changed = asyncio.Event()
+        self.refused_set: str | None = None  # why the last set offered was not taken
         self.sync = metrics.SyncClock()
         self.vllm_up = False
         self.engine: dict | None = None
@@ -85,10 +92,35 @@ class Agent:
                 with attempt:
                     active = await self.registry.next_active_set(etag, self.settings.poll_wait_s)
             self.sync.mark()
+            if active is not None and not await self._signed(active):
+                etag = None  # asked again, at once once the trust bundle changed, else after a pause
+                continue
             if active is not None:
                 self._keep(active)
                 self.desired, etag = active, active.etag
                 self.changed.set()
+
+    async def _signed(self, active: ActiveSet) -> bool:
+        """Whether the set may be taken (signed_sets.py); a refusal is logged when it changes,
+        counted, and waited out: the node keeps serving what it holds."""
+        if self.signed_sets is None:
+            return True
+        problem = self.signed_sets.problem(active)
+        if problem is None:
+            self.signed_sets.took(active)
+            self.refused_set = None
+            return True
+        if problem != self.refused_set:
+            log.error("%s (generation %d); keeping generation %s", problem, active.generation,
+                      self.desired.generation if self.desired else None)
+        self.refused_set = problem
+        metrics.FAILURES.labels("active_set_refused").inc()
+        if self.signed_sets.unknown_key:
+            self.trust_wanted.set()
+        self.trust_changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.trust_changed.wait(), REFUSED_SET_RETRY_S)
+        return False
 
     async def _start_trusting(self) -> None:
         if self.proof is None:
@@ -120,6 +152,7 @@ class Agent:
         try:
             if await self.trust.refresh():
                 self.changed.set()  # entries refused for want of a key may be proven now
+                self.trust_changed.set()  # and a set refused for it may be taken
         except RegistryUnavailable as error:
             metrics.FAILURES.labels("registry_unavailable").inc()
             log.warning("could not fetch the registry's trust bundle: %s", error)

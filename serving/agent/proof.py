@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from serving.agent import signed_sets
 from serving.agent.entries import Entry, shown
 from serving.agent.trust import TrustStore
 from signed_digests.provenance import Unverified, check_subject
@@ -33,10 +34,14 @@ class ProofCheck:
         self.trust, self.pool, self.recheck_s = trust, pool, recheck_s
         self.unknown_key = False  # an attestation names a key the bundle lacks: worth a refresh
         self._memo: dict[tuple, _Checked] = {}
+        self._names_memo: tuple[tuple, frozenset | str] | None = None
 
-    def refusals(self, wanted: dict[str, Entry]) -> dict[str, str]:
-        """Served name -> why, for each entry of `wanted` that is not proven."""
+    def refusals(self, wanted: dict[str, Entry], signed: dict[str, Any] | None = None) -> dict[str, str]:
+        """Served name -> why, for each entry of `wanted` that is not proven. `signed`: the
+        pool's signed set (signed_sets.py), which must name an entry with its digest; None for a
+        last-known-good set kept before sets were signed (the registry sends none unsigned)."""
         now, bundle, seen, refused = time.monotonic(), self.trust.bundle, {}, {}
+        named = self._signed_names(signed, bundle)
         for name, entry in wanted.items():
             key = _key(entry)
             checked = self._memo.get(key)
@@ -46,8 +51,25 @@ class ProofCheck:
             if checked.reason is not None:
                 refused[name] = checked.reason
                 self.unknown_key |= checked.unknown_key
+            elif isinstance(named, str):
+                refused[name] = named
+            elif named is not None and (entry.served_name, entry.digest) not in named:
+                refused[name] = PREFIX + "the pool's signed active set does not name it with this digest"
         self._memo = seen  # forget entries that left the set
         return refused
+
+    def _signed_names(self, signed: dict[str, Any] | None, bundle) -> frozenset | str | None:
+        """The signed set's (served name, digest) pairs, or why it does not verify."""
+        if signed is None or bundle is None:  # without a bundle, no entry is proven anyway
+            return None
+        key = (id(bundle), str(signed.get("payload")), repr(signed.get("signatures")))
+        if self._names_memo is None or self._names_memo[0] != key:
+            try:
+                names: frozenset | str = signed_sets.signed_names(bundle, signed)
+            except Unverified as error:
+                names = PREFIX + f"the pool's signed active set does not verify: {error}"
+            self._names_memo = (key, names)
+        return self._names_memo[1]
 
     def _check(self, entry: Entry) -> str | None:
         bundle = self.trust.bundle
@@ -73,7 +95,7 @@ class ProofCheck:
     def _unknown_key(self, entry: Entry) -> bool:
         bundle = self.trust.bundle
         return entry.attestation is not None and (
-            bundle is None or not _claimed(entry.attestation) & set(bundle.keys))
+            bundle is None or not signed_sets.claimed_keys(entry.attestation) & set(bundle.keys))
 
 
 def _key(entry: Entry) -> tuple:
@@ -82,12 +104,3 @@ def _key(entry: Entry) -> tuple:
     return (entry.served_name, entry.digest, tuple((f.name, f.sha256) for f in entry.files),
             str(envelope.get("payloadType")), str(envelope.get("payload")),
             repr(signatures) if isinstance(signatures, list) else None)
-
-
-def _claimed(envelope: dict[str, Any]) -> set[str]:
-    signatures = envelope.get("signatures")
-    if not isinstance(signatures, list):
-        return set()
-    return {s["keyid"] for s in signatures[:16]
-            if isinstance(s, dict) and isinstance(s.get("keyid"), str)}
-

@@ -69,7 +69,7 @@ class Reconciler:
         metrics.PASSES.inc()
         parsed = entries.parse(desired.entries)
         self._note_refusals(parsed)
-        self._note_unproven(self.proof.refusals(parsed.wanted) if self.proof else {})
+        self._note_unproven(self.proof.refusals(parsed.wanted, desired.signed) if self.proof else {})
         wanted = {name: entry for name, entry in parsed.wanted.items() if name not in self.unproven}
         actual = await self.vllm.adapters()
         # What vLLM may go on holding: the proven set, and what an earlier proof let it load.

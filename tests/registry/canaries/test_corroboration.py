@@ -8,11 +8,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from devkit.pipeline_steps import request_promotion
-from registry.tables import AuditEvent, Pool
+from registry.tables import AuditEvent, Pool, Promotion
 from tests.registry.canaries.test_canary_flow import WINDOW_S, events, judge, window
 from tests.support.asserts import assert_refused
 from tests.support.nodes import NodeFleet
@@ -136,3 +136,45 @@ def test_one_router_cannot_tip_two_others_that_disagree(routers, make_ready, cli
     assert status["verdict"] == "pass" and status["state"] == "awaiting_corroboration"
     assert status["sources"] == {"router-1": "pass", "router-2": "pass", "router-3": "fail"}
     assert weight_of(admin, served) == 10 and events(engine, "canary.step", promotion_id) == []
+
+
+def test_a_database_writer_cannot_lower_how_many_routers_decide(routers, make_ready, client_for,
+                                                                second_reviewer, admin, engine):
+    served, production, promotion_id = canary(make_ready, client_for, second_reviewer)
+    with Session(engine) as session, session.begin():
+        session.execute(update(Pool).where(Pool.name == POOL).values(canary_min_routers=1))
+    try:
+        report(routers, "router-1", window(served, "canary", 5000), window(production, "production", 50000))
+        outcome = judge(engine, promotion_id, after_s=WINDOW_S + 1)
+    finally:
+        with Session(engine) as session, session.begin():
+            session.execute(update(Pool).where(Pool.name == POOL).values(canary_min_routers=2))
+
+    assert outcome == "awaiting_corroboration" and weight_of(admin, served) == 10
+    status = client_for("acme_reviewer").get(f"/v1/promotions/{promotion_id}/canary").json()
+    assert status["sources_needed"] == 2  # as the pool's signed active set says
+
+
+def test_a_canary_whose_policy_was_rewritten_is_not_judged_and_takes_no_pause(routers, make_ready, client_for,
+                                                                              second_reviewer, admin, engine):
+    served, production, promotion_id = canary(make_ready, client_for, second_reviewer)
+    with Session(engine) as session, session.begin():
+        row = session.get(Promotion, promotion_id)
+        row.analysis = {**row.analysis, "min_requests": 1, "steps": [{"weight": 10}]}  # straight to production
+        state_before = dict(row.analysis_state)
+    report(routers, "router-1", window(served, "canary", 25), window(production, "production", 200))
+    report(routers, "router-2", window(served, "canary", 25), window(production, "production", 200))
+
+    assert judge(engine, promotion_id, after_s=WINDOW_S + 1) == "unsealed"
+    paused = second_reviewer.post(f"/v1/promotions/{promotion_id}/canary/pause")
+
+    assert_refused(paused, 409, "canary_unsealed", "was changed outside the registry")
+    status = client_for("acme_reviewer").get(f"/v1/promotions/{promotion_id}/canary").json()
+    assert status["analysis_sealed"] is False and weight_of(admin, served) == 10
+    with Session(engine) as session:
+        assert session.get(Promotion, promotion_id).analysis_state == state_before
+    assert events(engine, "canary.promoted", promotion_id) == [] and events(engine, "canary.paused", promotion_id) == []
+    rolled_back = second_reviewer.post(f"/v1/pools/{POOL}/aliases/{ADAPTER}/canary/rollback",
+                                       json={"comment": "its policy was rewritten"})
+    assert rolled_back.status_code == 200, rolled_back.text
+    assert weight_of(admin, served) is None

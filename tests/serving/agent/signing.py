@@ -50,3 +50,15 @@ def attest(entry: dict[str, Any], *, pool: str, key: Key = REGISTRY_KEY,
                  **changes.get("predicate", {})}
     document = provenance.statement(served_name, changes.get("digest", entry["digest"]), files, predicate)
     return provenance.envelope(provenance.IN_TOTO_PAYLOAD, document, [key.signer()])
+
+
+def sign_set(pool: str, entries: list[Any], generation: int, *, key: Key = REGISTRY_KEY,
+             pool_id: int = 1) -> dict[str, Any]:
+    """The pool's signed active set naming `entries` (whatever they hold), as the registry signs
+    it: each as a production alias of its own adapter."""
+    aliases = [{"adapter_id": i, "alias": "production", "version_id": i, "weight": None, "promotion_id": None,
+                "served_name": e.get("served_name"), "digest": e.get("digest")}
+               for i, e in enumerate(entries) if isinstance(e, dict)]
+    document = {"_type": provenance.ACTIVE_SET_TYPE, "pool": pool, "pool_id": pool_id, "generation": generation,
+                "aliases": aliases, "retiring": [], "signed_at": datetime.now(UTC).isoformat()}
+    return provenance.envelope(provenance.ACTIVE_SET_PAYLOAD, document, [key.signer()])

@@ -4,7 +4,8 @@ API, and a registry's active-set protocol. The vLLM stand-in answers as vLLM 0.3
 registry stand-in serves whatever set (and trust bundle) a test gives it: the agent must not trust
 the registry's answer to be well formed or truthful (DESIGN.md, "Trust model"), and the real
 registry never sends a malformed entry nor signs with a key it does not publish, so only a
-stand-in can test that. Its entries are signed as the registry signs them (signing.py)."""
+stand-in can test that. Its entries, and its set, are signed as the registry signs them
+(signing.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from signed_digests.digests import manifest_digest
-from tests.serving.agent.signing import REGISTRY_KEY, Key, attest, bundle
+from tests.serving.agent.signing import REGISTRY_KEY, Key, attest, bundle, sign_set
 
 BASE = "tiny-base"
 POOL = "chat"
@@ -147,7 +148,10 @@ class StandInRegistry(_Server):
                 if self.headers.get("If-None-Match") == etag:
                     time.sleep(0.3)  # a short long-poll: nothing changed
                     return self.answer(304)
-                self.answer(200, json.dumps(registry.active).encode(), headers={"ETag": etag})
+                body = registry.active
+                if "signed" not in body:  # signed as served, unless a test set its own
+                    body = {**body, "signed": sign_set(body["pool"], body["entries"], body["generation"])}
+                self.answer(200, json.dumps(body).encode(), headers={"ETag": etag})
 
             def do_PUT(self) -> None:
                 registry.reports.append(self.json_body())

@@ -16,7 +16,7 @@ from registry.nodes.schemas import NodeReport
 from serving.agent.main import Agent
 from serving.agent.settings import AgentSettings
 from tests.serving.agent.node_disk import LARGE, SMALL, largest_file
-from tests.serving.agent.signing import REGISTRY_KEY, Key, attest, bundle
+from tests.serving.agent.signing import REGISTRY_KEY, Key, attest, bundle, sign_set
 from tests.serving.agent.stand_ins import POOL, VLLM_VERSION, StandInRegistry, StandInVllm, entry
 
 
@@ -156,3 +156,59 @@ def test_with_verification_off_the_agent_warns_and_loads_unattested_entries(stor
     assert list(vllm.adapters) == ["acme/unsigned@1"]
     assert registry.bundle_requests == 0
     assert any("LORAPLANE_AGENT_VERIFY_PROVENANCE is off" in r.message for r in caplog.records)
+
+
+def refusals(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "the active set is refused" in r.getMessage()]
+
+
+def test_a_set_whose_signature_does_not_verify_is_not_taken_and_the_node_keeps_what_it_holds(
+        store, vllm, tmp_path, caplog):
+    held, smuggled = entry(store, "held", SMALL), entry(store, "smuggled", {**SMALL, "x.json": b"{}"})
+    registry = StandInRegistry(POOL, [held])
+    try:
+        run_agent(registry, vllm, tmp_path / "state", until=lambda: "acme/held@1" in vllm.adapters)
+        fetched = store.requests
+        registry.active = {**registry.active, "generation": 2, "entries": [held, smuggled],
+                           "signed": sign_set(POOL, [held, smuggled], 2, key=Key())}
+        with caplog.at_level(logging.ERROR):
+            run_agent(registry, vllm, tmp_path / "state", timeout_s=2.5, until=lambda: False)
+    finally:
+        registry.close()
+
+    assert list(vllm.adapters) == ["acme/held@1"] and store.requests == fetched
+    assert refusals(caplog) and all("its signed set does not verify: signed by" in m for m in refusals(caplog))
+    assert last_report(registry)["generation"] == 1
+
+
+def test_an_older_signed_set_is_refused_even_by_a_node_restarted_since(store, vllm, tmp_path, caplog):
+    current, rolled_back = entry(store, "current", SMALL), entry(store, "rolled-back", {**SMALL, "x.json": b"{}"})
+    registry = StandInRegistry(POOL, [current], generation=7)
+    try:
+        run_agent(registry, vllm, tmp_path / "state", until=lambda: "acme/current@1" in vllm.adapters)
+        # A set the registry really signed at generation 5 is put back, under a newer generation;
+        # the agent that took generation 7 is a new process (its last-known-good set remembers).
+        registry.active = {**registry.active, "generation": 8, "entries": [rolled_back],
+                           "signed": sign_set(POOL, [rolled_back], 5)}
+        with caplog.at_level(logging.ERROR):
+            run_agent(registry, vllm, tmp_path / "state", timeout_s=2.5, until=lambda: False)
+    finally:
+        registry.close()
+
+    assert list(vllm.adapters) == ["acme/current@1"]
+    assert any("its signed set is generation 5, older than generation 7 this node already took" in m
+               for m in refusals(caplog))
+
+
+def test_an_entry_the_signed_set_does_not_name_is_refused_on_its_own(store, vllm, tmp_path):
+    named, unnamed = entry(store, "named", SMALL), entry(store, "unnamed", {**SMALL, "x.json": b"{}"})
+    registry = StandInRegistry(POOL, [named, unnamed])
+    registry.active["signed"] = sign_set(POOL, [named], 1)
+    try:
+        run_agent(registry, vllm, tmp_path / "state", until=lambda: registry.reports and vllm.adapters)
+    finally:
+        registry.close()
+
+    assert list(vllm.adapters) == ["acme/named@1"]
+    assert last_report(registry)["failures"] == [{"served_name": "acme/unnamed@1", "reason": (
+        "refused, not proven: the pool's signed active set does not name it with this digest")}]

@@ -1,0 +1,49 @@
+"""A canary's approved analysis policy and its state (its step, when the step began, a reviewer's
+confirmation, an opened gate) are sealed as the registry writes them: a keyed hash, under a key
+derived from LORAPLANE_SECRET_KEY that the database never sees, of the promotion, its policy and
+its state. Someone who can write to the database cannot loosen the policy, skip a step, restart a
+step's window or forge a confirmation: a canary whose seal does not hold is neither judged nor
+acted on, and refuses pauses and resumes (which would seal what was written). Roll it back.
+
+(The routers a verdict needs, `canary_min_routers`, are part of the pool's signed active set.)"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+
+from sqlalchemy.orm import Session
+
+from registry import audit
+from registry.keys import Purpose, key_for
+from registry.promotions import repository
+from registry.tables import Promotion
+
+
+def put(promotion: Promotion, state: dict) -> None:
+    """Write the canary's analysis state, sealed with its policy."""
+    promotion.analysis_state = dict(state)  # a new object: JSON columns track assignment
+    promotion.analysis_seal = seal(promotion)
+
+
+def holds(promotion: Promotion) -> bool:
+    return promotion.analysis_seal is not None and hmac.compare_digest(promotion.analysis_seal, seal(promotion))
+
+
+def seal(promotion: Promotion) -> str:
+    message = json.dumps([promotion.id, promotion.pool_id, promotion.adapter_id, promotion.version_id,
+                          promotion.analysis, promotion.analysis_state],
+                         sort_keys=True, separators=(",", ":")).encode()
+    return hmac.new(key_for(Purpose.CANARY_ANALYSIS), message, hashlib.sha256).hexdigest()
+
+
+def seal_unsealed(session: Session, *, actor: str) -> list[int]:
+    """Seal the analysis of active canaries that have no seal (started before there were seals),
+    auditing each with the policy and state it sealed. Returns their ids."""
+    rows = repository.unsealed_canaries(session)
+    for promotion in rows:
+        put(promotion, promotion.analysis_state)
+        audit.record(session, actor=actor, action="canary.analysis.sealed", subject=f"promotion/{promotion.id}",
+                     after={"analysis": promotion.analysis, "analysis_state": promotion.analysis_state})
+    return [promotion.id for promotion in rows]
