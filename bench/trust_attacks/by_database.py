@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from bench.trust_attacks.attack import Attack, Outcome
 from bench.trust_attacks.by_fleet import judge_canary, windows_of
 from bench.trust_attacks.by_people import _pending
-from bench.trust_attacks.world import POOL, World, prompts_reach_impostor
+from bench.trust_attacks.world import CODE, POOL, World, _promote, prompts_reach_impostor, upload
 from registry.tables import (
     Adapter, AdapterVersion, ApiToken, AuditEvent, Identity, NodeAddress, Pool, PoolAlias, Promotion, Tenant,
     TrafficWindow,
@@ -283,6 +283,35 @@ def forges_a_reviewers_confirmation(world: World) -> Outcome:
     return Outcome(moved, f"a reviewer's confirmation written into the canary's state: canary {state} at {weight}%")
 
 
+def rolls_back_to_a_version_nobody_approved(world: World) -> Outcome:
+    """Rewrite the promotion a rollback restores so that it names a version uploaded and never
+    evaluated nor approved: does a real reviewer's rollback get it signed and served?"""
+    _promote(world, "globex_uploader", "globex_reviewer", "code@2")  # code@1 before it, to restore
+    stray = upload(world.client("globex_uploader"), CODE, seed=77)
+    with Session(world.engine) as session, session.begin():
+        current = session.scalar(select(Promotion).join(Pool).join(Adapter).where(
+            Pool.name == POOL, Adapter.name == CODE.split("/")[1], Promotion.alias == "production",
+            Promotion.state == "active"))
+        previous = session.get(Promotion, current.previous_id)
+        kept, previous_id = previous.version_id, previous.id
+        previous.version_id = _version_row(session, "globex", "trust-code", stray["number"]).id
+    rollback = f"/v1/pools/{POOL}/aliases/{CODE}/production/rollback"
+    try:
+        response = world.client("globex_reviewer").post(rollback, json={"comment": "code@2 misbehaves"})
+    finally:
+        with Session(world.engine) as session, session.begin():
+            session.get(Promotion, previous_id).version_id = kept
+    served = [e["served_name"] for e in world.client("node").get(f"/v1/pools/{POOL}/active-set").json()["entries"]]
+    signed = response.status_code == 200
+    # The world as it was: code@1 in production.
+    if signed:
+        _promote(world, "globex_uploader", "globex_reviewer", "code@1")
+    else:
+        world.client("globex_reviewer").post(rollback, json={"comment": "back to code@1"}).raise_for_status()
+    return Outcome(signed, f"a reviewer's rollback to the rewritten promotion answered {response.status_code}"
+                   + (f"; {stray['served_name']} served" if stray["served_name"] in served else ""))
+
+
 ATTACKS = [
     Attack("database_writer", "moves_a_node_to_its_server", moves_a_node_to_its_server),
     Attack("database_writer", "mints_a_token", mints_a_token),
@@ -297,4 +326,5 @@ ATTACKS = [
     Attack("database_writer", "restores_an_old_signed_active_set", restores_an_old_signed_active_set),
     Attack("database_writer", "lowers_the_routers_a_canary_needs", lowers_the_routers_a_canary_needs),
     Attack("database_writer", "forges_a_reviewers_confirmation", forges_a_reviewers_confirmation),
+    Attack("database_writer", "rolls_back_to_a_version_nobody_approved", rolls_back_to_a_version_nobody_approved),
 ]

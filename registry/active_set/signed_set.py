@@ -113,9 +113,10 @@ class Untrusted(Unavailable):
 
 
 def load(pool: Pool, *, generation: int | None = None, remember: bool = False) -> SignedSet:
-    """The pool's signed set, once its signature and generation hold. Raises Untrusted (503).
-    `generation`: the one it should have, when not the row's (a change has bumped it).
-    `remember`: the set is committed (a reader's), so no older one may be served after it."""
+    """The pool's signed set, once its signature holds and it is not older than one served.
+    Raises Untrusted (503). `generation`: the one it should have, to report a difference (a
+    reader gives the row's; a change, the one before its bump). `remember`: the set is committed
+    (a reader's), so no older one may be served after it."""
     envelope = pool.signed_active_set
     if envelope is None:
         raise _untrusted(pool, "it has no signed active set")
@@ -127,11 +128,17 @@ def load(pool: Pool, *, generation: int | None = None, remember: bool = False) -
     if (signed.pool, signed.pool_id) != (pool.name, pool.id):
         raise _untrusted(pool, f"its signed active set is another pool's ({signed.pool!r})")
     _refuse_replay((pool.name, pool.id), signed.generation, remember)
-    expected = pool.generation if generation is None else generation
-    if signed.generation != expected:
+    if generation is not None and signed.generation != generation:
         log.error("pool %s: generation %d in the database, %d signed; the signed set is served",
-                  pool.name, expected, signed.generation)
+                  pool.name, generation, signed.generation)
     return signed
+
+
+def version_at(pool: Pool, adapter_id: int, alias: str) -> int | None:
+    """The version the adapter's alias points at in the pool, as signed (gates and canaries compare
+    with it: a row edited to point at a weaker version must not make a candidate look better)."""
+    pointed = load(pool).aliases.get((adapter_id, alias))
+    return pointed.version_id if pointed else None
 
 
 def sign(pool: Pool, signed: SignedSet) -> None:

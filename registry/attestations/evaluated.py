@@ -13,21 +13,44 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from registry.attestation_keys.bundle import own_keys
+from registry.attestations import repository as attestations
 from registry.audit.sealed import recorded, sealed_events
 from registry.errors import Conflict
 from registry.evaluations import rules as evaluation_rules
 from registry.evaluations.repository import latest_evaluations
-from registry.tables import AdapterVersion
+from registry.tables import AdapterVersion, Pool
 from signed_digests.digests import manifest_digest
+from signed_digests.provenance import Unverified, check_subject
 
 UPLOADED, PASSED = "adapter_version.upload", f"evaluation.{evaluation_rules.PASSED}"
 
 
 def check(session: Session, version: AdapterVersion, served_name: str, *,
-          evaluations: bool = True) -> None:
+          evaluations: bool = True, approved_in: Pool | None = None) -> None:
     """Raise Conflict (409 evaluated_bytes_changed) naming every disagreement; nothing is signed.
-    `evaluations` False (a rollback to a version approved before): the upload's event alone."""
-    _refuse(served_name, _problems(session, version, served_name, evaluations))
+    `evaluations` False (a rollback to a version approved before): the upload's event alone.
+    `approved_in`: the pool where the registry must have signed an approval of these very bytes
+    before (a rollback restores what a promotion row says was served: the row is not proof)."""
+    problems = _problems(session, version, served_name, evaluations)
+    if approved_in is not None and not _signed_before(session, approved_in, version, served_name):
+        problems.append(f"this registry never signed {_short(version.digest)} for pool {approved_in.name!r}")
+    _refuse(served_name, problems)
+
+
+def _signed_before(session: Session, pool: Pool, version: AdapterVersion, served_name: str) -> bool:
+    """An attestation of this version in this pool, signed by this registry's keys, about exactly
+    its name, digest and files."""
+    ours = own_keys()
+    for row in attestations.of_version(session, version.id):
+        try:
+            statement = ours.verify(row.envelope)
+            check_subject(statement, served_name, version.digest, version.files)
+        except Unverified:
+            continue
+        if statement["predicate"].get("pool") == pool.name:
+            return True
+    return False
 
 
 def check_seen(version: AdapterVersion, served_name: str, seen_digest: str | None) -> None:

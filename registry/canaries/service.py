@@ -215,7 +215,7 @@ def _status(session: Session, promotion: Promotion, policy: CanaryAnalysis, stat
             now: datetime) -> CanaryStatus:
     since = aware(datetime.fromisoformat(state["step_started_at"]))
     canary_name = _served(session, promotion.version_id)
-    production_id = promotions.aliased_version_id(session, promotion.pool_id, promotion.adapter_id, PRODUCTION)
+    production_id = signed_set.version_at(session.get(Pool, promotion.pool_id), promotion.adapter_id, PRODUCTION)
     production_name = _served(session, production_id) if production_id else ""
     counted_from = since + timedelta(seconds=get_settings().canary_grace_s)
     rows, unsealed = traffic.sealed_since(session, promotion.pool_id, [canary_name, production_name], counted_from)

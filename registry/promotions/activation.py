@@ -35,11 +35,12 @@ def point(session: Session, promotion: Promotion, change: ActiveSetChange, *,
           restoring: bool = False) -> None:
     """Raises Conflict, before anything changes, when the version's bytes are not the ones that
     were uploaded and evaluated (attestations/evaluated.py): its attestation would sign them.
-    `restoring` (a rollback, said by the code path, never by a row) checks the upload alone: that
-    version's evaluations vouched for it when it was first approved."""
+    `restoring` (a rollback, said by the code path, never by a row) checks the upload, and that
+    this registry signed an approval of these bytes in this pool before: that version's
+    evaluations vouched for it then."""
     version = session.get(AdapterVersion, promotion.version_id)
     evaluated.check(session, version, adapters.version_out(session, version).served_name,
-                    evaluations=not restoring)
+                    evaluations=not restoring, approved_in=session.get(Pool, promotion.pool_id) if restoring else None)
     changes.point_alias(session, change, adapter_id=promotion.adapter_id, alias=promotion.alias,
                         version_id=promotion.version_id, weight=promotion.weight,
                         promotion_id=promotion.id)

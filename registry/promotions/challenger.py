@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from registry.active_set import signed_set
 from registry.active_set.snapshot import CANARY, PRODUCTION
 from registry.adapters import service as adapters
 from registry.eval_suites import service as suites
@@ -14,7 +15,6 @@ from registry.evaluation_policies import service as policies
 from registry.evaluation_policies.schemas import QUALITY_METRICS, ChallengerPolicy
 from registry.evaluations import repository as evaluations
 from registry.evaluations import rules as evaluation_rules
-from registry.promotions import repository
 from registry.promotions.target import Gate, Target
 from registry.requalification.fingerprints import engine_difference
 from registry.tables import AdapterVersion, Evaluation
@@ -56,7 +56,7 @@ def gate(session: Session, t: Target) -> Gate:
 def _incumbent(session: Session, t: Target) -> AdapterVersion | None:
     """What the version would replace: the alias's version; a canary's rival is production."""
     alias = PRODUCTION if t.alias == CANARY else t.alias
-    version_id = repository.aliased_version_id(session, t.pool.id, t.adapter.id, alias)
+    version_id = signed_set.version_at(t.pool, t.adapter.id, alias)
     return None if version_id in (None, t.version.id) else session.get(AdapterVersion, version_id)
 
 

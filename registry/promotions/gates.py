@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
+from registry.active_set import signed_set
 from registry.active_set.repository import live_nodes
 from registry.active_set.snapshot import CANARY, PRODUCTION
 from registry.auth import lineage
@@ -13,7 +14,7 @@ from registry.evaluation_policies import service as policies
 from registry.evaluations import rules as evaluation_rules
 from registry.evaluations.repository import latest_evaluations
 from registry.placement.rules import capacity as node_capacity
-from registry.promotions import challenger, repository
+from registry.promotions import challenger
 from registry.promotions.target import Gate, Target
 from registry.requalification.fingerprints import engine_difference
 from registry.tables import AdapterVersion, BaseModel, Evaluation, Promotion
@@ -53,7 +54,7 @@ def _rank(t: Target) -> Gate:
 def _alias(session: Session, t: Target) -> Gate:
     if t.alias != CANARY:
         return Gate("alias", True, f"alias {t.alias!r}")
-    production = repository.aliased_version_id(session, t.pool.id, t.adapter.id, PRODUCTION)
+    production = signed_set.version_at(t.pool, t.adapter.id, PRODUCTION)
     if production is None:
         return Gate("alias", False,
                     f"a canary needs a production version to split traffic with, and "
@@ -146,8 +147,8 @@ def _engine(t: Target, evaluations: dict[str, Evaluation]) -> Gate:
 
 
 def _capacity(session: Session, t: Target) -> Gate:
-    after = {version_id for adapter_id, alias, version_id in repository.alias_targets(session, t.pool.id)
-             if (adapter_id, alias) != (t.adapter.id, t.alias)} | {t.version.id}
+    after = {a.version_id for a in signed_set.load(t.pool).aliases.values()
+             if (a.adapter_id, a.alias) != (t.adapter.id, t.alias)} | {t.version.id}
     capacity, source = _pool_capacity(session, t.pool)
     if len(after) <= capacity:
         return Gate("capacity", True, f"{len(after)} of {capacity} adapter slots ({source})")

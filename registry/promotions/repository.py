@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 
 from registry.pagination import fetch_page
 from registry.promotions.rules import ACTIVE, AWAITING
-from registry.tables import Adapter, PoolAlias, Promotion, Tenant
+from registry.tables import Adapter, Promotion, Tenant
 
 
 def promotion_for_update(session: Session, promotion_id: int) -> Promotion | None:
@@ -45,23 +45,6 @@ def promotion_page(session: Session, *, tenant: str | None, pool_id: int | None,
     if state is not None:
         query = query.where(Promotion.state == state)
     return fetch_page(session, query, Promotion.id, limit=limit, cursor=cursor)
-
-
-def aliases_in_order(session: Session, pool_id: int) -> list[PoolAlias]:
-    return list(session.scalars(select(PoolAlias).where(PoolAlias.pool_id == pool_id)
-                                .order_by(PoolAlias.id)))
-
-
-def aliased_version_id(session: Session, pool_id: int, adapter_id: int, alias: str) -> int | None:
-    return session.scalar(select(PoolAlias.version_id).where(
-        PoolAlias.pool_id == pool_id, PoolAlias.adapter_id == adapter_id, PoolAlias.alias == alias))
-
-
-def alias_targets(session: Session, pool_id: int) -> list[tuple[int, str, int]]:
-    """(adapter id, alias, version id) of every alias in the pool."""
-    return [tuple(row) for row in session.execute(
-        select(PoolAlias.adapter_id, PoolAlias.alias, PoolAlias.version_id)
-        .where(PoolAlias.pool_id == pool_id)).all()]
 
 
 def awaiting_request(session: Session, pool_id: int, adapter_id: int, alias: str) -> Promotion | None:

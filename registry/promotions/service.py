@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from registry.active_set import changes
+from registry.active_set import changes, signed_set
 from registry.active_set.change import ActiveSetChange
 from registry.active_set.snapshot import CANARY, PRODUCTION, pool_by_name
 from registry.adapters import service as adapters
@@ -160,7 +160,7 @@ def list_aliases(session: Session, principal: Principal, pool_name: str) -> list
     principal.require(READERS)
     pool = pool_by_name(session, pool_name)
     out = []
-    for row in repository.aliases_in_order(session, pool.id):
+    for row in sorted(signed_set.load(pool).aliases.values(), key=lambda a: (a.promotion_id or 0, a.alias)):
         adapter = session.get(Adapter, row.adapter_id)
         tenant = session.get(Tenant, adapter.tenant_id).name
         if principal.tenant is not None and tenant != principal.tenant:
