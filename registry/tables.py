@@ -151,7 +151,7 @@ class Pool(Base):
     qualified_config_sha256: Mapped[str | None] = mapped_column(String(64))
     # What the pool serves, signed with the attestation key at every change (active_set/
     # signed_set.py): the alias and retirement rows are its projection, never its source.
-    signed_active_set: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    signed_active_set: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), nullable=True)
 
 
 class Adapter(Base):

@@ -3,6 +3,7 @@ the pool's rollout and the trust bundle of the keys that sign attestations."""
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,32 @@ class ActiveSet:
     etag: str
     limits: dict[str, int] | None = None
     signed: dict[str, Any] | None = None  # the pool's signed set (serving/agent/signed_sets.py)
+
+    @property
+    def signed_generation(self) -> int | None:
+        """The generation the pool's signed set names, read without checking its signature (the
+        agent checks it; the registry never serves one that does not verify)."""
+        try:
+            document = json.loads(base64.b64decode(self.signed["payload"], validate=True))
+        except (TypeError, KeyError, ValueError):
+            return None
+        generation = document.get("generation") if isinstance(document, dict) else None
+        return generation if isinstance(generation, int) else None
+
+
+class NewestSigned:
+    """The newest signed generation taken: a set whose signed generation is older is an old set
+    put back into the registry's database (a registry restarted since serves it), never taken."""
+
+    def __init__(self) -> None:
+        self.generation = -1
+
+    def admits(self, active: ActiveSet) -> bool:
+        signed = active.signed_generation
+        if signed is not None and signed < self.generation:
+            return False
+        self.generation = max(self.generation, signed if signed is not None else -1)
+        return True
 
 
 class RegistryClient:

@@ -125,8 +125,8 @@ def names_and_digests(session: Session, version_ids: set[int]) -> dict[int, tupl
 
 
 def unsigned_pools(session: Session) -> list[Pool]:
-    """Pools without a signed active set."""
-    return list(session.scalars(select(Pool).where(Pool.signed_active_set.is_(None)).order_by(Pool.id)))
+    """Pools without a signed active set (SQL NULL, or JSON null written by hand)."""
+    return [pool for pool in session.scalars(select(Pool).order_by(Pool.id)) if pool.signed_active_set is None]
 
 
 def pool_for_change(session: Session, pool_id: int) -> Pool:

@@ -52,7 +52,12 @@ def lock_upkeep(session: Session, key: int) -> None:
 
 
 def active_set_signers(session: Session) -> list[tuple[int, str | None]]:
-    """(pool id, id of the key that signed its active set) of every pool with a signed set."""
-    rows = session.execute(select(Pool.id, Pool.signed_active_set).where(Pool.signed_active_set.is_not(None)))
-    return [(pool_id, ((signed.get("signatures") or [{}])[0] or {}).get("keyid"))
-            for pool_id, signed in rows]
+    """(pool id, id of the key its signed active set names) of every pool with one. Read from a
+    column anyone with the database can write: whatever is there is never trusted, nor crashes."""
+    signers = []
+    for pool_id, signed in session.execute(select(Pool.id, Pool.signed_active_set)):
+        signatures = signed.get("signatures") if isinstance(signed, dict) else None
+        first = signatures[0] if isinstance(signatures, list) and signatures else None
+        if isinstance(first, dict):
+            signers.append((pool_id, first.get("keyid") if isinstance(first.get("keyid"), str) else None))
+    return signers

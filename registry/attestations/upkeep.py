@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.active_set.change import new_generation
+from registry.active_set.signed_set import Untrusted
 from registry.attestations import evaluated, evidence, issuing, repository
 from registry.attestation_keys.bundle import own_keys
 from registry.attestation_keys.keyring import RotationUnsupported, get_keyring
@@ -66,7 +67,11 @@ def resign_active(session: Session) -> int:
     # Pools whose signed set an older key signed: a new generation signs it with the current one.
     changed |= {pool_id for pool_id, key_id in repository.active_set_signers(session) if key_id != kid}
     for pool_id in sorted(changed):  # nodes receive the new signatures with a new generation
-        new_generation(session, pool_id)
+        try:
+            with session.begin_nested():
+                new_generation(session, pool_id)
+        except Untrusted as untrusted:  # its set does not verify: the operator's to seal again
+            log.error("pool %d's active set was not signed again: %s", pool_id, untrusted.message)
     return count
 
 

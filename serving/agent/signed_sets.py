@@ -12,8 +12,6 @@ set proves that it is current. So the node:
 
 from __future__ import annotations
 
-import base64
-import json
 from typing import Any
 
 from serving.agent.trust import TrustStore
@@ -31,7 +29,7 @@ class SignedSetCheck:
 
     def took(self, active: ActiveSet | None) -> None:
         """The node took `active` (now, or before a restart: the last-known-good set)."""
-        generation = signed_generation(active.signed) if active is not None else None
+        generation = active.signed_generation if active is not None else None
         if generation is not None:
             self.highest = max(self.highest, generation)
 
@@ -69,20 +67,6 @@ def signed_names(bundle: TrustBundle, signed: dict[str, Any]) -> frozenset[tuple
         if isinstance(item, dict) and isinstance(item.get("served_name"), str) and isinstance(item.get("digest"), str):
             names.add((item["served_name"], item["digest"]))
     return frozenset(names)
-
-
-def signed_generation(signed: dict[str, Any] | None) -> int | None:
-    document = _document(signed)
-    generation = document.get("generation") if document else None
-    return generation if isinstance(generation, int) else None
-
-
-def _document(signed: Any) -> dict[str, Any] | None:
-    try:
-        document = json.loads(base64.b64decode(signed["payload"], validate=True))
-    except (TypeError, KeyError, ValueError):
-        return None
-    return document if isinstance(document, dict) else None
 
 
 def claimed_keys(envelope: Any) -> set[str]:

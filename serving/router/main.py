@@ -13,7 +13,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_ra
 
 from serving.transport import warn_if_insecure
 from serving.process import configure_logging, keep_running, until_signalled
-from serving.registry_client import RegistryClient, RegistryRefused, RegistryUnavailable
+from serving.registry_client import ActiveSet, NewestSigned, RegistryClient, RegistryRefused, RegistryUnavailable
 from serving.router import metrics
 from serving.router.admission import Admission
 from serving.router.app import RouterApp
@@ -31,6 +31,7 @@ CONVERGE_POLL_S = 0.1  # nodes' reports are read this often while they load a ne
 CONVERGE_WINDOW_S = 10
 UPSTREAM_KEEPALIVE_S = 2
 ENGINE_CHECK_S = 3  # for a node's engine to list what it holds, past connecting
+REFUSED_SET_RETRY_S = 5  # a refused active set is asked for again after this
 
 
 class Router:
@@ -41,6 +42,7 @@ class Router:
         self.fleet = Fleet(settings.spill_outstanding)
         self.keys = AppKeys(str(settings.registry_url), settings.key_cache_s)
         self.new_generation = asyncio.Event()
+        self.newest_signed = NewestSigned()
         self.traffic = TrafficMeter()
         self.windows = WindowMeter()
 
@@ -90,6 +92,10 @@ class Router:
             async for attempt in retrying:
                 with attempt:
                     active = await self.registry.next_active_set(etag, self.settings.poll_wait_s)
+            if active is not None and not self._newer_or_same(active):
+                etag = None
+                await asyncio.sleep(REFUSED_SET_RETRY_S)
+                continue
             if active is not None:
                 self.app.catalog = Catalog.from_active_set(self.settings.pool, active.generation,
                                                            active.entries)
@@ -97,6 +103,16 @@ class Router:
                 etag = active.etag
                 metrics.GENERATION.set(active.generation)
                 self.new_generation.set()
+
+    def _newer_or_same(self, active: ActiveSet) -> bool:
+        """Keep routing on the newest signed set (registry_client.NewestSigned)."""
+        if self.newest_signed.admits(active):
+            return True
+        log.error("the registry offers pool %s's signed active set of generation %s, older than "
+                  "generation %d this router routes on: refused", self.settings.pool,
+                  active.signed_generation, self.newest_signed.generation)
+        metrics.REFUSED_SETS.inc()
+        return False
 
     async def _follow_nodes(self) -> None:
         """Poll the nodes' reports; quickly while they load a new generation."""

@@ -36,3 +36,6 @@ NODES = Gauge("loraplane_router_nodes", "Nodes with an address bound by an admin
 ENGINE_CHECKS = Counter("loraplane_router_engine_checks_total", "Nodes' engines asked what they hold, "
                         "by outcome: confirmed (every name its agent reports), refuted (some are not "
                         "loaded from their digest), unreachable.", ["node", "outcome"], registry=REGISTRY)
+REFUSED_SETS = Counter("loraplane_router_refused_active_sets_total", "Active sets refused because their "
+                       "signed generation was older than one the router routed on (an old set put "
+                       "back into the registry's database).", registry=REGISTRY)

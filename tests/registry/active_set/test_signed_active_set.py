@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 
 import httpx
 import pytest
@@ -21,9 +22,9 @@ from tests.support.promotions import active_set, served
 
 
 @pytest.fixture
-def pool(admin: httpx.Client, promo_pools, request) -> str:
+def pool(admin: httpx.Client, promo_pools) -> str:
     """A pool of its own: these tests break its signed set on purpose."""
-    name = f"signed-{request.node.name[5:25].replace('_', '-').rstrip('-')}"
+    name = f"signed-{uuid.uuid4().hex[:12]}"
     created = admin.post("/v1/pools", json={"name": name, "base_model": "promo-base", "dtype": "float32",
                                             "max_loras": 2, "max_cpu_loras": 8, "max_lora_rank": 16})
     assert created.status_code == 201, created.text
@@ -131,9 +132,9 @@ def test_a_pool_without_a_signed_set_serves_and_changes_nothing_until_sealed(
         pool, make_ready, uploader, second_reviewer, admin, engine):
     v1, v2 = make_ready("signed-seal"), make_ready("signed-seal")
     promote(uploader, second_reviewer, pool, v1)
+    pending = request_promotion(uploader, pool, v2, "production", None).json()["id"]
     generation = active_set(admin, pool)["generation"]
     edit(engine, pool, signed_active_set=None)
-    pending = request_promotion(uploader, pool, v2, "production", None).json()["id"]
 
     refused = newer_than(admin, pool, generation)
     approval = second_reviewer.post(f"/v1/promotions/{pending}/approve", json={"comment": "ok"})
@@ -141,6 +142,8 @@ def test_a_pool_without_a_signed_set_serves_and_changes_nothing_until_sealed(
     assert_refused(refused, 503, "active_set_unverified", "has no signed active set")
     assert "loraplane db seal-active-sets" in refused.json()["error"]["hint"]
     assert_refused(approval, 503, "active_set_unverified", "has no signed active set")
+    assert_refused(request_promotion(uploader, pool, v2, "canary", 10), 503, "active_set_unverified",
+                   "has no signed active set")  # its gates compare with the signed set
     assert second_reviewer.get(f"/v1/promotions/{pending}").json()["state"] == "awaiting_approval"
 
     with Session(engine) as session, session.begin():
@@ -156,3 +159,15 @@ def test_a_pool_without_a_signed_set_serves_and_changes_nothing_until_sealed(
     approved = second_reviewer.post(f"/v1/promotions/{pending}/approve", json={"comment": "ok"})
     assert approved.status_code == 200, approved.text
     assert json.dumps(served(active_set(admin, pool))) == json.dumps({"acme/signed-seal@2": [("production", 100)]})
+
+
+@pytest.mark.parametrize("written", [None, {"signatures": [{"keyid": "made-up"}], "payload": "e30="}, ["not", "a", "set"]])
+def test_a_signed_set_written_by_hand_never_stops_the_key_upkeep_a_registry_runs_at_start(pool, engine, written):
+    from registry.attestations.upkeep import resign_active
+
+    with Session(engine) as session, session.begin():
+        session.execute(update(Pool).where(Pool.name == pool).values(signed_active_set=written))
+    with Session(engine) as session, session.begin():
+        resign_active(session)  # at every registry start: it must not raise, whatever is there
+    with Session(engine) as session:
+        assert session.scalar(select(Pool.signed_active_set).where(Pool.name == pool)) == written
