@@ -120,6 +120,8 @@ def load(pool: Pool, *, generation: int | None = None, remember: bool = False) -
     envelope = pool.signed_active_set
     if envelope is None:
         raise _untrusted(pool, "it has no signed active set")
+    if not isinstance(envelope, dict):
+        raise _untrusted(pool, "its signed active set is not an envelope")
     try:
         document = _verified(envelope)
         signed = SignedSet.from_document(document, envelope["signatures"][0]["keyid"])
