@@ -33,7 +33,7 @@ class ActiveSetChange:
         self.session, self.pool_id = session, pool_id
         self.generation, pool_name = repository.bump_generation(session, pool_id)
         self.pool = repository.pool_for_change(session, pool_id)
-        self.signed = signed_set.load(self.pool, generation=self.generation - 1)
+        self.signed = signed_set.load(self.pool, generation=self.generation - 1, locked=True)
         announce(session, {"kind": "generation", "pool": pool_name, "generation": self.generation})
 
     def __enter__(self) -> ActiveSetChange:

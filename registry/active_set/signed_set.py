@@ -112,11 +112,14 @@ class Untrusted(Unavailable):
     code = "active_set_unverified"
 
 
-def load(pool: Pool, *, generation: int | None = None, remember: bool = False) -> SignedSet:
-    """The pool's signed set, once its signature holds and it is not older than one served.
-    Raises Untrusted (503). `generation`: the one it should have, to report a difference (a
-    reader gives the row's; a change, the one before its bump). `remember`: the set is committed
-    (a reader's), so no older one may be served after it."""
+def load(pool: Pool, *, generation: int | None = None, locked: bool = False,
+         remember: bool = False) -> SignedSet:
+    """The pool's signed set, once its signature holds. Raises Untrusted (503).
+    `generation`: the one it should have, to report a difference (a reader gives the row's; a
+    change, the one before its bump). `locked`: the row was read under its lock in this
+    transaction, so it is at least as new as any set served: an older one is a replay, refused
+    (a row read earlier in a transaction may be older than a set served since, and is not
+    compared). `remember`: the set is committed (a reader's), so no older one is taken after it."""
     envelope = pool.signed_active_set
     if envelope is None:
         raise _untrusted(pool, "it has no signed active set")
@@ -129,7 +132,8 @@ def load(pool: Pool, *, generation: int | None = None, remember: bool = False) -
         raise _untrusted(pool, f"its signed active set does not verify ({problem})") from None
     if (signed.pool, signed.pool_id) != (pool.name, pool.id):
         raise _untrusted(pool, f"its signed active set is another pool's ({signed.pool!r})")
-    _refuse_replay((pool.name, pool.id), signed.generation, remember)
+    if locked:
+        _refuse_replay((pool.name, pool.id), signed.generation, remember)
     if generation is not None and signed.generation != generation:
         log.error("pool %s: generation %d in the database, %d signed; the signed set is served",
                   pool.name, generation, signed.generation)

@@ -38,7 +38,7 @@ def read(session: Session, pool_name: str, store: ArtifactStore,
     files (and their presigned URLs) for readers that must not download them. Built from the
     pool's signed set (signed_set.py), never from alias rows alone."""
     pool = pool_by_name(session, pool_name, lock=True)
-    signed = signed_set.load(pool, generation=pool.generation, remember=True)
+    signed = signed_set.load(pool, generation=pool.generation, locked=True, remember=True)
     _report_rows_that_differ(session, pool, signed)
     aliases = list(signed.aliases.values())
     canary_weight = {a.adapter_id: a.weight or 0 for a in aliases if a.alias == CANARY}

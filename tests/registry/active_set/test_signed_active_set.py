@@ -171,3 +171,23 @@ def test_a_signed_set_written_by_hand_never_stops_the_key_upkeep_a_registry_runs
         resign_active(session)  # at every registry start: it must not raise, whatever is there
     with Session(engine) as session:
         assert session.scalar(select(Pool.signed_active_set).where(Pool.name == pool)) == written
+
+
+def test_a_row_read_before_a_newer_set_was_served_is_not_taken_for_a_replay(pool, engine):
+    """A request reads its pool row, another change commits and a long-poll serves the newer set,
+    then the request's gates read the signed set from the row it holds: that is an older set, and
+    no replay. (A change and a reader lock the row first, so they compare with what was served.)"""
+    from registry.active_set import signed_set, snapshot
+    from registry.active_set.change import new_generation
+    from registry.settings import get_settings
+    from registry.storage import get_store
+
+    with Session(engine) as request:
+        held = request.scalar(select(Pool).where(Pool.name == pool))
+        with Session(engine) as change, change.begin():
+            new_generation(change, held.id)
+        with Session(engine) as reader, reader.begin():
+            served = snapshot.read(reader, pool, get_store(), get_settings())
+
+        assert signed_set.load(held).generation == served.generation - 1
+        assert signed_set.version_at(held, 0, "production") is None
