@@ -21,6 +21,11 @@ UPLOADS_IN_PROGRESS = Gauge(
 )
 LONG_POLLS = Gauge("loraplane_active_set_long_polls",
                    "Active-set long-polls this process holds, waiting for a change", ["pool"])
+BODY_RENDERS = Counter("loraplane_active_set_renders_total", "Active-set bodies rendered: once per "
+                       "generation for the whole set, the routers' body and each node's part while "
+                       "the set is spread, however many long-polls a change wakes", ["pool"])
+TOKEN_RECHECKS = Counter("loraplane_active_set_token_rechecks_total", "Queries that checked again "
+                         "the tokens of woken long-polls: one per wake-up, not one per node")
 
 
 class MetricsMiddleware:

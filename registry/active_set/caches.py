@@ -14,6 +14,7 @@ from registry.active_set import snapshot
 from registry.auth import tokens
 from registry.auth.principal import Principal
 from registry.db import transaction
+from registry.metrics import BODY_RENDERS
 from registry.settings import get_settings
 from registry.storage import get_store
 
@@ -73,9 +74,11 @@ ROUTERS = "#routers"
 
 class BodyCache:
     """The rendered JSON of each pool's newest generation: the whole set, each node's part
-    (?node=) while the set is spread over the nodes, and the routers' body. While every node
-    holds everything, a node's part is the whole set, rendered once. Presigned URLs are renewed
-    when half their lifetime has passed, so a node never receives one about to expire.
+    (?node=) while the set is spread over the nodes, and the routers' body. Each is rendered once
+    per generation, however many polls a change wakes: the whole set first, and a node's part
+    only when the whole set says the set is spread (otherwise a node's part is the whole set).
+    Presigned URLs are renewed when half their lifetime has passed, so a node never receives one
+    about to expire.
 
     Routers get names, digests, aliases, weights and placement only: no file URLs, which would
     let a router token download every tenant's weights, and no attestations, which they do not
@@ -84,16 +87,18 @@ class BodyCache:
     def __init__(self) -> None:
         self._bodies: dict[tuple[str, str | None], tuple[int, bytes, float]] = {}
         self._locks: dict[tuple[str, str | None], asyncio.Lock] = {}
-        self._whole_for_all: dict[str, int] = {}  # pool -> a generation every node holds whole
+        self._spread: dict[str, tuple[int, bool]] = {}  # pool -> (generation, spread over nodes)
 
     async def get(self, pool: str, at_least: int | None, node: str | None = None) -> tuple[int, bytes]:
         """`node`: a node's id for its part, ROUTERS for the routers' body, None for the whole."""
         if node == ROUTERS:
             return await self._get_rendered((pool, ROUTERS), at_least)
-        whole = self._fresh((pool, None), at_least)
-        if whole and (node is None or self._whole_for_all.get(pool) == whole[0]):
-            return whole
-        key = (pool, node)
+        generation, body = await self._get_rendered((pool, None), at_least)
+        if node is None or self._spread.get(pool) != (generation, True):
+            return generation, body
+        return await self._get_rendered((pool, node), generation)
+
+    async def _get_rendered(self, key: tuple[str, str | None], at_least: int | None) -> tuple[int, bytes]:
         cached = self._fresh(key, at_least)
         if cached:
             return cached
@@ -101,18 +106,9 @@ class BodyCache:
             cached = self._fresh(key, at_least)
             if cached:
                 return cached
-            generation, body, node_specific = await run_in_threadpool(_render, pool, node)
-            self._store((pool, node if node_specific else None), generation, body)
-            if node is not None and not node_specific:
-                self._whole_for_all[pool] = generation
-            return generation, body
-
-    async def _get_rendered(self, key: tuple[str, str], at_least: int | None) -> tuple[int, bytes]:
-        async with self._locks.setdefault(key, asyncio.Lock()):
-            cached = self._fresh(key, at_least)
-            if cached:
-                return cached
-            generation, body, _ = await run_in_threadpool(_render, key[0], key[1])
+            generation, body, spread = await run_in_threadpool(_render, key[0], key[1])
+            if key[1] is None:
+                self._spread[key[0]] = (generation, spread)
             self._store(key, generation, body)
             return generation, body
 
@@ -136,13 +132,15 @@ class BodyCache:
 
 
 def _render(pool: str, node: str | None) -> tuple[int, bytes, bool]:
-    """(generation, body, whether the body is that node's part rather than the whole set)."""
+    """(generation, body, whether the set is spread over the pool's nodes)."""
     for_routers = node == ROUTERS
     with transaction() as session:
         active = snapshot.read(session, pool, get_store(), get_settings(),
                                None if for_routers else node, with_files=not for_routers)
+    spread = any(entry.nodes is not None for entry in active.entries)
+    BODY_RENDERS.labels(pool).inc()
     if for_routers:
         body = active.model_dump_json(exclude={"entries": {"__all__": {"files", "attestation"}},
                                                "urls_expire_in": True})
-        return active.generation, body.encode(), False
-    return active.generation, active.model_dump_json().encode(), active.node is not None
+        return active.generation, body.encode(), spread
+    return active.generation, active.model_dump_json().encode(), spread

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import time
 
-from starlette.concurrency import run_in_threadpool
-
 from registry.active_set.caches import ROUTERS, BodyCache
+from registry.active_set.token_recheck import TokenRecheck
 from registry.active_set.watch import WATCH
-from registry.auth import tokens
 from registry.auth.principal import Principal, Role
-from registry.db import transaction
 from registry.metrics import LONG_POLLS
 from registry.settings import get_settings
 
 bodies = BodyCache()
+rechecks = TokenRecheck()
 
 
 async def answer(pool: str, principal: Principal, known: int | None, wait_s: float,
@@ -41,7 +39,7 @@ async def answer(pool: str, principal: Principal, known: int | None, wait_s: flo
         # (a process that hears of revocations late, such as on SQLite).
         waited_long = time.monotonic() - started >= get_settings().auth_cache_s
         if current != known and (WATCH.revocations != revocations or waited_long):
-            await run_in_threadpool(_still_valid, principal.token_id)
+            await rechecks.still_valid(principal.token_id)
     if current == known:
         return 304, known, None
     generation, body = await bodies.get(pool, at_least=current,
@@ -56,11 +54,6 @@ def _own_node(principal: Principal, pool: str, node: str | None) -> str | None:
     if node is not None or principal.instance_id is None:
         principal.require_instance(pool, node or "NODE_ID", Role.NODE)
     return principal.instance_id
-
-
-def _still_valid(token_id: int) -> None:
-    with transaction() as session:
-        tokens.principal_by_id(session, token_id)
 
 
 def generation_in(if_none_match: str | None) -> int | None:

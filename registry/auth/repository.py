@@ -24,6 +24,10 @@ def token_by_hash(session: Session, token_hash: str) -> ApiToken | None:
     return session.scalar(select(ApiToken).where(ApiToken.token_hash == token_hash))
 
 
+def tokens_by_ids(session: Session, token_ids: list[int]) -> dict[int, ApiToken]:
+    return {row.id: row for row in session.scalars(select(ApiToken).where(ApiToken.id.in_(token_ids)))}
+
+
 def tokens_issued_by(session: Session, token_id: int) -> list[ApiToken]:
     return list(session.scalars(select(ApiToken).where(ApiToken.created_by_token_id == token_id)))
 

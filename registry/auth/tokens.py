@@ -66,6 +66,18 @@ def principal_by_id(session: Session, token_id: int) -> Principal:
     return _principal(session, session.get(ApiToken, token_id))
 
 
+def refusals_by_id(session: Session, token_ids: list[int]) -> dict[int, Unauthorized]:
+    """Of these tokens, those no longer valid (revoked, expired, gone), with why: one query."""
+    rows = repository.tokens_by_ids(session, token_ids)
+    refused = {}
+    for token_id in token_ids:
+        try:
+            _principal(session, rows.get(token_id))
+        except Unauthorized as refusal:
+            refused[token_id] = refusal
+    return refused
+
+
 def _principal(session: Session, row: ApiToken | None) -> Principal:
     if row is None or row.revoked_at is not None:
         raise Unauthorized("invalid or revoked token", hint="Ask an admin for a new token.")

@@ -167,3 +167,38 @@ def test_a_token_revoked_during_a_long_poll_gets_no_active_set(registry, pool, a
 
     assert_refused(waiter.response, 401, "unauthorized", "invalid or revoked token")
     assert b"signature" not in waiter.response.content and b"acme/" not in waiter.response.content
+
+
+def test_a_change_that_wakes_many_nodes_costs_one_render_and_one_token_query(registry, pool, admin, engine):
+    """Twelve nodes, each with its own token, park on the set; a token elsewhere is revoked (so
+    every woken poll must check its own token again), then a change wakes them all. The body is
+    rendered once, and their tokens are checked in one query, not one per node."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from registry.active_set.change import new_generation
+    from registry.tables import Pool
+    from tests.support.metrics import metric
+    from tests.support.nodes import issue_token
+
+    names = [f"fleet-{i}" for i in range(12)]
+    clients = [node_client(registry.url, issue_token(admin, name, role="node", pool=pool, instance_id=name,
+                                                     vllm_url=bound_address(name))) for name in names]
+    etag = clients[0].get(f"/v1/pools/{pool}/active-set").headers["etag"]
+    renders = metric(admin, "loraplane_active_set_renders_total", pool=pool)
+    queries = metric(admin, "loraplane_active_set_token_rechecks_total")
+    with ThreadPoolExecutor(len(clients)) as executor:
+        polls = [executor.submit(c.get, f"/v1/pools/{pool}/active-set", params={"wait": 20},
+                                 headers={"If-None-Match": etag}) for c in clients]
+        wait_for_long_polls(admin, pool, len(clients))
+        elsewhere = admin.post("/v1/tokens", json={"subject": "to-revoke", "role": "reviewer", "tenant": "acme"})
+        assert admin.post(f"/v1/tokens/{elsewhere.json()['id']}/revoke").status_code == 200
+        with Session(engine) as session, session.begin():
+            new_generation(session, session.query(Pool.id).filter(Pool.name == pool).scalar())
+        answers = [poll.result(timeout=30) for poll in polls]
+
+    assert [a.status_code for a in answers] == [200] * len(clients)
+    assert len({a.headers["etag"] for a in answers}) == 1 and answers[0].headers["etag"] != etag
+    assert metric(admin, "loraplane_active_set_renders_total", pool=pool) == renders + 1
+    assert 1 <= metric(admin, "loraplane_active_set_token_rechecks_total") - queries <= 2
+    for client in clients:
+        client.close()
