@@ -17,6 +17,8 @@ from registry.db import transaction
 from registry.errors import Unauthorized
 from registry.metrics import TOKEN_RECHECKS
 
+JOIN_S = 0.005  # a wake-up's polls resume within a few turns of the event loop: wait for them all
+
 
 class TokenRecheck:
     def __init__(self) -> None:
@@ -34,7 +36,7 @@ class TokenRecheck:
             raise refusal
 
     async def _check_batch(self) -> None:
-        await asyncio.sleep(0)  # the polls woken by the same change join before the query
+        await asyncio.sleep(JOIN_S)  # the polls woken by the same change join before the query
         batch, self._pending, self._running = self._pending, {}, None
         try:
             refused = await run_in_threadpool(_refusals, list(batch))
