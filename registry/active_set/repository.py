@@ -108,11 +108,7 @@ def delete_retirements(session: Session, retirement_ids: list[int]) -> None:
 
 def served_names(session: Session, version_ids: set[int]) -> dict[str, str]:
     """served name (tenant/adapter@number) -> digest of each version."""
-    rows = session.execute(
-        select(Tenant.name, Adapter.name, AdapterVersion.number, AdapterVersion.digest)
-        .join(Adapter, Adapter.id == AdapterVersion.adapter_id).join(Tenant, Tenant.id == Adapter.tenant_id)
-        .where(AdapterVersion.id.in_(list(version_ids)))).all()
-    return {f"{tenant}/{name}@{number}": digest for tenant, name, number, digest in rows}
+    return dict(names_and_digests(session, version_ids).values())
 
 
 def names_and_digests(session: Session, version_ids: set[int]) -> dict[int, tuple[str, str]]:

@@ -15,13 +15,13 @@ from sqlalchemy.orm import Session
 
 from registry.attestation_keys.bundle import own_keys
 from registry.attestations import repository as attestations
+from registry.attestations.reading import proof_problem
 from registry.audit.sealed import recorded, sealed_events
 from registry.errors import Conflict
 from registry.evaluations import rules as evaluation_rules
 from registry.evaluations.repository import latest_evaluations
 from registry.tables import AdapterVersion, Pool
 from signed_digests.digests import manifest_digest
-from signed_digests.provenance import Unverified, check_subject
 
 UPLOADED, PASSED = "adapter_version.upload", f"evaluation.{evaluation_rules.PASSED}"
 
@@ -42,15 +42,8 @@ def _signed_before(session: Session, pool: Pool, version: AdapterVersion, served
     """An attestation of this version in this pool, signed by this registry's keys, about exactly
     its name, digest and files."""
     ours = own_keys()
-    for row in attestations.of_version(session, version.id):
-        try:
-            statement = ours.verify(row.envelope)
-            check_subject(statement, served_name, version.digest, version.files)
-        except Unverified:
-            continue
-        if statement["predicate"].get("pool") == pool.name:
-            return True
-    return False
+    return any(proof_problem(ours, row.envelope, served_name, version, pool.name) is None
+               for row in attestations.of_version(session, version.id))
 
 
 def check_seen(version: AdapterVersion, served_name: str, seen_digest: str | None) -> None:

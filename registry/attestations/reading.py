@@ -30,7 +30,7 @@ def of_version(session: Session, principal: Principal, tenant: str, name: str,
         except provenance.Unverified as error:
             statement, problem = {}, str(error)
         if problem is None:
-            problem = _problem(trusted, row.envelope, served, version, pool)
+            problem = proof_problem(trusted, row.envelope, served, version, pool)
         out.append(AttestationOut(
             id=row.id, pool=pool, action=row.action, key_id=row.key_id, created_at=row.created_at,
             audit_event_hash=row.audit_event_hash, statement_sha256=row.statement_sha256,
@@ -38,7 +38,8 @@ def of_version(session: Session, principal: Principal, tenant: str, name: str,
     return out
 
 
-def _problem(trusted: provenance.TrustBundle, envelope: dict, served: str, version, pool: str) -> str | None:
+def proof_problem(trusted: provenance.TrustBundle, envelope: dict, served: str, version, pool: str) -> str | None:
+    """Why the attestation does not prove this version in this pool under `trusted`, or None."""
     try:
         statement = trusted.verify(envelope)
         provenance.check_subject(statement, served, version.digest, version.files)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from serving.agent.trust import TrustStore
-from serving.registry_client import ActiveSet
+from serving.registry_client import ActiveSet, NewestSigned
 from signed_digests.provenance import TrustBundle, Unverified
 
 PREFIX = "the active set is refused: "
@@ -24,14 +24,13 @@ PREFIX = "the active set is refused: "
 class SignedSetCheck:
     def __init__(self, trust: TrustStore, pool: str) -> None:
         self.trust, self.pool = trust, pool
-        self.highest = -1  # the signed generation of the last set taken
+        self.newest = NewestSigned()  # the signed generation of the last set taken
         self.unknown_key = False  # signed by a key the bundle lacks: worth a refresh
 
     def took(self, active: ActiveSet | None) -> None:
         """The node took `active` (now, or before a restart: the last-known-good set)."""
-        generation = active.signed_generation if active is not None else None
-        if generation is not None:
-            self.highest = max(self.highest, generation)
+        if active is not None:
+            self.newest.admits(active)
 
     def problem(self, active: ActiveSet) -> str | None:
         """Why `active` must not be taken, or None. A node without a trust bundle yet takes it:
@@ -49,10 +48,10 @@ class SignedSetCheck:
             return PREFIX + f"its signed set does not verify: {error}"
         if document.get("pool") != self.pool:
             return PREFIX + f"its signed set is pool {str(document.get('pool'))[:64]!r}'s, not {self.pool!r}"
-        generation = document.get("generation")
-        if not isinstance(generation, int) or generation < self.highest:
-            return PREFIX + (f"its signed set is generation {str(generation)[:20]}, older than generation "
-                             f"{self.highest} this node already took: an old set was put back")
+        if not isinstance(document.get("generation"), int) or not self.newest.admits(active):
+            return PREFIX + (f"its signed set is generation {str(document.get('generation'))[:20]}, older "
+                             f"than generation {self.newest.generation} this node already took: an old "
+                             "set was put back")
         return None
 
 

@@ -18,7 +18,7 @@ from registry.active_set import sealing
 from registry.tables import AuditEvent, Pool, PoolAlias, Promotion
 from signed_digests import provenance
 from tests.support.asserts import assert_refused
-from tests.support.promotions import active_set, served
+from tests.support.promotions import active_set, promote, served
 
 
 @pytest.fixture
@@ -29,14 +29,6 @@ def pool(admin: httpx.Client, promo_pools) -> str:
                                             "max_loras": 2, "max_cpu_loras": 8, "max_lora_rank": 16})
     assert created.status_code == 201, created.text
     return name
-
-
-def promote(requester, approver, pool, version, alias="production", weight=None) -> dict:
-    created = request_promotion(requester, pool, version, alias, weight)
-    assert created.status_code == 201, created.text
-    approved = approver.post(f"/v1/promotions/{created.json()['id']}/approve", json={"comment": "ok"})
-    assert approved.status_code == 200, approved.text
-    return approved.json()
 
 
 def edit(engine, pool: str, **values) -> None:

@@ -5,17 +5,8 @@ from __future__ import annotations
 
 import time
 
-from devkit.pipeline_steps import request_promotion
 from tests.support.asserts import assert_refused
-from tests.support.promotions import active_set, served
-
-
-def promote(requester, approver, pool, version, alias="production", weight=None) -> dict:
-    created = request_promotion(requester, pool, version, alias, weight)
-    assert created.status_code == 201, created.text
-    approved = approver.post(f"/v1/promotions/{created.json()['id']}/approve", json={"comment": "ok"})
-    assert approved.status_code == 200, approved.text
-    return approved.json()
+from tests.support.promotions import active_set, promote, served
 
 
 def rollback(client, pool, adapter, alias="production"):
