@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import httpx
-from sqlalchemy.orm import Session
 
 from bench import report
 from bench.propagation import approve_and_time
@@ -31,6 +30,7 @@ from devkit.tiny_model import build_adapter
 from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.tokens import issuing as tokens
+from devkit.units_of_work import unit_of_work
 
 REPO = Path(__file__).resolve().parents[1]
 BUCKET, BASE, POOL = "bench", "tiny-task-llama", "bench-node-pool"
@@ -105,7 +105,7 @@ def prepare(work: Path, registry: services.Service, engine, kit, count: int, *,
     """Tokens, the base, a parity suite, and `count` evaluated versions of acme/<adapter>. `pools`
     maps a token name to a pool made for it, with a node token of that name (default: POOL)."""
     plain = {}
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         for name, role, tenant in (("admin", Role.ADMIN, None), ("uploader", Role.UPLOADER, "acme")):
             _, plain[name] = tokens.create_token(session, subject=f"bench-{name}", role=role,
                                                  tenant=tenant, actor="bench")

@@ -34,7 +34,6 @@ from datetime import datetime
 from pathlib import Path
 
 import httpx
-from sqlalchemy.orm import Session
 
 from bench import report
 from devkit import services
@@ -45,6 +44,7 @@ from devkit.task_kit import build_task_kit
 from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.tokens import issuing as tokens
+from devkit.units_of_work import unit_of_work
 
 REPO = Path(__file__).resolve().parent.parent
 BUCKET, BASE, POOL, ADAPTER = "bench", "tiny-task-llama", "delivery", "acme/digits"
@@ -118,7 +118,7 @@ def main() -> None:
 
 def _clients(registry: services.Service, db) -> tuple[httpx.Client, httpx.Client]:
     plain = {}
-    with Session(db) as session, session.begin():
+    with unit_of_work(db) as session:
         for name, role, tenant in (("admin", Role.ADMIN, None), ("uploader", Role.UPLOADER, "acme")):
             _, plain[name] = tokens.create_token(session, subject=f"bench-{name}", role=role,
                                                  tenant=tenant, actor="bench")

@@ -35,7 +35,6 @@ from datetime import datetime
 from pathlib import Path
 
 import httpx
-from sqlalchemy.orm import Session
 
 from bench import report
 from devkit import services
@@ -44,6 +43,7 @@ from devkit.task_kit import build_task_kit
 from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.tokens import issuing as tokens
+from devkit.units_of_work import unit_of_work
 
 REPO = Path(__file__).resolve().parent.parent
 BUCKET = "bench"
@@ -188,7 +188,7 @@ def main() -> None:
         running.append(registry)
         engine = services.start_vllm(work / "vllm", services.kit_engine(kit, BASE, max_loras=4))
         db = make_engine(database_url)
-        with Session(db) as session, session.begin():
+        with unit_of_work(db) as session:
             _, token = tokens.create_token(session, subject="bench", role=Role.ADMIN, tenant=None,
                                            actor="bench")
             tokens.ensure_tenant(session, "bench")

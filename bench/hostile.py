@@ -37,6 +37,7 @@ from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.tables import Adapter, AdapterVersion
 from registry.tokens import issuing as tokens
+from devkit.units_of_work import unit_of_work
 
 BUCKET = "bench-hostile"
 MiB = 1024 * 1024
@@ -98,7 +99,7 @@ def main() -> None:
         pid = registry.process.pid
         resource.prlimit(pid, resource.RLIMIT_AS, (ADDRESS_SPACE_CAP, ADDRESS_SPACE_CAP))
         engine = make_engine(database_url)
-        with Session(engine) as session, session.begin():
+        with unit_of_work(engine) as session:
             _, token = tokens.create_token(session, subject="bench", role=Role.ADMIN, tenant=None,
                                            actor="bench")
             tokens.ensure_tenant(session, "bench")

@@ -38,6 +38,7 @@ from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.promotions import service as promotions
 from registry.tokens import issuing
+from devkit.units_of_work import unit_of_work
 
 BUCKET, BASE, POOL = "bench", "bench-base", "fleet"
 
@@ -184,7 +185,7 @@ def start_bare(folder: Path) -> services.Service:
 
 def prepare(work: Path, registry: services.Service, engine) -> tuple[dict, list[dict], httpx.Client]:
     plain = {}
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         for name, role, tenant in (("admin", Role.ADMIN, None), ("uploader", Role.UPLOADER, "acme")):
             _, plain[name] = issuing.create_token(session, subject=f"bench-{name}", role=role,
                                                   tenant=tenant, actor="bench")
@@ -199,7 +200,7 @@ def prepare(work: Path, registry: services.Service, engine) -> tuple[dict, list[
                  {"exact_match": {"min": 0.5}, "parity": {"max_logprob_diff": 0.01}})
     admin.post("/v1/pools", json={"name": POOL, "base_model": BASE, "max_loras": 4, "max_cpu_loras": 16,
                                   "max_lora_rank": 16}).raise_for_status()
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         # One token read by every simulated node: reads only, of the whole set (every node
         # holds everything here), which is what each node's own part would be.
         _, plain["node"] = issuing.create_token(session, subject="bench-nodes", role=Role.NODE,

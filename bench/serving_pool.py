@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from sqlalchemy.orm import Session
 
 from devkit import services
 from devkit.pipeline_steps import create_suite, promoter
@@ -25,6 +24,7 @@ from devkit.tiny_model import build_adapter
 from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.tokens import issuing as tokens
+from devkit.units_of_work import unit_of_work
 
 REPO = Path(__file__).resolve().parents[1]
 BUCKET, BASE, POOL, TENANT = "bench", "tiny-task-llama", "bench-serving", "acme"
@@ -116,7 +116,7 @@ def serving_pool(work: Path, *, nodes: int, max_cpu_loras: int, adapters: int,
 
 def _tokens(engine) -> dict[str, str]:
     plain = {}
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         for name, role, tenant in (("admin", Role.ADMIN, None), ("uploader", Role.UPLOADER, TENANT)):
             _, plain[name] = tokens.create_token(session, subject=f"bench-{name}", role=role,
                                                  tenant=tenant, actor="bench")

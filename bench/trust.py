@@ -25,7 +25,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from sqlalchemy.orm import Session
 
 from bench import report
 from bench.trust_attacks.catalogue import catalogue
@@ -34,6 +33,7 @@ from devkit import services
 from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.tokens import issuing as tokens
+from devkit.units_of_work import unit_of_work
 
 BUCKET = "bench-trust"
 
@@ -49,7 +49,7 @@ def main() -> None:
         registry = services.start_registry(work / "registry", services.registry_env(database_url, s3_server, BUCKET))
         running.append(registry)
         engine = make_engine(database_url)
-        with Session(engine) as session, session.begin():
+        with unit_of_work(engine) as session:
             _, admin_token = tokens.create_token(session, subject="operator", role=Role.ADMIN, tenant=None,
                                                  actor="bench")
         world, started = build(registry.url, engine, admin_token, work)

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from sqlalchemy.orm import Session
 
 from bench import report
 from devkit import services
@@ -37,6 +36,7 @@ from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.storage.s3 import PART_SIZE
 from registry.tokens import issuing as tokens
+from devkit.units_of_work import unit_of_work
 
 BUCKET = "bench"
 MB = 1_000_000
@@ -131,7 +131,7 @@ def main() -> None:
                                            services.registry_env(database_url, s3_server, BUCKET))
         running.append(registry)
         engine = make_engine(database_url)
-        with Session(engine) as session, session.begin():
+        with unit_of_work(engine) as session:
             _, token = tokens.create_token(session, subject="bench", role=Role.ADMIN, tenant=None,
                                            actor="bench")
             tokens.ensure_tenant(session, "bench")

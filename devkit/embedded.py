@@ -70,7 +70,7 @@ def _rekey_saved_tokens(data_dir: Path) -> None:
     import json
 
     from registry.auth import tokens
-    from registry.db import transaction
+    from registry.unit_of_work import transaction
 
     saved = []
     if (data_dir / "admin.token").is_file():
@@ -86,7 +86,7 @@ def bootstrap_admin() -> str | None:
     """Create the first global admin token, unless an admin already exists. Safe to rerun."""
     from registry.auth import tokens
     from registry.auth.principal import Role
-    from registry.db import transaction
+    from registry.unit_of_work import transaction
     from registry.tokens import issuing
 
     with transaction() as session:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import httpx
 from sqlalchemy import Engine
-from sqlalchemy.orm import Session
 
 from registry.evaluations import claims
 from registry.requalification import service as requalification
+from devkit.units_of_work import unit_of_work
 
 PEFT_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
@@ -46,7 +46,7 @@ def finish_evaluation(engine: Engine, evaluation_id: int, *, passed: bool = True
                           "passed": parity, "detail": "" if parity else "max logprob diff 0.5"}}
     failing = list(failing) or ([] if passed and parity else
                                 [m for m, ok in (("exact_match", passed), ("parity", parity)) if not ok])
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         claim = claims.claim_batch(session, evaluation_id, max_versions=1, lease_s=60)
         assert claim.kind == "claimed", claim
         others = [e.id for e in claim.evaluations if e.id != evaluation_id]

@@ -131,7 +131,7 @@ def verify():
     from rich.markup import escape
 
     from registry.audit.verify import verify_chain
-    from registry.db import transaction
+    from registry.unit_of_work import transaction
 
     with transaction() as session:
         report = verify_chain(session)

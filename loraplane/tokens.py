@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from registry.auth.principal import Role
-from registry.db import transaction
+from registry.unit_of_work import transaction
 from registry.errors import Unprocessable
 from registry.tokens import issuing as tokens
 

@@ -4,7 +4,9 @@ beside it (loraplane/server.py): the registry imports no web code."""
 from __future__ import annotations
 
 import gc
+import logging
 from contextlib import asynccontextmanager
+from functools import partial
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -40,8 +42,11 @@ from registry.sizing.endpoints import router as sizing
 from registry.storage import get_store
 from registry.storage.endpoints import router as artifacts
 from registry.tokens.endpoints import router as auth
+from registry.unit_of_work import UnitOfWork, transaction
 from registry.uploads.endpoints import router as uploads
 from registry.webhooks.endpoints import router as webhooks
+
+log = logging.getLogger(__name__)
 
 
 @asynccontextmanager
@@ -49,7 +54,7 @@ async def lifespan(_: FastAPI):
     # Build the store's client and sign once now, not on the first node's long-poll.
     get_store().presigned_url("warm-up", 60)
     # What a key rotated out since signed (here, or before a redeploy with another key).
-    await run_in_threadpool(attestation_upkeep.resign_on_start)
+    await run_in_threadpool(_resign_on_start)
     await WATCH.start(poll_s=get_settings().active_set_poll_s)
     # Everything loaded so far lives as long as the process: keep the collector from walking it
     # again and again, which pauses every open long-poll at once.
@@ -61,6 +66,13 @@ async def lifespan(_: FastAPI):
         await WATCH.stop()
 
 
+def _resign_on_start() -> None:
+    with transaction() as session:
+        resigned = attestation_upkeep.resign_active(session)
+    if resigned:
+        log.info("re-signed %d active attestations with the current key", resigned)
+
+
 def create_app() -> FastAPI:
     log_redaction.install()
     app = FastAPI(
@@ -69,6 +81,8 @@ def create_app() -> FastAPI:
         description="Validated LoRA adapters, base models and serving pools for multi-LoRA vLLM.",
         lifespan=lifespan,
     )
+    # Each unit of work this process commits wakes its own long-polls at once (unit_of_work.py).
+    app.state.begin_work = partial(UnitOfWork.begin, wake=WATCH.publish_local)
     for router in (auth, signing_keys, base_models, pools, eval_suites, adapters, evaluation_policies,
                    uploads, evaluations, promotions, canaries, active_set, nodes, placement, sizing, webhooks, audit,
                    attestations, artifacts, ops):

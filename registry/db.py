@@ -1,10 +1,10 @@
-"""Engine and transactions. Each entrypoint runs in exactly one transaction: a request in its
-request session (registry/request_session.py), anything else in a `transaction()`."""
+"""The engine and its sessions. Each entrypoint runs in one unit of work
+(registry/unit_of_work.py): a request in its request session (registry/request_session.py),
+anything else in a `unit_of_work.transaction()`; reads outside them in a `plain_transaction()`."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-import logging
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -16,7 +16,6 @@ from sqlalchemy.pool import NullPool
 from registry.errors import Unavailable
 from registry.settings import get_settings
 
-log = logging.getLogger(__name__)
 
 
 def make_engine(url: str, *, pooled: bool = True) -> Engine:
@@ -86,38 +85,15 @@ def _session_factory() -> sessionmaker[Session]:
 
 
 def new_session() -> Session:
-    """A session whose owner commits or rolls back (a request's, see request_session.py)."""
+    """A bare session: a unit of work owns it and commits it (unit_of_work.py)."""
     return _session_factory()()
 
 
 @contextmanager
-def transaction() -> Iterator[Session]:
-    """Commit when the block succeeds, roll back when it raises. Services only flush."""
+def plain_transaction() -> Iterator[Session]:
+    """A transaction that needs nothing at its commit: reads, and rows of no audit interest (a
+    token's stored hash upgraded). A change that needs its commit's work (an audit event, a
+    signature, an announcement) is refused in it (pending_work.NoUnitOfWork): those go through a
+    unit of work (registry/unit_of_work.py)."""
     with new_session() as session, session.begin():
         yield session
-
-
-AFTER_COMMIT = "loraplane.after_commit"
-
-
-def after_commit(session: Session, callback) -> None:
-    """Run `callback()` once this session's transaction has committed (never on rollback):
-    for work others must only see once the rows exist, like tasks and notifications."""
-    session.info.setdefault(AFTER_COMMIT, []).append(callback)
-
-
-@event.listens_for(Session, "after_commit")
-def _run_after_commit(session: Session) -> None:
-    if session.in_nested_transaction():  # a savepoint released: the real commit is still to come
-        return
-    for callback in session.info.pop(AFTER_COMMIT, ()):
-        try:
-            callback()
-        except Exception:  # the commit stands; a lost signal is recovered by polling or sweeps
-            log.exception("after-commit callback %r failed", callback)
-
-
-@event.listens_for(Session, "after_rollback")
-def _drop_after_commit(session: Session) -> None:
-    if not session.in_nested_transaction():  # a savepoint's rollback keeps the outer work
-        session.info.pop(AFTER_COMMIT, None)

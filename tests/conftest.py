@@ -23,6 +23,7 @@ from registry.tokens import issuing as token_service
 from tests.support.eval_stack import eval_engine, eval_worker  # noqa: F401
 from tests.support import head_start, lanes
 from tests.support.names import BUCKET, KIT_BASE
+from devkit.units_of_work import unit_of_work
 
 # Every process of one deployment shares LORAPLANE_SECRET_KEY (docs/operations.md): the audit chain
 # and every signature are keyed with it, so the registries, workers, CLIs and this process started
@@ -162,7 +163,7 @@ def tokens(engine: Engine, tiny_base: Path) -> dict[str, str]:
     from registry.pools.schemas import PoolCreate
 
     plain = {}
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         config = json.loads((tiny_base / "config.json").read_text())
         base_models.register(session, BaseModelCreate(name="serving-base", config=config), actor="tests")
         for pool_name in (SERVING_POOL, OTHER_POOL):

@@ -12,7 +12,7 @@ import logging
 from celery import Celery
 from celery.signals import worker_ready
 
-from registry.db import transaction
+from registry.unit_of_work import transaction
 from registry.evaluations import claims
 from registry.task_queue import celery_config, enqueue_evaluations
 from workers.evaluation import parity

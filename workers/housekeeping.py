@@ -12,7 +12,7 @@ from celery.signals import worker_ready
 
 from registry.canaries import repository as canary_repository
 from registry.canaries import service as canaries
-from registry.db import transaction
+from registry.unit_of_work import transaction
 from registry.traffic_windows import service as traffic_windows
 from registry.settings import get_settings
 from registry.task_queue import DELIVER_WEBHOOK, celery_config, enqueue_webhook_deliveries

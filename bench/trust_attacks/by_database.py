@@ -25,6 +25,7 @@ from registry.tables import (
     TrafficWindow,
 )
 from registry.traffic_windows.schemas import WINDOW_BUCKETS
+from devkit.units_of_work import unit_of_work
 
 
 def moves_a_node_to_its_server(world: World) -> Outcome:
@@ -69,7 +70,7 @@ AUDIT_TRIGGERS = ("audit_events_append_only", "audit_events_no_truncate")
 def _as_owner(engine) -> Iterator[Session]:
     """What the tables' owner can do in one transaction: switch the audit table's append-only
     triggers off, change anything, and switch them back on."""
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         session.execute(text("ALTER TABLE audit_events DISABLE TRIGGER USER"))
         yield session
         session.flush()

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from registry.active_set import snapshot
 from registry.auth import tokens
 from registry.auth.principal import Principal
-from registry.db import transaction
+from registry.db import plain_transaction
 from registry.metrics import BODY_RENDERS
 from registry.settings import get_settings
 from registry.storage import get_store
@@ -64,7 +64,7 @@ class PrincipalCache:
 
 
 def _authenticate(plain: str | None) -> Principal:
-    with transaction() as session:
+    with plain_transaction() as session:
         return tokens.authenticate(session, plain)
 
 
@@ -134,7 +134,7 @@ class BodyCache:
 def _render(pool: str, node: str | None) -> tuple[int, bytes, bool]:
     """(generation, body, whether the set is spread over the pool's nodes)."""
     for_routers = node == ROUTERS
-    with transaction() as session:
+    with plain_transaction() as session:
         active = snapshot.read(session, pool, get_store(), get_settings(),
                                None if for_routers else node, with_files=not for_routers)
     spread = any(entry.nodes is not None for entry in active.entries)

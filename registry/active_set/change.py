@@ -1,63 +1,75 @@
 """A change to a pool's active set, from its new generation to the placement that goes with it.
 
-Every change bumps the pool's generation first, and so takes the pool row's lock: changes to one
-pool run one at a time, a reader that locks the row for share sees a generation and entries that
-belong together, and the new generation is announced only once the transaction commits. When the
-change is done, the set is placed on the pool's nodes again (placing.py), in the same
-transaction, so that nodes told the new generation also find where its adapters live.
+A change begins by bumping the pool's generation, and so takes the pool row's lock: changes to one
+pool run one at a time, and a reader that locks the row for share sees a generation and entries
+that belong together. The new generation is announced once the transaction commits (the unit of
+work sends it, registry/unit_of_work.py).
 
 What the pool serves is its signed set (signed_set.py): a change starts from the last one, as
-verified, applies its own operations to it (`change.signed`, through changes.py), and signs the
-result with its generation as it finishes. A pool whose signed set does not verify takes no
-change (503) until an operator has checked and sealed it again.
+verified, applies its own operations to it (`change.signed`, through changes.py), and `finish()`
+signs the result with its generation and places it on the pool's nodes (placing.py), in the same
+transaction, so that nodes told the new generation also find where its adapters live. A pool
+whose signed set does not verify takes no change (503) until an operator has checked and sealed
+it again. A unit of work refuses to commit a change begun and not finished.
 
-    with ActiveSetChange(session, pool_id) as change:
-        ...point or drop aliases, retire versions (changes.py), passing the change...
+    change = ActiveSetChange.begin(session, pool_id)
+    ...point or drop aliases, retire versions (changes.py), passing the change...
+    change.finish()
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from registry.active_set import placing, repository, signed_set
-from registry.active_set.announcements import announce
+from registry import pending_work
+from registry.active_set import announcements, placing, repository, signed_set
 from registry.tables import Pool
 
 log = logging.getLogger(__name__)
 
 
+@dataclass
 class ActiveSetChange:
-    def __init__(self, session: Session, pool_id: int) -> None:
-        self.session, self.pool_id = session, pool_id
-        self.generation, pool_name = repository.bump_generation(session, pool_id)
-        self.pool = repository.pool_for_change(session, pool_id)
-        self.signed = signed_set.load(self.pool, generation=self.generation - 1, locked=True)
-        announce(session, {"kind": "generation", "pool": pool_name, "generation": self.generation})
+    session: Session
+    pool: Pool
+    generation: int
+    signed: signed_set.SignedSet
 
-    def __enter__(self) -> ActiveSetChange:
-        return self
+    @property
+    def pool_id(self) -> int:
+        return self.pool.id
 
-    def __exit__(self, error_type, error, traceback) -> None:
-        if error_type is None:  # a change that failed is rolled back with its transaction
-            self.finish()
+    @classmethod
+    def begin(cls, session: Session, pool_id: int) -> ActiveSetChange:
+        """Bump the pool's generation (its lock), and start from its last signed set."""
+        generation, _ = repository.bump_generation(session, pool_id)
+        pool = repository.pool_for_change(session, pool_id)
+        signed = signed_set.load(pool, generation=generation - 1, locked=True)
+        pending_work.of(session).open_changes.add(pool_id)
+        return cls(session, pool, generation, signed)
 
     def finish(self) -> None:
-        """Sign the set as the change left it, and place it."""
+        """Sign the set as the change left it, write the alias rows from it, place it, and have
+        the new generation announced at the commit."""
         self.signed.generation = self.generation
         signed_set.sign(self.pool, self.signed)
         if repaired := repository.project_aliases(self.session, self.pool_id, list(self.signed.aliases.values())):
             log.error("pool %s: %d alias rows differed from its signed set, and were put back",
                       self.pool.name, repaired)
         placing.store_if_moved(self.session, self.pool_id)
+        announcements.generation_bumped(self.session, self.pool.name, self.generation)
+        pending_work.of(self.session).open_changes.discard(self.pool_id)
 
 
 def new_generation(session: Session, pool_id: int) -> int:
     """For a change already made through other rows (versions suspended or restored, new
     signatures, edited digests): a new generation, and the placement that follows."""
-    with ActiveSetChange(session, pool_id) as change:
-        return change.generation
+    change = ActiveSetChange.begin(session, pool_id)
+    change.finish()
+    return change.generation
 
 
 def follow_nodes(session: Session, pool_id: int) -> bool:
@@ -72,6 +84,5 @@ def follow_nodes(session: Session, pool_id: int) -> bool:
     session.refresh(pool)
     if not placing.differs(session, pool):
         return False
-    with ActiveSetChange(session, pool_id):
-        pass  # finishing it stores the placement that differs
+    ActiveSetChange.begin(session, pool_id).finish()  # finishing it stores the placement that differs
     return True

@@ -66,11 +66,12 @@ def drop_drained(session: Session, pool_id: int) -> bool:
     drained = _drained(session, pool_id)  # again, now that no other change can interleave
     if not drained:
         return False
-    with ActiveSetChange(session, pool_id) as change:
-        for retirement in drained:
-            change.signed.retiring.pop(retirement.version_id, None)
-            _record_retirement(session, retirement, change.generation)
-        repository.delete_retirements(session, [r.id for r in drained])
+    change = ActiveSetChange.begin(session, pool_id)
+    for retirement in drained:
+        change.signed.retiring.pop(retirement.version_id, None)
+        _record_retirement(session, retirement, change.generation)
+    repository.delete_retirements(session, [r.id for r in drained])
+    change.finish()
     return True
 
 

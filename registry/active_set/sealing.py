@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.active_set import repository, signed_set
-from registry.active_set.announcements import announce
+from registry.active_set import announcements
 from registry.active_set.snapshot import pool_by_name
 from registry.tables import Pool
 
@@ -46,4 +46,4 @@ def _seal_one(session: Session, pool: Pool, actor: str) -> None:
                         "aliases": [{"served_name": a.served_name, "alias": a.alias, "weight": a.weight}
                                     for a in signed.aliases.values()],
                         "retiring": sorted(r.served_name for r in signed.retiring.values())})
-    announce(session, {"kind": "generation", "pool": name, "generation": generation})
+    announcements.generation_bumped(session, name, generation)

@@ -13,7 +13,7 @@ import asyncio
 from starlette.concurrency import run_in_threadpool
 
 from registry.auth import tokens
-from registry.db import transaction
+from registry.db import plain_transaction
 from registry.errors import Unauthorized
 from registry.metrics import TOKEN_RECHECKS
 
@@ -54,5 +54,5 @@ class TokenRecheck:
 
 def _refusals(token_ids: list[int]) -> dict[int, Unauthorized]:
     TOKEN_RECHECKS.inc()
-    with transaction() as session:
+    with plain_transaction() as session:
         return tokens.refusals_by_id(session, token_ids)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from sqlalchemy import make_url
 
 from registry.active_set import repository
-from registry.db import get_engine, transaction
+from registry.db import get_engine, plain_transaction
 
 log = logging.getLogger(__name__)
 CHANNEL = "loraplane_events"  # the Postgres channel that announcements.py notifies on
@@ -127,7 +127,7 @@ class GenerationWatch:
 
 
 def _all_generations() -> list[tuple[str, int]]:
-    with transaction() as session:
+    with plain_transaction() as session:
         return repository.all_generations(session)
 
 

@@ -1,6 +1,7 @@
-"""Sign attestations. One is signed as its transaction commits (`audit.when_sealed`), once the
-audit event of the change has its place in the hash chain: the statement names that event's
-hash, so the chain bytes → attestation → audit log can be walked in both directions."""
+"""Sign attestations. A promotion's is signed as its unit of work commits (step 2 of
+`UnitOfWork.commit`), once the audit event of the change has its place in the hash chain: the
+statement names that event's hash, so the chain bytes → attestation → audit log can be walked in
+both directions."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from registry import audit
+from registry import pending_work
 from registry.attestations import evidence
+from registry.pending_work import AttestationDue
 from registry.attestation_keys.keyring import get_keyring
 from registry.tables import AdapterVersion, Attestation, Promotion
 from signed_digests import provenance
@@ -21,10 +23,14 @@ APPROVE, ROLLBACK, RESIGN, BACKFILL = "approve", "rollback", "resign", "backfill
 def issue_on_commit(session: Session, promotion: Promotion, action: str,
                     audit_event: dict[str, Any]) -> None:
     """Sign the promotion's attestation as the transaction commits, naming `audit_event`."""
-    def sign(_head) -> None:
-        issue(session, promotion, action, audit_event.get("sealed_hash"))
+    pending_work.of(session).attestations_due.append(AttestationDue(promotion, action, audit_event))
 
-    audit.when_sealed(session, sign)
+
+def sign_due(session: Session, due: list[AttestationDue]) -> None:
+    """Sign what the transaction's changes call for, their audit events sealed (the commit)."""
+    for attestation in due:
+        issue(session, attestation.promotion, attestation.action,
+              attestation.audit_event.get("sealed_hash"))
 
 
 def issue(session: Session, promotion: Promotion, action: str, audit_hash: str | None) -> Attestation:

@@ -20,7 +20,6 @@ from registry.attestation_keys.bundle import own_keys
 from registry.attestation_keys.keyring import RotationUnsupported, get_keyring
 from registry.attestations.schemas import RotationOut
 from registry.auth.principal import Principal
-from registry.db import transaction
 from registry.errors import Conflict, Unprocessable
 from registry.settings import get_settings
 from registry.tables import AdapterVersion, Pool, Promotion
@@ -29,14 +28,6 @@ from signed_digests import provenance
 log = logging.getLogger(__name__)
 # Any constant works; it keeps two registry processes from re-signing or backfilling at once.
 UPKEEP_LOCK = 7_260_002
-
-
-def resign_on_start() -> None:
-    """What a key rotated out since (here or by a redeploy) signed, signed again with the current."""
-    with transaction() as session:
-        resigned = resign_active(session)
-    if resigned:
-        log.info("re-signed %d active attestations with the current key", resigned)
 
 
 def resign_active(session: Session) -> int:

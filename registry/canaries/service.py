@@ -90,27 +90,33 @@ def _act(session: Session, promotion: Promotion, policy: CanaryAnalysis, state: 
          evidence: dict) -> str:
     """A verdict that changes the active set, under the pool's lock (taken before the canary's,
     as every change takes them), reading the canary again."""
+    change = ActiveSetChange.begin(session, promotion.pool_id)
+    outcome = _act_in(session, change, promotion.id, policy, state, status, evidence)
+    change.finish()  # when nothing moved, nodes find the same set at the new generation
+    return outcome
+
+
+def _act_in(session: Session, change: ActiveSetChange, promotion_id: int, policy: CanaryAnalysis,
+            state: dict, status: CanaryStatus, evidence: dict) -> str:
     step = state["step"]
-    with ActiveSetChange(session, promotion.pool_id) as change:
-        promotion = promotions.promotion_for_update(session, promotion.id)
-        if not _sealed_as_judged(promotion, state):
-            return "changed meanwhile"
-        if status.verdict == analysis.FAIL:
-            _save(promotion, state, status, ROLLED_BACK)
-            canary_actions.roll_back(session, promotion, change, evidence)
-            return ROLLED_BACK
-        if step + 1 < len(policy.steps):
-            weight = policy.steps[step + 1].weight
-            state.update(step=step + 1, gate_opened=False, **canary_actions.step_start(session))
-            state.pop("confirmed_by", None)
-            _save(promotion, state, status, ANALYSING)
-            canary_actions.step(session, promotion, weight, change, evidence)
-            return f"step {step + 1}: {weight}%"
-        why_not = canary_actions.promote(session, promotion, change, evidence)
-        if why_not is None:
-            _save(promotion, state, status, PROMOTED)
-            return PROMOTED
-    # Nothing moved, yet the change bumped the generation: harmless, nodes find the same set.
+    promotion = promotions.promotion_for_update(session, promotion_id)
+    if not _sealed_as_judged(promotion, state):
+        return "changed meanwhile"
+    if status.verdict == analysis.FAIL:
+        _save(promotion, state, status, ROLLED_BACK)
+        canary_actions.roll_back(session, promotion, change, evidence)
+        return ROLLED_BACK
+    if step + 1 < len(policy.steps):
+        weight = policy.steps[step + 1].weight
+        state.update(step=step + 1, gate_opened=False, **canary_actions.step_start(session))
+        state.pop("confirmed_by", None)
+        _save(promotion, state, status, ANALYSING)
+        canary_actions.step(session, promotion, weight, change, evidence)
+        return f"step {step + 1}: {weight}%"
+    why_not = canary_actions.promote(session, promotion, change, evidence)
+    if why_not is None:
+        _save(promotion, state, status, PROMOTED)
+        return PROMOTED
     _hold(session, promotion.id, why_not, evidence)
     return HELD
 

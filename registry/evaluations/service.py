@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from registry import audit
+from registry import audit, pending_work
 from registry.adapters import service as adapters
 from registry.auth.principal import Principal, Role
-from registry.db import after_commit
 from registry.errors import NotFound, Unprocessable
 from registry.active_set.snapshot import PRODUCTION
 from registry.eval_suites import service as suites
@@ -17,7 +16,6 @@ from registry.evaluations import quotas, repository, rules
 from registry.evaluations.schemas import EvaluationOut, ExampleOut, MetricResult, PairOut
 from registry.pagination import Page
 from registry.tables import Adapter, AdapterVersion, BaseModel, EvalSuite, Evaluation, Tenant
-from registry.task_queue import enqueue_evaluations
 
 REQUESTERS = {Role.ADMIN, Role.UPLOADER, Role.REVIEWER}
 READERS = REQUESTERS
@@ -109,7 +107,7 @@ def create(session: Session, version: AdapterVersion, suite: EvalSuite, *, actor
                  tenant_id=adapter.tenant_id,
                  after={"evaluation": row.id, "suite": suite.name, **(context or {})})
     task = (row.id, session.get(BaseModel, adapter.base_model_id).name)
-    after_commit(session, lambda: enqueue_evaluations([task]))
+    pending_work.of(session).evaluations.append(task)  # queued for the workers once committed
     return row
 
 

@@ -8,7 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal
-from registry.db import transaction
+from registry.db import plain_transaction
 from registry.ops import repository
 from registry.storage import get_store
 
@@ -36,7 +36,7 @@ def metrics(principal: Principal = Depends(authenticated)):
 def _database() -> None:
     # A transaction of its own, not the request's: a database that is away is this probe's
     # answer ("failed"), not an error of the request.
-    with transaction() as session:
+    with plain_transaction() as session:
         repository.ping(session)
 
 

@@ -67,8 +67,9 @@ def update(session: Session, name: str, spec: PoolUpdate, *, actor: str) -> Pool
                      after={"canary_min_routers": spec.canary_min_routers})
         row.canary_min_routers = spec.canary_min_routers
         session.flush()
-        with ActiveSetChange(session, row.id) as change:  # canaries read it from the signed set
-            change.signed.canary_min_routers = spec.canary_min_routers
+        change = ActiveSetChange.begin(session, row.id)  # canaries read it from the signed set
+        change.signed.canary_min_routers = spec.canary_min_routers
+        change.finish()
     return to_out(row, base)
 
 

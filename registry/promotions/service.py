@@ -56,26 +56,27 @@ def approve(session: Session, principal: Principal, promotion_id: int, comment: 
     version no longer has it. Activation checks the bytes against the sealed evidence too."""
     promotion = _visible(session, principal, promotion_id)
     principal.require(DECIDERS, _tenant_of(session, promotion))
-    with ActiveSetChange(session, promotion.pool_id) as change:  # pool lock first, always
-        promotion = _locked(session, promotion_id)
-        rules.transition(promotion, rules.APPROVED)  # refuses anything but awaiting_approval
-        four_eyes = gates.four_eyes(session, promotion, principal)
-        _refuse_if_blocked(gates.blocking([four_eyes]),
-                           f"promotion {promotion.id} cannot be approved by {principal.subject}", status=403)
-        pool = session.get(Pool, promotion.pool_id)
-        version = session.get(AdapterVersion, promotion.version_id)
-        evaluated.check_seen(version, adapters.version_out(session, version).served_name, seen_digest)
-        target = _target(session, pool, version, promotion.alias, promotion.weight)
-        results = gates.check(session, target)
-        _refuse_if_blocked(gates.blocking(results), f"promotion {promotion.id} no longer passes its gates")
-        promotion.gates = [g.as_dict() for g in [*results, four_eyes]]
-        promotion.decided_by, promotion.decision_comment = principal.label, comment
-        promotion.decided_by_identity_id = principal.identity_id or None
-        promotion.decided_at = activation.now()
-        activation.record(session, promotion, "promotion.approved", principal.label, comment=comment)
-        activation.activate(session, promotion, change, principal.label)
-        if promotion.analysis is not None:
-            canary_actions.start(session, promotion)
+    change = ActiveSetChange.begin(session, promotion.pool_id)  # pool lock first, always
+    promotion = _locked(session, promotion_id)
+    rules.transition(promotion, rules.APPROVED)  # refuses anything but awaiting_approval
+    four_eyes = gates.four_eyes(session, promotion, principal)
+    _refuse_if_blocked(gates.blocking([four_eyes]),
+                       f"promotion {promotion.id} cannot be approved by {principal.subject}", status=403)
+    pool = session.get(Pool, promotion.pool_id)
+    version = session.get(AdapterVersion, promotion.version_id)
+    evaluated.check_seen(version, adapters.version_out(session, version).served_name, seen_digest)
+    target = _target(session, pool, version, promotion.alias, promotion.weight)
+    results = gates.check(session, target)
+    _refuse_if_blocked(gates.blocking(results), f"promotion {promotion.id} no longer passes its gates")
+    promotion.gates = [g.as_dict() for g in [*results, four_eyes]]
+    promotion.decided_by, promotion.decision_comment = principal.label, comment
+    promotion.decided_by_identity_id = principal.identity_id or None
+    promotion.decided_at = activation.now()
+    activation.record(session, promotion, "promotion.approved", principal.label, comment=comment)
+    activation.activate(session, promotion, change, principal.label)
+    if promotion.analysis is not None:
+        canary_actions.start(session, promotion)
+    change.finish()
     return to_out(session, promotion, principal)
 
 
@@ -98,8 +99,9 @@ def rollback(session: Session, principal: Principal, pool_name: str, tenant: str
     principal.require(DECIDERS, tenant)
     pool = pool_by_name(session, pool_name)
     adapter = adapters.find_adapter(session, tenant, name)
-    with ActiveSetChange(session, pool.id) as change:
-        after = _roll_back(session, principal, pool, adapter, tenant, alias, comment, change)
+    change = ActiveSetChange.begin(session, pool.id)
+    after = _roll_back(session, principal, pool, adapter, tenant, alias, comment, change)
+    change.finish()
     return to_out(session, after, principal)
 
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.orm import Session
 
 from registry import audit
-from registry.active_set.announcements import announce
+from registry.active_set import announcements
 from registry.auth import repository
 from registry.auth.principal import POOL_ROLES, TIERS, Principal, Role
 from registry.auth.tokens import TOKEN_PREFIX, hash_token
@@ -206,7 +206,7 @@ def revoke_token(session: Session, token_id: int, *, actor: str, with_issued: bo
             session, actor=actor, action="token.revoke", subject=f"token/{row.id}",
             tenant_id=row.tenant_id, before={"revoked": False}, after={"revoked": True},
         )
-        announce(session, {"kind": "token_revoked"})  # other processes drop cached tokens
+        announcements.token_revoked(session)  # every process drops the tokens it cached
     return row
 
 

@@ -20,7 +20,7 @@ from registry.auth.principal import Principal
 from registry.errors import BadRequest, LoraplaneError
 from registry.metrics import UPLOAD_REFUSALS, UPLOADS, UPLOADS_IN_PROGRESS
 from registry.names import check_name
-from registry.request_session import RequestSession
+from registry.request_session import RequestSession, commit_so_far, work_factory
 from registry.settings import get_settings
 from registry.storage import get_store
 from registry.uploads import upload
@@ -47,7 +47,7 @@ async def upload_version(
 ):
     # Unlike other routes, the upload works in transactions of its own around its slow I/O
     # (upload.py): end the one the token was read in, so no pooled connection waits on the body.
-    await run_in_threadpool(session.commit)
+    await run_in_threadpool(commit_so_far, request)
     principal.require(service.UPLOADERS, tenant)
     try:
         check_name(tenant, "tenant")
@@ -61,8 +61,9 @@ async def upload_version(
             received = await receive_upload(request, body, FilePath(workdir), get_store())
             try:
                 version, created = await run_in_threadpool(
-                    partial(upload.upload_version, get_store(), get_settings(), principal=principal,
-                            tenant=tenant, name=name, received=received, workdir=FilePath(workdir)))
+                    partial(upload.upload_version, work_factory(request), get_store(), get_settings(),
+                            principal=principal, tenant=tenant, name=name, received=received,
+                            workdir=FilePath(workdir)))
             except BaseException:
                 if received.streamed is not None:
                     await run_in_threadpool(received.streamed.abort)

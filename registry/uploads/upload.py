@@ -15,21 +15,22 @@ from registry.adapters.receive import BASE_MODEL_FIELD, FOLD_SCALING_FIELD, Rece
 from registry.adapters.safetensors_check import FILE as WEIGHTS_FILE
 from registry.adapters.schemas import VersionOut
 from registry.auth.principal import Principal
-from registry.db import transaction
 from registry.errors import Unprocessable
 from registry.evaluations import quotas
 from registry.evaluations import service as evaluations
 from registry.settings import RegistrySettings
 from registry.storage.base import ArtifactStore
+from registry.work_scope import BeginWork, opened
 
 
-def upload_version(store: ArtifactStore, settings: RegistrySettings, *, principal: Principal,
+def upload_version(begin_work: BeginWork, store: ArtifactStore, settings: RegistrySettings, *, principal: Principal,
                    tenant: str, name: str, received: ReceivedUpload, workdir: Path
                    ) -> tuple[VersionOut, bool]:
     fold = _fold_requested(received)
     files = upload_files.collect(received.files, settings, workdir)
     spec = peft_config.parse_config(files.config)
-    with transaction() as session:
+    with opened(begin_work) as work:
+        session = work.session
         target = service.upload_target(session, tenant=tenant, name=name, spec=spec,
                                        base_model=received.fields.get(BASE_MODEL_FIELD))
         # A new version is evaluated at once: refused before its bytes are stored while its
@@ -47,7 +48,8 @@ def upload_version(store: ArtifactStore, settings: RegistrySettings, *, principa
         derived_from = service.derivation(manifest, scaling_fold.TRANSFORM)
         manifest = service.store_served(store, served.files, manifest)
         spec, layout = served.spec, served.layout
-    with transaction() as session:
+    with opened(begin_work) as work:
+        session = work.session
         version, created = service.record_version(
             session, principal, target, spec, layout, manifest, signature,
             card=None if files.model_card is None else files.model_card.decode(),

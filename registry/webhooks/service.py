@@ -10,10 +10,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from registry import audit
+from registry import audit, pending_work
 from registry.auth import repository as tenants
 from registry.auth.principal import Principal, Role
-from registry.db import after_commit
 from registry.errors import NotFound, Unprocessable
 from registry.settings import get_settings
 from registry.tables import Tenant, Webhook, WebhookDelivery
@@ -86,15 +85,14 @@ def emit(session: Session, event: str, *, tenant_id: int | None, data: dict[str,
     if created:
         session.flush()
         # Receivers keep the audit chain's head, signed, outside the registry's database: a chain
-        # rewritten later no longer holds it (see registry/audit/anchor.py).
-        audit.when_sealed(session, lambda head: _add_audit_head(created, head))
-        ids = [d.id for d in created]
-        from registry.task_queue import enqueue_webhook_deliveries
-
-        after_commit(session, lambda: enqueue_webhook_deliveries(ids))
+        # rewritten later no longer holds it (see registry/audit/anchor.py). The commit adds it
+        # (add_audit_head), then queues the deliveries.
+        pending_work.of(session).webhook_deliveries.extend(created)
 
 
-def _add_audit_head(deliveries: list[WebhookDelivery], head: dict[str, Any] | None) -> None:
+def add_audit_head(deliveries: list[WebhookDelivery], head: dict[str, Any] | None) -> None:
+    """Step 3 of a commit: the chain's signed head, with this transaction's events, into each
+    delivery's payload."""
     for delivery in deliveries:
         delivery.payload = {**delivery.payload, "audit_head": head}
 

@@ -25,6 +25,7 @@ from registry.tables import Adapter, AdapterVersion, Attestation, AuditEvent, Po
 from registry.tokens import issuing as token_service
 from signed_digests import provenance
 from tests.support.cli import cli
+from devkit.units_of_work import unit_of_work
 
 BASE = "verify-base"  # a base, suite and pools of this module's own
 POOL, OTHER_POOL = "verify-pool", "verify-other"
@@ -49,7 +50,7 @@ def pools(admin, tiny_base) -> None:
 @pytest.fixture(scope="module")
 def approver(engine, registry) -> httpx.Client:
     """A reviewer who is neither the uploader nor the requester (four-eyes)."""
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         _, plain = token_service.create_token(session, subject="verify_approver", role=Role.REVIEWER,
                                               tenant="acme", actor="tests")
     with httpx.Client(base_url=registry.url, timeout=60,
@@ -253,7 +254,7 @@ def test_an_edited_version_record_breaks_the_chain(make_version, approve, tokens
     """A database edit that points an approved version at another version's bytes."""
     swapped, other = make_version("swapped-bot"), make_version("swapped-bot")
     approve(swapped)
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         adapter_id = session.scalar(select(Adapter.id).join(Tenant, Tenant.id == Adapter.tenant_id)
                                     .where(Tenant.name == "acme", Adapter.name == "swapped-bot"))
         rows = {number: session.scalar(select(AdapterVersion).where(
@@ -326,7 +327,7 @@ def test_an_attestation_relabelled_to_another_pool_does_not_count_for_it(make_ve
                                                                          registry, engine):
     """A registry (or its database) that lists a genuine attestation of one pool under another."""
     version = approve(make_version("relabelled-bot"))
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         other = session.scalar(select(Pool.id).where(Pool.name == OTHER_POOL))
         row = session.scalar(select(Attestation).join(AdapterVersion, AdapterVersion.id == Attestation.version_id)
                              .join(Adapter, Adapter.id == AdapterVersion.adapter_id)

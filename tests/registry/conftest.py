@@ -10,11 +10,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy.orm import Session
 
 from devkit.pipeline_steps import create_suite, evaluations_of, finish_evaluation, upload_dir
 from registry.auth.principal import Role
 from registry.tokens import issuing as token_service
+from devkit.units_of_work import unit_of_work
 
 PROMO_BASE = "promo-base"
 seeds = itertools.count(100)
@@ -58,7 +58,7 @@ def client_with(registry) -> Callable[[str], httpx.Client]:
 
 @pytest.fixture(scope="session")
 def second_reviewer(engine, client_with) -> httpx.Client:
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         _, plain = token_service.create_token(session, subject="acme_reviewer_2", role=Role.REVIEWER,
                                               tenant="acme", actor="tests")
     return client_with(plain)

@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from sqlalchemy.orm import Session
 
 from registry.auth.principal import Role
 from registry.tokens import issuing as token_service
+from devkit.units_of_work import unit_of_work
 
 PEFT_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
@@ -27,7 +27,7 @@ class TenantClients:
 def new_tenant(engine, client_with, prefix: str) -> TenantClients:
     """A tenant no other test touches, so its keys and policy are this test's alone."""
     name = f"{prefix}-{secrets.token_hex(3)}"
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         _, admin = token_service.create_token(session, subject=f"{name}-admin", role=Role.ADMIN,
                                               tenant=name, actor="tests")
         _, uploader = token_service.create_token(session, subject=f"{name}-uploader",

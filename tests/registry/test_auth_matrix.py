@@ -16,6 +16,7 @@ from registry.tables import ApiToken
 from registry.tokens import issuing as token_service
 
 from tests.conftest import PRINCIPALS
+from devkit.units_of_work import unit_of_work
 
 ALL = ["none", *PRINCIPALS]
 counter = itertools.count()
@@ -291,7 +292,7 @@ def test_an_invalid_or_revoked_token_is_refused(registry, client_for, engine, wo
     headers = {"Authorization": f"Bearer {created['token']}"}
     assert httpx.get(registry.url + "/v1/whoami", headers=headers).status_code == 200
 
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         token_service.revoke_token(session, created["id"], actor="tests")
 
     revoked = httpx.get(registry.url + "/v1/whoami", headers=headers)

@@ -22,6 +22,7 @@ from registry.evaluations import claims
 from registry.tables import AdapterVersion, EvalSuite, Evaluation
 from tests.support.asserts import assert_refused
 from tests.support.nodes import issue_token
+from devkit.units_of_work import unit_of_work
 
 BASE, SUITE, OTHER_SUITE, POOL = "quota-base", "quota-suite", "quota-suite-2", "quota-pool"
 WAITING_QUOTA, SUITE_QUOTA = 3, 1
@@ -114,7 +115,7 @@ def test_a_worker_claims_re_qualification_first_then_the_tenants_in_turn(filled,
     ids = {tenant: [evaluations_of(admin, v)[0]["id"] for v in versions] for tenant, versions in filled.items()}
     first_a, *rest_a = ids["quota-a"]
     (first_b,) = ids["quota-b"]
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         claim = claims.claim_batch(session, first_a, max_versions=2, lease_s=60)
         claimed = [e.id for e in claim.evaluations]
         claims.release(session, claim.token, claimed, reason="looked only")
@@ -123,9 +124,9 @@ def test_a_worker_claims_re_qualification_first_then_the_tenants_in_turn(filled,
 
     # An evaluation asked for by re-qualification (priority 0: a version that already serves)
     # goes before any tenant's turn.
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         session.execute(update(Evaluation).where(Evaluation.id == rest_a[-1]).values(priority=0))
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         claim = claims.claim_batch(session, first_b, max_versions=2, lease_s=60)
         claimed = [e.id for e in claim.evaluations]
         claims.release(session, claim.token, claimed, reason="looked only")

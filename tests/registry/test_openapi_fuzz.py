@@ -14,13 +14,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy.orm import Session
 
 from devkit import services
 from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.tokens import issuing as token_service
 from tests.conftest import BASE_NAME
+from devkit.units_of_work import unit_of_work
 
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 
@@ -33,7 +33,7 @@ def fuzzed(postgres, registry, service_dir, tiny_base) -> tuple[str, str]:
     url = services.create_database(postgres.url, "openapi_fuzz")
     runner.upgrade(url)
     engine = make_engine(url)
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         _, token = token_service.create_token(session, subject="fuzzer", role=Role.ADMIN, tenant=None, actor="tests")
     engine.dispose()
     env = {key: value for key, value in registry.env.items() if key.startswith("LORAPLANE_")}

@@ -1,5 +1,5 @@
 """The request session (registry/request_session.py), on the embedded default's SQLite: one
-session per request, shared by every dependency; committed before the response starts, so a
+unit of work per request, shared by every dependency; committed before the response starts, so a
 client that gets its answer can read what the request made; rolled back with the route's error."""
 
 from __future__ import annotations
@@ -11,21 +11,23 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from registry.db import after_commit, transaction
+from registry import pending_work
+from registry.db import plain_transaction
 from registry.errors import Conflict, LoraplaneError
 from registry.request_session import RequestSession
+from registry.unit_of_work import UnitOfWork
 
 TABLE = "request_session_probe"
 
 
 @pytest.fixture(autouse=True)
 def probe_table() -> None:
-    with transaction() as session:
+    with plain_transaction() as session:
         session.execute(text(f"CREATE TABLE IF NOT EXISTS {TABLE} (name TEXT)"))
 
 
 def _names() -> list[str]:
-    with transaction() as session:
+    with plain_transaction() as session:
         return list(session.scalars(text(f"SELECT name FROM {TABLE} ORDER BY name")))
 
 
@@ -59,12 +61,12 @@ def _app() -> tuple[FastAPI, AtResponseStart, dict]:
     def made(name: str, early: Session = Depends(first), session: Session = RequestSession):
         seen["shared"] = early is session
         _add(session, name)
-        after_commit(session, lambda: watcher.events.append("after commit"))
+        pending_work.of(session).announcements.append({"kind": "probe"})
 
     @app.post("/refused/{name}")
     def refused(name: str, session: Session = RequestSession):
         _add(session, name)
-        after_commit(session, lambda: watcher.events.append("after commit"))
+        pending_work.of(session).announcements.append({"kind": "probe"})
         raise Conflict(f"{name} is refused", code="refused")
 
     @app.exception_handler(LoraplaneError)
@@ -72,6 +74,8 @@ def _app() -> tuple[FastAPI, AtResponseStart, dict]:
         return JSONResponse(error.body(), status_code=error.status)
 
     watcher = AtResponseStart(app)
+    # The long-polls' wake-up is the first thing the unit of work runs after its commit.
+    app.state.begin_work = lambda: UnitOfWork.begin(wake=lambda _: watcher.events.append("after commit"))
     return app, watcher, seen
 
 

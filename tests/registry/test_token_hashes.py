@@ -17,13 +17,14 @@ from sqlalchemy.orm import Session
 from devkit import services
 from registry.auth.tokens import hash_token
 from registry.tables import ApiToken
+from devkit.units_of_work import unit_of_work
 
 
 def plant(engine, *, role: str = "admin") -> tuple[str, int]:
     """What a database writer does: a token row under the unkeyed hash of their own secret,
     on the identity of the first global admin."""
     plain = "lpt_" + secrets.token_urlsafe(32)
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         model = session.scalars(select(ApiToken).where(ApiToken.role == role, ApiToken.tenant_id.is_(None))
                                 .order_by(ApiToken.id)).first()
         row = ApiToken(token_hash=hashlib.sha256(plain.encode()).hexdigest(), subject="planted",

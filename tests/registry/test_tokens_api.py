@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from registry.tables import ApiToken
 from tests.support.asserts import assert_refused
 from tests.support.nodes import issue_token
+from devkit.units_of_work import unit_of_work
 
 
 def token_count(engine) -> int:
@@ -105,7 +106,7 @@ def test_an_expired_token_is_refused(registry, admin, engine):
     plain = issue_token(admin, "short-lived", role="uploader", tenant="acme")
     client = as_client(registry, plain)
     token_id = whoami(client)["token_id"]
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         session.execute(update(ApiToken).where(ApiToken.id == token_id)
                         .values(expires_at=datetime.now(UTC) - timedelta(seconds=1)))
 

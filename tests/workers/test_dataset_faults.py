@@ -26,6 +26,7 @@ from registry.tables import AuditEvent, EvalSuite, Evaluation
 from tests.conftest import BUCKET, register_base
 from tests.support.eval_stack import Worker, worker_env
 from tests.support.evals import request_evaluation, wait_finished
+from devkit.units_of_work import unit_of_work
 
 OFFLINE_BASE, SILENT_BASE = "dataset-faults-base", "dying-worker-base"
 METRICS = {"exact_match": {"min": 0.5}}
@@ -72,7 +73,7 @@ def point_at_rows_without_a_reference(s3_client, engine, suite: str) -> None:
     data = b'{"prompt": "only a prompt"}\n'
     sha256 = hashlib.sha256(data).hexdigest()
     s3_client.put_object(Bucket=BUCKET, Key=blob_key(sha256), Body=data)
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         session.execute(update(EvalSuite).where(EvalSuite.name == suite).values(dataset_sha256=sha256))
 
 

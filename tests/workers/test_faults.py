@@ -7,7 +7,6 @@ import shutil
 import time
 
 import httpx
-import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 

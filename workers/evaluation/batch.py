@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from registry.db import transaction
+from registry.unit_of_work import transaction
 from registry.errors import NotFound, Unprocessable
 from registry.eval_suites import service as suites
 from registry.evaluation_policies.schemas import QUALITY_METRICS

@@ -11,7 +11,6 @@ import time
 
 import httpx
 import pytest
-from sqlalchemy.orm import Session
 
 from devkit.pipeline_steps import request_promotion
 from registry.auth import tokens as token_service
@@ -19,6 +18,7 @@ from registry.promotions import service as promotions
 from tests.support.asserts import assert_refused
 from tests.support.metrics import wait_for_long_polls
 from tests.support.nodes import bound_address
+from devkit.units_of_work import unit_of_work
 
 WAKE_LIMIT_S = 0.5  # half the registry's re-read interval (active_set_poll_s, 1 s)
 
@@ -115,7 +115,7 @@ def test_a_commit_outside_both_registry_processes_wakes_their_long_polls_by_noti
         promotion = request_promotion(uploader, pool, make_ready(f"wakes-{attempt}")).json()
         waiters = park_waiters([registry.url, second_registry.url], node_token, pool,
                                tokens["global_admin"])
-        with Session(engine) as session, session.begin():
+        with unit_of_work(engine) as session:
             approver = token_service.authenticate(session, tokens["global_admin"])
             promotions.approve(session, approver, promotion["id"], "ok")
         committed = time.monotonic()
@@ -192,7 +192,7 @@ def test_a_change_that_wakes_many_nodes_costs_one_render_and_one_token_query(reg
         wait_for_long_polls(admin, pool, len(clients))
         elsewhere = admin.post("/v1/tokens", json={"subject": "to-revoke", "role": "reviewer", "tenant": "acme"})
         assert admin.post(f"/v1/tokens/{elsewhere.json()['id']}/revoke").status_code == 200
-        with Session(engine) as session, session.begin():
+        with unit_of_work(engine) as session:
             new_generation(session, session.query(Pool.id).filter(Pool.name == pool).scalar())
         answers = [poll.result(timeout=30) for poll in polls]
 

@@ -61,17 +61,18 @@ from sqlalchemy.orm import Session
 from registry.active_set.change import new_generation
 from registry.db import make_engine
 from registry.tables import Pool
+from registry.unit_of_work import UnitOfWork
 
-engine = make_engine(sys.argv[1])
-with Session(engine) as session, session.begin():
-    new_generation(session, session.scalar(select(Pool.id).where(Pool.name == "edge")))
+work = UnitOfWork(Session(make_engine(sys.argv[1])))
+new_generation(work.session, work.session.scalar(select(Pool.id).where(Pool.name == "edge")))
+work.commit()
 """
 
 
 def bump_generation(data_dir) -> float:
     """A bare generation bump from another process on the registry host (it holds the host's
-    keys, as a change must): it reaches the registry neither through the registry's own commit
-    hook nor through NOTIFY, which SQLite does not have."""
+    keys, as a change must): it reaches the registry neither through the registry's own wake-up
+    after its commits nor through NOTIFY, which SQLite does not have."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LORAPLANE_")}
     subprocess.run([sys.executable, "-c", BUMP, f"sqlite:///{data_dir / 'loraplane.db'}"], check=True,
                    env={**env, "LORAPLANE_DATA_DIR": str(data_dir)}, cwd=REPO, timeout=60)

@@ -19,6 +19,7 @@ from registry.tables import AuditEvent, Pool, PoolAlias, Promotion
 from signed_digests import provenance
 from tests.support.asserts import assert_refused
 from tests.support.promotions import active_set, promote, served
+from devkit.units_of_work import unit_of_work
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def pool(admin: httpx.Client, promo_pools) -> str:
 
 def edit(engine, pool: str, **values) -> None:
     """As a database writer would: change the pool row, bump its generation."""
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         session.execute(update(Pool).where(Pool.name == pool).values(generation=Pool.generation + 1, **values))
 
 
@@ -54,7 +55,7 @@ def test_rows_edited_with_sql_change_nothing_served_and_the_next_change_puts_the
     promote(uploader, second_reviewer, pool, v1)
     promote(uploader, second_reviewer, pool, v2, "canary", 10)
     before = active_set(admin, pool)
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         pool_id = session.scalar(select(Pool.id).where(Pool.name == pool))
         session.execute(update(PoolAlias).where(PoolAlias.pool_id == pool_id, PoolAlias.alias == "canary")
                         .values(weight=90))
@@ -138,7 +139,7 @@ def test_a_pool_without_a_signed_set_serves_and_changes_nothing_until_sealed(
                    "has no signed active set")  # its gates compare with the signed set
     assert second_reviewer.get(f"/v1/promotions/{pending}").json()["state"] == "awaiting_approval"
 
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         assert sealing.seal(session, actor="operator (test)", pool_name=pool) == [pool]
     sealed = newer_than(admin, pool, generation + 1)
     assert sealed.status_code == 200, sealed.text
@@ -157,9 +158,9 @@ def test_a_pool_without_a_signed_set_serves_and_changes_nothing_until_sealed(
 def test_a_signed_set_written_by_hand_never_stops_the_key_upkeep_a_registry_runs_at_start(pool, engine, written):
     from registry.attestations.upkeep import resign_active
 
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         session.execute(update(Pool).where(Pool.name == pool).values(signed_active_set=written))
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         resign_active(session)  # at every registry start: it must not raise, whatever is there
     with Session(engine) as session:
         assert session.scalar(select(Pool.signed_active_set).where(Pool.name == pool)) == written
@@ -176,7 +177,7 @@ def test_a_row_read_before_a_newer_set_was_served_is_not_taken_for_a_replay(pool
 
     with Session(engine) as request:
         held = request.scalar(select(Pool).where(Pool.name == pool))
-        with Session(engine) as change, change.begin():
+        with unit_of_work(engine) as change:
             new_generation(change, held.id)
         with Session(engine) as reader, reader.begin():
             served = snapshot.read(reader, pool, get_store(), get_settings())

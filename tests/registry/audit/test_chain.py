@@ -120,18 +120,22 @@ def test_audit_filters(admin, client_for, promo_pools, make_ready, uploader, sec
 
 
 def test_savepoints_neither_seal_nor_drop_the_outer_transactions_events(engine, admin):
-    from registry.db import after_commit
+    from registry import pending_work
+    from registry.unit_of_work import UnitOfWork
 
     fired = []
-    with Session(engine) as session, session.begin():
-        audit.record(session, actor="tests", action="savepoint.outer", subject="savepoint/1")
-        after_commit(session, lambda: fired.append("committed"))
-        with session.begin_nested():
-            pass  # released: the outer transaction has not committed yet
-        assert fired == []
-        with pytest.raises(ValueError), session.begin_nested():
-            raise ValueError("rolled back to the savepoint")
-        assert [e["action"] for e in audit.pending(session)] == ["savepoint.outer"]
+    work = UnitOfWork(Session(engine), wake=lambda _: fired.append("committed"))
+    session = work.session
+    audit.record(session, actor="tests", action="savepoint.outer", subject="savepoint/1")
+    pending_work.of(session).announcements.append({"kind": "probe"})
+    with session.begin_nested():
+        pass  # released: the outer transaction has not committed yet
+    assert fired == []
+    with pytest.raises(ValueError), session.begin_nested():
+        raise ValueError("rolled back to the savepoint")
+    assert [e["action"] for e in audit.pending(session)] == ["savepoint.outer"]
+    work.commit()
+    work.close()
 
     assert fired == ["committed"]
     events = admin.get("/v1/audit", params={"action": "savepoint.outer"}).json()["items"]

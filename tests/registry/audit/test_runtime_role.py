@@ -12,11 +12,11 @@ import httpx
 import psycopg
 import pytest
 from sqlalchemy import text
-from sqlalchemy.orm import Session
 
 from devkit import services
 from migrations import runner
 from registry.auth.principal import Role
+from devkit.units_of_work import unit_of_work
 from registry.db import make_engine
 from registry.tokens import issuing as token_service
 from tests.registry.audit.tools import head_file_setting
@@ -84,7 +84,7 @@ def test_the_registry_runs_as_a_role_that_can_append_but_not_rewrite(roles, serv
         connection.execute(text(documented_grants().replace("loraplane_app", roles["app_role"])))
     owner.dispose()
     app = make_engine(roles["app"], pooled=False)
-    with head_file_setting(tmp_path / "audit-head.json"), Session(app) as session, session.begin():
+    with head_file_setting(tmp_path / "audit-head.json"), unit_of_work(app) as session:
         _, admin_token = token_service.create_token(session, subject="role-admin", role=Role.ADMIN,
                                                     tenant=None, actor="tests")
     app.dispose()

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import Connection, text
-from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.db import make_engine
 from registry.settings import get_settings
+from devkit.units_of_work import unit_of_work
 
 LORAPLANE = Path(sys.executable).parent / "loraplane"
 TRIGGERS = ("audit_events_append_only", "audit_events_no_truncate")
@@ -47,7 +47,7 @@ def head_file_setting(path: Path) -> Iterator[None]:
 def record_events(url: str, subjects: list[str]) -> None:
     engine = make_engine(url, pooled=False)
     for i, subject in enumerate(subjects):
-        with Session(engine) as session, session.begin():
+        with unit_of_work(engine) as session:
             audit.record(session, actor="tests", action="demo.event", subject=subject, after={"i": i})
     engine.dispose()
 

@@ -16,6 +16,7 @@ from registry.base_models.module_table import ModuleTable
 from registry.base_models.stored_tables import config_digest, table_for_config
 from tests.registry.base_models.families import LAYER_MODULES
 from tests.support.asserts import assert_refused
+from devkit.units_of_work import unit_of_work
 
 LLAMA_8B = {
     "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
@@ -131,10 +132,10 @@ def test_a_table_an_older_registry_stored_is_derived_again_when_read(engine):
     older = derive(config).to_json()
     del older["format"]
     older.update(architecture="MixtralStale", renamed=[])
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         repository.store_table(session, config_digest(config), older)
 
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         table = table_for_config(session, config)
 
     assert table.architecture == "MixtralForCausalLM" and table.renamed == ((".block_sparse_moe.", ".mlp."),)
@@ -149,10 +150,10 @@ def test_an_older_table_still_serves_when_this_registry_cannot_derive_it_again(e
     config = {**config_of("llama"), "model_type": "retired-family"}
     older = derive(config_of("llama")).to_json()
     del older["format"]
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         repository.store_table(session, config_digest(config), {**older, "a_newer_field": [1]})
 
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         table = table_for_config(session, config)
 
     assert table == ModuleTable.from_json(older)

@@ -22,6 +22,7 @@ from registry.traffic_windows.schemas import WINDOW_BUCKETS
 from tests.support.asserts import assert_refused
 from tests.support.browser import unlabelled_controls
 from tests.support.nodes import issue_token
+from devkit.units_of_work import unit_of_work
 
 ADAPTER, WINDOW_S = "acme/canaried", 60
 SLOTS = len(WINDOW_BUCKETS) + 1
@@ -92,7 +93,7 @@ def judge(engine, promotion_id: int, after_s: float) -> str | None:
     that saved the canary meanwhile (the housekeeper of the suite's other lane, on this database)
     makes it stand down; it judges again, as the housekeeper's next check would."""
     for _ in range(20):
-        with Session(engine) as session, session.begin():
+        with unit_of_work(engine) as session:
             state = session.get(Promotion, promotion_id).analysis_state
             began = datetime.fromisoformat(state["step_started_at"])
             outcome = canaries.check(session, promotion_id, now=began.astimezone(UTC) + timedelta(seconds=after_s))
@@ -308,7 +309,7 @@ def test_a_check_that_read_the_canary_before_its_gate_opened_does_not_close_it_a
                                          steps=[{"weight": 10, "manual_gate": True}, {"weight": 50}])
     served, production = version["served_name"], production_of(admin, pool)
     report(router_client, pool, window(served, "canary", 30), window(production, "production", 30))
-    with Session(engine) as slow, slow.begin():
+    with unit_of_work(engine) as slow:
         read = slow.get(Promotion, promotion_id)  # a slow check's unlocked read (held, as check holds it)
         judge(engine, promotion_id, after_s=WINDOW_S + 1)  # a quicker check stops it at the gate
         resumed = second_reviewer.post(f"/v1/promotions/{promotion_id}/canary/resume")

@@ -16,6 +16,7 @@ from registry.tables import AuditEvent, Pool, Promotion
 from tests.registry.canaries.test_canary_flow import WINDOW_S, events, judge, window
 from tests.support.asserts import assert_refused
 from tests.support.nodes import NodeFleet
+from devkit.units_of_work import unit_of_work
 
 POOL = "canary-sources"
 ADAPTER = "acme/corroborated"
@@ -141,13 +142,13 @@ def test_one_router_cannot_tip_two_others_that_disagree(routers, make_ready, cli
 def test_a_database_writer_cannot_lower_how_many_routers_decide(routers, make_ready, client_for,
                                                                 second_reviewer, admin, engine):
     served, production, promotion_id = canary(make_ready, client_for, second_reviewer)
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         session.execute(update(Pool).where(Pool.name == POOL).values(canary_min_routers=1))
     try:
         report(routers, "router-1", window(served, "canary", 5000), window(production, "production", 50000))
         outcome = judge(engine, promotion_id, after_s=WINDOW_S + 1)
     finally:
-        with Session(engine) as session, session.begin():
+        with unit_of_work(engine) as session:
             session.execute(update(Pool).where(Pool.name == POOL).values(canary_min_routers=2))
 
     assert outcome == "awaiting_corroboration" and weight_of(admin, served) == 10
@@ -158,7 +159,7 @@ def test_a_database_writer_cannot_lower_how_many_routers_decide(routers, make_re
 def test_a_canary_whose_policy_was_rewritten_is_not_judged_and_takes_no_pause(routers, make_ready, client_for,
                                                                               second_reviewer, admin, engine):
     served, production, promotion_id = canary(make_ready, client_for, second_reviewer)
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         row = session.get(Promotion, promotion_id)
         row.analysis = {**row.analysis, "min_requests": 1, "steps": [{"weight": 10}]}  # straight to production
         state_before = dict(row.analysis_state)

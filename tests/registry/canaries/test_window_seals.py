@@ -17,6 +17,7 @@ from registry.traffic_windows import seals
 from registry.traffic_windows import service as traffic
 from registry.traffic_windows.schemas import ERROR_CLASSES, WINDOW_BUCKETS
 from tests.support.nodes import issue_token
+from devkit.units_of_work import unit_of_work
 
 SLOTS = len(WINDOW_BUCKETS) + 1
 
@@ -33,7 +34,7 @@ def names(engine, pool_id):
     tag = uuid.uuid4().hex[:8]
     made = [f"acme/seals-{tag}@1", f"acme/seals-{tag}@2"]
     yield made
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         session.execute(delete(TrafficWindow).where(TrafficWindow.served_name.in_(made)))
 
 
@@ -60,7 +61,7 @@ def test_a_window_written_to_the_database_directly_is_not_counted(router_client,
     stored = router_client.put(f"/v1/pools/{promo_pools['open']}/routers/router-s/traffic", json={
         "requests_per_s": {}, "report_id": str(uuid.uuid4()), "windows": [window]})
     assert stored.status_code == 204, stored.text
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         # Written with SQL: as a second router, and one count of the sealed window raised.
         forged = a_window(pool_id, names[0], random.Random(3), router_id="router-z",
                           at=windows.database_now(session))
@@ -72,7 +73,7 @@ def test_a_window_written_to_the_database_directly_is_not_counted(router_client,
         counted, unsealed = traffic.sealed_since(session, pool_id, names, since)
     assert [(w.router_id, w.requests) for w in counted] == [("router-s", 30)] and unsealed == 1
 
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         session.execute(update(TrafficWindow).where(TrafficWindow.served_name == names[0],
                                                     TrafficWindow.router_id == "router-s")
                         .values(requests=5000))
@@ -112,7 +113,7 @@ def test_on_the_embedded_sqlite_database_windows_are_stamped_sealed_and_counted(
     url = f"sqlite:///{tmp_path / 'embedded.db'}"
     runner.upgrade(url)
     engine = make_engine(url)
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         base = BaseModel(name="b", architecture="LlamaForCausalLM", hidden_size=64, num_layers=2,
                          vocab_size=256, config={})
         session.add(base)
@@ -122,11 +123,11 @@ def test_on_the_embedded_sqlite_database_windows_are_stamped_sealed_and_counted(
         session.add(pool)
         session.flush()
         pool_id = pool.id
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         began = canary_actions.step_start(session)["step_started_at"]
     delta = WindowDelta(served_name="acme/x@1", alias="canary", requests=7, errors={}, completion_tokens=70,
                         busy_s=0.5, ttft_buckets=[7] + [0] * (SLOTS - 1), latency_buckets=[7] + [0] * (SLOTS - 1))
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         assert traffic.record(session, pool_id, "r1", str(uuid.uuid4()), [delta])
     with Session(engine) as session:
         from datetime import datetime

@@ -14,6 +14,7 @@ from registry.tables import Adapter, AuditEvent, Evaluation, Promotion
 from tests.registry.conftest import PROMO_BASE
 from tests.registry.requalification.support import dashboard
 from tests.support.asserts import assert_refused
+from devkit.units_of_work import unit_of_work
 
 TASK_SUITE = "acme/promo-task"
 ROWS = [{"prompt": "1 2 =>", "reference": "one two"}]
@@ -316,7 +317,7 @@ def test_the_two_halves_of_a_pair_are_always_claimed_together(champion, make_rea
     version, paired = upload_challenger(make_ready, client_for)
     incumbent_id = paired["pair"]["other_evaluation_id"]
     for lead in (incumbent_id, paired["id"]):
-        with Session(engine) as session, session.begin():
+        with unit_of_work(engine) as session:
             claim = claims.claim_batch(session, lead, max_versions=1, lease_s=60)
             claimed = {e.id for e in claim.evaluations}
             claims.release(session, claim.token, list(claimed), reason="looked only")

@@ -12,6 +12,7 @@ from registry.tables import ApiToken, AuditEvent, NodeAddress, Pool
 
 from tests.support.asserts import assert_refused
 from tests.support.nodes import NodeFleet, bound_address, issue_token
+from devkit.units_of_work import unit_of_work
 
 POOL = "addressed"
 LIMITS = {"max_loras": 2, "max_cpu_loras": 8, "max_lora_rank": 16}
@@ -61,7 +62,7 @@ def test_a_database_writer_who_changes_an_address_breaks_its_seal(fleet, admin, 
     report(fleet.client("node-b"), "node-b")
     assert rollout(admin)["node-b"]["address"] == "bound"
     router = client_for("global_admin")
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         session.execute(update(NodeAddress).where(NodeAddress.node_id == "node-b")
                         .values(vllm_url=ATTACKER))
 
@@ -75,7 +76,7 @@ def test_a_database_writer_cannot_move_a_sealed_address_to_another_node(fleet, a
     report(fleet.client("node-c"), "node-c")
     report(fleet.client("node-d"), "node-d")
     url, seal = stored(engine)["node-c"]
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         session.execute(update(NodeAddress).where(NodeAddress.node_id == "node-d")
                         .values(vllm_url=url, seal=seal))
 
@@ -163,7 +164,7 @@ def test_an_earlier_sealed_binding_put_back_by_a_database_writer_is_not_believed
     old_url, old_seal = stored(engine)["node-r"]
     moved = admin.put(f"/v1/pools/{POOL}/nodes/node-r/address", json={"vllm_url": "https://node-r.internal:8443"})
     assert moved.status_code == 200 and rollout(admin)["node-r"]["address"] == "bound"
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         session.execute(update(NodeAddress).where(NodeAddress.node_id == "node-r")
                         .values(vllm_url=old_url, seal=old_seal))
 

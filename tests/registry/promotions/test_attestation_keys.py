@@ -16,7 +16,6 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import text
-from sqlalchemy.orm import Session
 
 from devkit import services
 from devkit.pipeline_steps import create_suite, finish_evaluation, request_promotion, upload_dir
@@ -30,6 +29,7 @@ from signed_digests import provenance
 from tests.support.asserts import assert_refused
 from tests.support.evals import request_evaluation
 from tests.support.promotions import active_set
+from devkit.units_of_work import unit_of_work
 
 BUNDLE = "/.well-known/loraplane/trust-bundle.json"
 OVERLAP_S = 3
@@ -41,7 +41,7 @@ def rotating(service_dir: Path, postgres, s3, tmp_path_factory) -> Iterator[dict
     runner.upgrade(database_url)
     engine = make_engine(database_url)
     tokens = {}
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         for subject, role, tenant in (("root", Role.ADMIN, None), ("kim", Role.REVIEWER, "acme"),
                                       ("lee", Role.REVIEWER, "acme"), ("ann", Role.UPLOADER, "acme"),
                                       ("acme-admin", Role.ADMIN, "acme")):

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from devkit.pipeline_steps import request_promotion
 from registry.tables import Adapter, AdapterVersion, Attestation, AuditEvent, Promotion
 from tests.support.asserts import assert_refused
+from devkit.units_of_work import unit_of_work
 
 
 def version_row(engine, name: str) -> AdapterVersion:
@@ -46,7 +47,7 @@ def awaiting(make_ready, uploader, promo_pools):
 def test_bytes_swapped_in_the_database_after_their_evaluation_are_never_signed(awaiting, engine, second_reviewer):
     version, other, promotion_id = awaiting("swapped-after-eval")
     swap = version_row(engine, "swapped-after-eval-other")
-    with Session(engine) as session, session.begin():  # the other version's blob, already stored
+    with unit_of_work(engine) as session:  # the other version's blob, already stored
         session.execute(update(AdapterVersion).where(AdapterVersion.digest == version["digest"])
                         .values(digest=swap.digest, files=swap.files))
     signed = attestations(engine)
@@ -74,7 +75,7 @@ def test_records_a_database_owner_rewrites_for_swapped_bytes_are_not_believed(
         originals = {row.id: row.after for row in session.scalars(select(AuditEvent).where(
             AuditEvent.subject == served, AuditEvent.action.in_(("adapter_version.upload", "evaluation.passed"))))}
     assert len(originals) == 2
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         session.execute(update(AdapterVersion).where(AdapterVersion.digest == version["digest"])
                         .values(digest=swap.digest, files=swap.files))
     with as_owner_without_triggers(database_url) as owner:
@@ -132,7 +133,7 @@ def test_a_canary_whose_bytes_were_swapped_is_held_with_the_reason_not_promoted(
     canary = client_for("acme_uploader").post(f"/v1/pools/{pool}/promotions", json=body).json()
     assert second_reviewer.post(f"/v1/promotions/{canary['id']}/approve", json={"comment": "ok"}).status_code == 200
     swap = version_row(engine, "held-canary-other")
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         session.execute(update(AdapterVersion).where(AdapterVersion.digest == version["digest"])
                         .values(digest=swap.digest, files=swap.files))
     router = client_with(issue_token(admin, "signed-router", role="router", pool=pool, instance_id="signed-router"))
@@ -167,7 +168,7 @@ def test_a_rollback_restores_only_what_the_alias_served_before(make_ready, uploa
                                     json={"comment": "ok"}).status_code == 200
         ids.append(created.json()["id"])
     elsewhere = request_promotion(uploader, pool, make_ready("someone-elses"))  # awaiting, never active
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         session.get(Promotion, ids[1]).previous_id = elsewhere.json()["id"]
     signed = attestations(engine)
 

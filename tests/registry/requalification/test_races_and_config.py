@@ -7,7 +7,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session
 
 from registry.requalification.service import observe_base_model
 from registry.tables import BaseModel
@@ -16,6 +15,7 @@ from tests.registry.requalification.support import (
     pool_row, register_base_with_suite, report, version_id,
 )
 from tests.support.nodes import bound_address, issue_token
+from devkit.units_of_work import unit_of_work
 
 CONFIG_BASE, CONFIG_SUITE = "requal-config-base", "requal-config-suite"
 
@@ -71,7 +71,7 @@ def test_a_base_config_change_marks_the_versions_and_changing_it_back_supersedes
 
     # A config can change only on the database today: what an operator's edit looks like.
     changed = {**config, "rope_theta": 20000.0}
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         session.execute(update(BaseModel).where(BaseModel.name == CONFIG_BASE).values(config=changed))
     report(node, pool, "node-c", "0.32.0")
     (mark,) = marks(engine, pool, open_only=True)
@@ -86,10 +86,10 @@ def test_a_base_config_change_marks_the_versions_and_changing_it_back_supersedes
     assert len(marks(engine, pool)) == 1  # marked once
 
     # Back to the config the version was qualified with: the mark has nothing left to prove.
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         session.execute(update(BaseModel).where(BaseModel.name == CONFIG_BASE).values(config=config))
         base_id = session.scalar(select(BaseModel.id).where(BaseModel.name == CONFIG_BASE))
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         observe_base_model(session, base_id)  # what a config-changing endpoint calls
     (cleared,) = marks(engine, pool)
     assert cleared.outcome == "superseded" and cleared.cleared_at is not None

@@ -22,6 +22,7 @@ from registry.webhooks import deliveries, sending, signing
 from registry.webhooks.deliveries import Send
 from registry.webhooks.service import FAILED, PENDING
 from tests.registry.webhooks.receivers import Receiver, self_signed
+from devkit.units_of_work import unit_of_work
 
 NAME = "hooks.example"
 PUBLIC = "127.0.0.2"  # stands for the receiver's public address: the only network allowed here
@@ -137,7 +138,7 @@ def test_a_name_that_does_not_resolve_is_tried_again_later():
 
 
 def test_a_refused_delivery_fails_at_once_with_its_reason(engine: Engine):
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         hook = Webhook(url="http://hooks.example/hook", events=["*"], secret="whsec_test",
                        created_by="tests")
         session.add(hook)
@@ -149,10 +150,10 @@ def test_a_refused_delivery_fails_at_once_with_its_reason(engine: Engine):
         hook_id, delivery_id = hook.id, row.id
     refused = "refused: hooks.example resolves to an internal address"
     try:
-        with Session(engine) as session, session.begin():
+        with unit_of_work(engine) as session:
             later = deliveries.record_attempt(session, delivery_id, status=None, error="ConnectError",
                                               max_attempts=8, backoff_s=1)
-        with Session(engine) as session, session.begin():
+        with unit_of_work(engine) as session:
             never = deliveries.record_attempt(session, delivery_id, status=None, error=refused,
                                               max_attempts=8, backoff_s=1, final=True)
         with Session(engine) as session:
@@ -161,5 +162,5 @@ def test_a_refused_delivery_fails_at_once_with_its_reason(engine: Engine):
             assert (row.state, row.attempts, row.last_error) == (FAILED, 2, refused)
             assert row.next_attempt_at is None
     finally:
-        with Session(engine) as session, session.begin():
+        with unit_of_work(engine) as session:
             session.get(Webhook, hook_id).disabled_at = session.get(Webhook, hook_id).created_at

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import httpx
 from sqlalchemy import insert, select
-from sqlalchemy.orm import Session
 
 from devkit import services
 from devkit.pipeline_steps import upload_dir
@@ -20,6 +19,7 @@ from registry.tables import AdapterVersion, Attestation
 from signed_digests.digests import file_sha256
 from tests.serving.agent.conftest import POOL
 from tests.support.nodes import bound_address, complete, served_adapters
+from devkit.units_of_work import unit_of_work
 
 
 def rollout_node(admin, node_id: str) -> dict:
@@ -300,7 +300,7 @@ def test_database_edits_without_the_signing_key_are_refused_with_the_reason_in_t
     other = next(e["digest"] for e in admin.get(f"/v1/pools/{POOL}/active-set").json()["entries"]
                  if e["served_name"] != "acme/node-edited@1")
     serving_before = {n for n in served_adapters(node_vllm.url) if n.startswith("acme/")}
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         pool_id = session.scalar(select(Pool.id).where(Pool.name == POOL))
         version_id = session.scalar(select(AdapterVersion.id).where(AdapterVersion.digest == edited["digest"]))
         removed = session.scalars(select(Attestation).where(Attestation.version_id == version_id)).all()
@@ -317,7 +317,7 @@ def test_database_edits_without_the_signing_key_are_refused_with_the_reason_in_t
         start_agent()
         assert wait_for(reason, what="the refusal in the rollout") == (
             "refused, not proven: the registry sent no attestation for it")
-        with Session(engine) as session, session.begin():
+        with unit_of_work(engine) as session:
             session.execute(insert(Attestation), removed_rows)
             session.get(AdapterVersion, version_id).digest = other
             new_generation(session, pool_id)
@@ -330,7 +330,7 @@ def test_database_edits_without_the_signing_key_are_refused_with_the_reason_in_t
         assert serving_before <= served
         assert httpx.get(admin.base_url.join("/readyz")).status_code == 200
     finally:  # the database as it was, for whatever reads it after this module
-        with Session(engine) as session, session.begin():
+        with unit_of_work(engine) as session:
             session.get(AdapterVersion, version_id).digest = edited["digest"]
             if not session.scalar(select(Attestation.id).where(Attestation.version_id == version_id)):
                 session.execute(insert(Attestation), removed_rows)

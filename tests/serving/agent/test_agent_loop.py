@@ -16,7 +16,7 @@ from registry.nodes.schemas import NodeReport
 from serving.agent.main import Agent
 from serving.agent.settings import AgentSettings
 from tests.serving.agent.node_disk import LARGE, SMALL, largest_file
-from tests.serving.agent.signing import REGISTRY_KEY, Key, attest, bundle, sign_set
+from tests.serving.agent.signing import REGISTRY_KEY, Key, bundle, sign_set
 from tests.serving.agent.stand_ins import POOL, VLLM_VERSION, StandInRegistry, StandInVllm, entry
 
 

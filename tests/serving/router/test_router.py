@@ -12,7 +12,6 @@ import httpx
 import openai
 import pytest
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session
 
 from devkit import services
 from devkit.services import wait_for
@@ -20,6 +19,7 @@ from registry.tables import NodeAddress, Pool
 from tests.serving.router.conftest import POOL, router_metric, wait_until_served
 from bench.trust_attacks.impostor import Impostor
 from tests.support.nodes import complete, issue_token
+from devkit.units_of_work import unit_of_work
 
 
 def client(router, key: str) -> openai.OpenAI:
@@ -312,7 +312,6 @@ def test_batch_traffic_is_capped_and_metrics_are_kept_per_version(router, served
 
 
 def test_a_revoked_app_key_stops_working_within_the_key_cache_time(router, served, admin, engine):
-    from sqlalchemy.orm import Session
 
     from registry.tokens import issuing as token_service
 
@@ -321,7 +320,7 @@ def test_a_revoked_app_key_stops_working_within_the_key_cache_time(router, serve
     assert ask(router, key, "acme/r-digits@1", prompt).status_code == 200
     time.sleep(0.6)  # past half the key cache (1 s): the next request also checks in the background
     assert ask(router, key, "acme/r-digits@1", prompt).status_code == 200
-    with Session(engine) as session, session.begin():
+    with unit_of_work(engine) as session:
         token_service.revoke_token(session, created.json()["id"], actor="tests")
     before = forwarded(router)
 
@@ -402,7 +401,7 @@ def test_a_database_writer_cannot_move_a_node_to_another_address(router, served,
     prompt, answers = served["prompt"], served["answers"]
     nodes_before = router_metric(router, "loraplane_router_nodes")
     with Impostor({name: f"/cache/{digest}" for name, digest in digests(admin).items()}) as impostor:
-        with Session(engine) as session, session.begin():
+        with unit_of_work(engine) as session:
             row = session.scalars(select(NodeAddress).join(Pool).where(
                 Pool.name == POOL, NodeAddress.node_id == "node-b")).one()
             original = row.vllm_url
@@ -419,7 +418,7 @@ def test_a_database_writer_cannot_move_a_node_to_another_address(router, served,
             assert {node for node, _ in results} == {"node-a"}
             assert all(text == answers["acme/r-digits@1"] for _, text in results)
         finally:
-            with Session(engine) as session, session.begin():
+            with unit_of_work(engine) as session:
                 session.execute(update(NodeAddress).where(NodeAddress.node_id == "node-b",
                                                           NodeAddress.vllm_url == impostor.url)
                                 .values(vllm_url=original))
