@@ -15,10 +15,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from registry import log_redaction
-from registry.active_set.endpoints import router as active_set
-from registry.active_set.fast_path import ActiveSetFastPath
-from registry.active_set.placement_endpoints import router as placement
-from registry.active_set.watch import WATCH
+from registry.active_set.long_poll.endpoints import router as active_set
+from registry.active_set.long_poll.fast_path import ActiveSetFastPath
+from registry.active_set.placement.endpoints import router as placement
+from registry.active_set.long_poll import state as long_poll_state
+from registry.active_set.long_poll.state import LongPolls
 from registry.adapters.endpoints import router as adapters
 from registry.attestations import upkeep as attestation_upkeep
 from registry.attestations.endpoints import router as attestations
@@ -50,12 +51,12 @@ log = logging.getLogger(__name__)
 
 
 @asynccontextmanager
-async def lifespan(_: FastAPI):
+async def lifespan(app: FastAPI):
     # Build the store's client and sign once now, not on the first node's long-poll.
     get_store().presigned_url("warm-up", 60)
     # What a key rotated out since signed (here, or before a redeploy with another key).
     await run_in_threadpool(_resign_on_start)
-    await WATCH.start(poll_s=get_settings().active_set_poll_s)
+    await long_poll_state.of(app).start(poll_s=get_settings().active_set_poll_s)
     # Everything loaded so far lives as long as the process: keep the collector from walking it
     # again and again, which pauses every open long-poll at once.
     gc.collect()
@@ -63,7 +64,7 @@ async def lifespan(_: FastAPI):
     try:
         yield
     finally:
-        await WATCH.stop()
+        await long_poll_state.of(app).stop()
 
 
 def _resign_on_start() -> None:
@@ -81,8 +82,9 @@ def create_app() -> FastAPI:
         description="Validated LoRA adapters, base models and serving pools for multi-LoRA vLLM.",
         lifespan=lifespan,
     )
+    app.state.long_polls = long_polls = LongPolls(auth_cache_s=get_settings().auth_cache_s)
     # Each unit of work this process commits wakes its own long-polls at once (unit_of_work.py).
-    app.state.begin_work = partial(UnitOfWork.begin, wake=WATCH.publish_local)
+    app.state.begin_work = partial(UnitOfWork.begin, wake=long_polls.wake)
     for router in (auth, signing_keys, base_models, pools, eval_suites, adapters, evaluation_policies,
                    uploads, evaluations, promotions, canaries, active_set, nodes, placement, sizing, webhooks, audit,
                    attestations, artifacts, ops):

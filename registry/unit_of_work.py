@@ -8,7 +8,7 @@ for the long-polls, evaluations to queue. `commit()` then runs, in this order:
   1. seal the audit chain: the events get their place and hash (audit/sealing.py);
   2. sign attestations: each names its audit event's hash (attestations/issuing.py);
   3. put the chain's signed head into the webhook payloads (webhooks/service.py);
-  4. COMMIT, with the announcements' Postgres NOTIFY (active_set/announcements.py);
+  4. COMMIT, with the announcements' Postgres NOTIFY (active_set/writing/announcements.py);
   5. wake this process's long-polls, queue webhooks and evaluations, write the audit anchor.
 
 Steps 1 to 3 run inside the transaction: what they write commits with the change, or not at all.
@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from registry import pending_work
-from registry.active_set import announcements
+from registry.active_set.writing import announcements
 from registry.attestations import issuing
 from registry.audit import sealing
 from registry.db import new_session

@@ -5,7 +5,7 @@ registry host, never a request: it is the one place rows become what is trusted.
 
 from __future__ import annotations
 
-from registry.active_set import sealing
+from registry.active_set.writing import sealing
 from registry.unit_of_work import transaction
 from registry.promotions import analysis_seals
 

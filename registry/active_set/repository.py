@@ -16,13 +16,6 @@ from registry.tables import (
 )
 
 
-def pool_named(session: Session, name: str, *, lock_for_share: bool = False) -> Pool | None:
-    query = select(Pool).where(Pool.name == name)
-    if lock_for_share:
-        query = query.with_for_update(read=True)
-    return session.scalar(query)
-
-
 def lock_pool(session: Session, pool_id: int) -> None:
     """FOR UPDATE, the lock a generation bump takes: nothing else changes the set meanwhile."""
     session.execute(select(Pool.id).where(Pool.id == pool_id).with_for_update())

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.orm import Session
 
 from registry import audit
-from registry.active_set.change import new_generation
+from registry.active_set.writing.change import new_generation
 from registry.active_set.signed_set import Untrusted
 from registry.attestations import evaluated, evidence, issuing, repository
 from registry.attestation_keys.bundle import own_keys

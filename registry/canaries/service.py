@@ -20,8 +20,8 @@ from datetime import datetime, timedelta
 from sqlalchemy.orm import Session
 
 from registry.active_set import signed_set
-from registry.active_set.change import ActiveSetChange
-from registry.active_set.snapshot import CANARY, PRODUCTION
+from registry.active_set.writing.change import ActiveSetChange
+from registry.pool_lookup import CANARY, PRODUCTION
 from registry.adapters import service as adapters
 from registry.auth.principal import Principal, Role
 from registry.canaries import analysis

@@ -9,7 +9,7 @@ from registry import audit, pending_work
 from registry.adapters import service as adapters
 from registry.auth.principal import Principal, Role
 from registry.errors import NotFound, Unprocessable
-from registry.active_set.snapshot import PRODUCTION
+from registry.pool_lookup import PRODUCTION
 from registry.eval_suites import service as suites
 from registry.evaluation_policies import service as policies
 from registry.evaluations import quotas, repository, rules

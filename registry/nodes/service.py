@@ -7,11 +7,12 @@ from datetime import UTC, datetime
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from registry.active_set import changes
-from registry.active_set.change import follow_nodes
+from registry.active_set.writing import changes
+from registry.active_set.writing.change import follow_nodes
 from registry.active_set.repository import node_statuses
-from registry.active_set.snapshot import desired_digests, pool_by_name
-from registry.active_set.visibility import visible_to
+from registry.active_set.reading.snapshot import desired_digests
+from registry.pool_lookup import pool_by_name
+from registry.active_set.reading.visibility import visible_to
 from registry.auth.principal import Principal, Role
 from registry.clock import aware
 from registry.errors import Unprocessable

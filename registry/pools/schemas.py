@@ -10,7 +10,7 @@ from registry.names import NAME_PATTERN
 # The ranks vLLM accepts for --max-lora-rank.
 VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 Dtype = Literal["float16", "bfloat16", "float32"]
-RequalifyPolicy = Literal["keep_serving", "suspend"]  # registry/active_set/suspension.py
+RequalifyPolicy = Literal["keep_serving", "suspend"]  # registry/active_set/reading/suspension.py
 REQUALIFY_POLICY_DOC = ("What a version does after the pool's engine or base config changed, until "
                         "it passes the required suites again: keep_serving, or suspend (it leaves "
                         "the active set).")

@@ -6,11 +6,12 @@ from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.active_set import signed_set
-from registry.active_set.change import ActiveSetChange, new_generation
+from registry.active_set.writing.change import ActiveSetChange, new_generation
 from registry.base_models import service as base_models
-from registry.errors import Conflict, NotFound
+from registry.errors import Conflict
 from registry.eval_suites import service as eval_suites
 from registry.names import check_name
+from registry.pool_lookup import pool_by_name
 from registry.pools import repository
 from registry.pools.schemas import PoolCreate, PoolOut, PoolUpdate
 from registry.requalification import added_suites
@@ -53,7 +54,7 @@ def update(session: Session, name: str, spec: PoolUpdate, *, actor: str) -> Pool
     """Change the re-qualification policy, the required suites, or both. Under the pool's lock,
     as every change to what it serves: switching to or from `suspend` adds or drops marked
     versions from the active set, and a suite added is queued for the versions serving."""
-    row = _row(session, name, lock=True)
+    row = pool_by_name(session, name, lock="update")
     base = session.get(BaseModel, row.base_model_id)
     if spec.required_suites is not None:
         eval_suites.require_for_base(session, spec.required_suites, base.id, base.name)
@@ -97,16 +98,8 @@ def _change_required_suites(session: Session, row: Pool, names: list[str], *, ac
 
 
 def get(session: Session, name: str) -> PoolOut:
-    row = _row(session, name)
+    row = pool_by_name(session, name)
     return to_out(row, session.get(BaseModel, row.base_model_id))
-
-
-def _row(session: Session, name: str, *, lock: bool = False) -> Pool:
-    row = repository.lock_pool(session, name) if lock else repository.find_pool(session, name)
-    if row is None:
-        raise NotFound(f"pool {name!r} does not exist", code="pool_not_found",
-                       hint="List them with GET /v1/pools.")
-    return row
 
 
 def list_page(session: Session, *, limit: int, cursor: str | None) -> tuple[list[PoolOut], str | None]:

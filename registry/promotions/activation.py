@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 from sqlalchemy.orm import Session
 
 from registry import audit, webhooks
-from registry.active_set import changes
-from registry.active_set.change import ActiveSetChange
-from registry.active_set.snapshot import CANARY, PRODUCTION
+from registry.active_set.writing import changes
+from registry.active_set.writing.change import ActiveSetChange
+from registry.pool_lookup import CANARY, PRODUCTION
 from registry.attestations import evaluated, issuing as attestations
 from registry.promotions import repository, rules
 from registry.adapters import service as adapters

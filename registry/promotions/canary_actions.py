@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from registry.active_set import changes
-from registry.active_set.change import ActiveSetChange
-from registry.active_set.snapshot import CANARY, PRODUCTION
+from registry.active_set.writing import changes
+from registry.active_set.writing.change import ActiveSetChange
+from registry.pool_lookup import CANARY, PRODUCTION
 from registry.adapters import service as adapters
 from registry.attestations import evaluated
 from registry.errors import Conflict

@@ -8,7 +8,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from registry.active_set import signed_set
-from registry.active_set.snapshot import CANARY, PRODUCTION
+from registry.pool_lookup import CANARY, PRODUCTION
 from registry.adapters import service as adapters
 from registry.eval_suites import service as suites
 from registry.evaluation_policies import service as policies

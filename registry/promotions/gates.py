@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 
 from registry.active_set import signed_set
 from registry.active_set.repository import live_nodes
-from registry.active_set.snapshot import CANARY, PRODUCTION
+from registry.pool_lookup import CANARY, PRODUCTION
 from registry.auth import lineage
 from registry.auth.principal import Principal
 from registry.evaluation_policies import service as policies

@@ -6,9 +6,11 @@ from __future__ import annotations
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from registry.active_set import changes, signed_set
-from registry.active_set.change import ActiveSetChange
-from registry.active_set.snapshot import CANARY, PRODUCTION, pool_by_name
+from registry.active_set import signed_set
+
+from registry.active_set.writing import changes
+from registry.active_set.writing.change import ActiveSetChange
+from registry.pool_lookup import CANARY, PRODUCTION, pool_by_name
 from registry.adapters import service as adapters
 from registry.attestations import evaluated
 from registry.auth.principal import Principal, Role

@@ -1,5 +1,5 @@
 """Causes, and the state machine of a mark (the policies are the active set's, registry/
-active_set/suspension.py). Every change to a mark goes through `clear`.
+active_set/reading/suspension.py). Every change to a mark goes through `clear`.
 
 open -> requalified   every required suite passed an evaluation that finished after the mark
 open -> left_pool     the version no longer serves in the pool (rolled back, replaced, retired)

@@ -10,9 +10,9 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from registry import audit
-from registry.active_set.change import new_generation
-from registry.active_set.snapshot import pool_by_name
-from registry.active_set.suspension import SUSPEND, suspended_version_ids
+from registry.active_set.writing.change import new_generation
+from registry.pool_lookup import pool_by_name
+from registry.active_set.reading.suspension import SUSPEND, suspended_version_ids
 from registry.auth.principal import Principal
 from registry.clock import aware
 from registry.evaluation_policies import service as policies

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from registry.active_set.snapshot import pool_by_name
+from registry.pool_lookup import pool_by_name
 from registry.base_models import stored_tables
 from registry.sizing import calculator, repository
 from registry.sizing.schemas import SizingInputs, SizingOut

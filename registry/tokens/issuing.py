@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.orm import Session
 
 from registry import audit
-from registry.active_set import announcements
+from registry.active_set.writing import announcements
 from registry.auth import repository
 from registry.auth.principal import POOL_ROLES, TIERS, Principal, Role
 from registry.auth.tokens import TOKEN_PREFIX, hash_token
@@ -18,7 +18,7 @@ from registry.clock import aware
 from registry.errors import Forbidden, NotFound, Unprocessable
 from registry.names import check_name
 from registry.nodes import addresses
-from registry.pools import repository as pools
+from registry.pool_lookup import pool_by_name
 from registry.settings import get_settings
 from registry.tables import ApiToken, Identity, Pool, Tenant
 from registry.tokens.schemas import SUBJECT_PATTERN
@@ -184,11 +184,7 @@ def _node_pool(session: Session, role: Role, tenant: str | None, pool: str | Non
         raise Unprocessable(f"a {role} token needs a pool and no tenant", code="invalid_token_scope",
                             hint=f"Pass --role {role} --pool POOL: a pool serves every tenant's "
                                  "adapters.")
-    row = pools.find_pool(session, pool)
-    if row is None:
-        raise NotFound(f"pool {pool!r} does not exist", code="pool_not_found",
-                       hint="Create the pool first (loraplane pool create).")
-    return row
+    return pool_by_name(session, pool)
 
 
 def revoke_token(session: Session, token_id: int, *, actor: str, with_issued: bool = False) -> ApiToken:

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
-from registry.active_set import placement_reading as placement
+from registry.active_set.placement import reading as placement
 from registry.auth.principal import Role
 from registry.canaries import service as canaries
 from registry.nodes import service as nodes

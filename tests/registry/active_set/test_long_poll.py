@@ -175,7 +175,7 @@ def test_a_change_that_wakes_many_nodes_costs_one_render_and_one_token_query(reg
     rendered once, and their tokens are checked in one query, not one per node."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from registry.active_set.change import new_generation
+    from registry.active_set.writing.change import new_generation
     from registry.tables import Pool
     from tests.support.metrics import metric
     from tests.support.nodes import issue_token

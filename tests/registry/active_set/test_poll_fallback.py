@@ -58,7 +58,7 @@ BUMP = """
 import sys
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from registry.active_set.change import new_generation
+from registry.active_set.writing.change import new_generation
 from registry.db import make_engine
 from registry.tables import Pool
 from registry.unit_of_work import UnitOfWork

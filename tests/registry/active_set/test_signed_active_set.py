@@ -14,7 +14,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from devkit.pipeline_steps import request_promotion
-from registry.active_set import sealing
+from registry.active_set.writing import sealing
 from registry.tables import AuditEvent, Pool, PoolAlias, Promotion
 from signed_digests import provenance
 from tests.support.asserts import assert_refused
@@ -170,8 +170,9 @@ def test_a_row_read_before_a_newer_set_was_served_is_not_taken_for_a_replay(pool
     """A request reads its pool row, another change commits and a long-poll serves the newer set,
     then the request's gates read the signed set from the row it holds: that is an older set, and
     no replay. (A change and a reader lock the row first, so they compare with what was served.)"""
-    from registry.active_set import signed_set, snapshot
-    from registry.active_set.change import new_generation
+    from registry.active_set import signed_set
+    from registry.active_set.reading import snapshot
+    from registry.active_set.writing.change import new_generation
     from registry.settings import get_settings
     from registry.storage import get_store
 

@@ -8,7 +8,7 @@ from typing import get_args
 import pytest
 from sqlalchemy.orm import Session
 
-from registry.active_set.suspension import POLICIES
+from registry.active_set.reading.suspension import POLICIES
 from registry.pools.schemas import RequalifyPolicy
 from registry.requalification.service import suspended_version_ids
 from tests.registry.requalification.support import (

@@ -291,7 +291,7 @@ def test_database_edits_without_the_signing_key_are_refused_with_the_reason_in_t
     generation each time so that nodes fetch the edited set. The node loads the version in
     neither case, says why, and leaves the rest as it was."""
     from devkit.tiny_model import build_adapter
-    from registry.active_set.change import new_generation
+    from registry.active_set.writing.change import new_generation
     from registry.tables import Pool
     from tests.conftest import KIT_BASE
 

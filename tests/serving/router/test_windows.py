@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.active_set.placement_schemas import TrafficReport
+from registry.active_set.placement.schemas import TrafficReport
 from registry.tables import TrafficWindow
 from registry.traffic_windows.schemas import ERROR_CLASSES, MAX_WINDOWS, WINDOW_BUCKETS, WindowDelta
 from serving.registry_client import RegistryClient

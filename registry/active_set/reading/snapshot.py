@@ -8,27 +8,16 @@ from collections import defaultdict
 from sqlalchemy.orm import Session
 
 from registry.active_set import repository, signed_set
-from registry.active_set.schemas import ActiveEntry, ActiveSet, AliasWeight, ArtifactFile
-from registry.active_set.suspension import suspended_version_ids
+from registry.active_set.reading.schemas import ActiveEntry, ActiveSet, AliasWeight, ArtifactFile
+from registry.active_set.reading.suspension import suspended_version_ids
 from registry.adapters import artifact
-from registry.errors import NotFound
 from registry.placement.stored import from_stored
+from registry.pool_lookup import CANARY, PRODUCTION, pool_by_name
 from registry.settings import RegistrySettings
 from registry.storage.base import ArtifactStore
 from registry.tables import Adapter, AdapterVersion, BaseModel, Pool, PoolAlias, Promotion, Tenant
 
-PRODUCTION, CANARY = "production", "canary"
 log = logging.getLogger(__name__)
-
-
-def pool_by_name(session: Session, name: str, *, lock: bool = False) -> Pool:
-    # A change holds this row's lock from its generation bump to its commit, so entries read
-    # after locking it for share see exactly that generation's set.
-    row = repository.pool_named(session, name, lock_for_share=lock)
-    if row is None:
-        raise NotFound(f"pool {name!r} does not exist", code="pool_not_found",
-                       hint="List them with GET /v1/pools.")
-    return row
 
 
 def read(session: Session, pool_name: str, store: ArtifactStore,
@@ -37,7 +26,7 @@ def read(session: Session, pool_name: str, store: ArtifactStore,
     """The pool's whole set, or with `node` only what the placement gives that node; without
     files (and their presigned URLs) for readers that must not download them. Built from the
     pool's signed set (signed_set.py), never from alias rows alone."""
-    pool = pool_by_name(session, pool_name, lock=True)
+    pool = pool_by_name(session, pool_name, lock="share")
     signed = signed_set.load(pool, generation=pool.generation, locked=True, remember=True)
     _report_rows_that_differ(session, pool, signed)
     aliases = list(signed.aliases.values())

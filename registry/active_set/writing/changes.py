@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.active_set import repository
-from registry.active_set.change import ActiveSetChange
+from registry.active_set.writing.change import ActiveSetChange
 from registry.active_set.signed_set import SignedAlias, SignedRetiring
 from registry.clock import aware
 from registry.settings import get_settings

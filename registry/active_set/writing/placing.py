@@ -9,7 +9,7 @@ import json
 from sqlalchemy.orm import Session
 
 from registry.active_set import repository
-from registry.active_set.snapshot import desired_digests, retiring_names
+from registry.active_set.reading.snapshot import desired_digests, retiring_names
 from registry.placement import repository as traffic_reports
 from registry.placement.rules import capacity, place, replica_counts, with_draining
 from registry.placement.stored import as_stored, from_stored, to_stored

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from sqlalchemy import make_url
 
 from registry.active_set import repository
+from registry.active_set.writing.announcements import CHANNEL
 from registry.db import get_engine, plain_transaction
 
 log = logging.getLogger(__name__)
-CHANNEL = "loraplane_events"  # the Postgres channel that announcements.py notifies on
 
 
 class GenerationWatch:
@@ -130,5 +130,3 @@ def _all_generations() -> list[tuple[str, int]]:
     with plain_transaction() as session:
         return repository.all_generations(session)
 
-
-WATCH = GenerationWatch()

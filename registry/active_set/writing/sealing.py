@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.active_set import repository, signed_set
-from registry.active_set import announcements
-from registry.active_set.snapshot import pool_by_name
+from registry.active_set.writing import announcements
+from registry.pool_lookup import pool_by_name
 from registry.tables import Pool
 
 MAX_GENERATION_JUMP = 1_000_000  # a node's report beyond this is not believed

@@ -5,9 +5,10 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from registry.active_set import repository
-from registry.active_set.placement_schemas import PlacedAdapter, PlacedNode, PlacementOut
-from registry.active_set.snapshot import desired_digests, pool_by_name
-from registry.active_set.visibility import visible_to
+from registry.active_set.placement.schemas import PlacedAdapter, PlacedNode, PlacementOut
+from registry.active_set.reading.snapshot import desired_digests
+from registry.pool_lookup import pool_by_name
+from registry.active_set.reading.visibility import visible_to
 from registry.auth.principal import Principal
 from registry.placement.repository import recent_traffic
 from registry.placement.rules import EVERYWHERE, capacity, shares_of

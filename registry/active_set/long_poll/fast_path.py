@@ -15,8 +15,9 @@ from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from registry.active_set import protocol
-from registry.active_set.endpoints import MAX_WAIT_S, principals
+from registry.active_set.long_poll import protocol
+from registry.active_set.long_poll import state
+from registry.active_set.long_poll.endpoints import MAX_WAIT_S
 from registry.errors import LoraplaneError
 from registry.names import NAME_PATTERN
 from registry.metrics import LATENCY, REQUESTS
@@ -44,13 +45,14 @@ class ActiveSetFastPath:
         authorization = headers.get(b"authorization", b"").decode("latin-1")
         if wait_s is None or not authorization.startswith("Bearer ") or len(authorization) > MAX_AUTHORIZATION:
             return False
+        polls = state.of(scope["app"])
         try:  # a fleet's tokens leave the cache together: one shared lookup, not the full route each
-            principal = await principals.authenticate(authorization.removeprefix("Bearer "))
+            principal = await polls.principals.authenticate(authorization.removeprefix("Bearer "))
         except Exception:  # a refusal, or the database away: the endpoint explains it
             return False
         known = protocol.generation_in(headers.get(b"if-none-match", b"").decode("latin-1"))
         try:
-            status, generation, body = await protocol.answer(pool, principal, known, wait_s, node)
+            status, generation, body = await protocol.answer(polls, pool, principal, known, wait_s, node)
         except LoraplaneError:
             return False  # nothing was sent: the endpoint answers with the full explanation
         response_headers = [(name.lower().encode(), value.encode())

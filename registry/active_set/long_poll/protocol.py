@@ -5,46 +5,42 @@ from __future__ import annotations
 
 import time
 
-from registry.active_set.caches import ROUTERS, BodyCache
-from registry.active_set.token_recheck import TokenRecheck
-from registry.active_set.watch import WATCH
+from registry.active_set.long_poll.caches import ROUTERS
+from registry.active_set.long_poll.state import LongPolls
 from registry.auth.principal import Principal, Role
 from registry.metrics import LONG_POLLS
 from registry.settings import get_settings
 
-bodies = BodyCache()
-rechecks = TokenRecheck()
-
-
-async def answer(pool: str, principal: Principal, known: int | None, wait_s: float,
-                 node: str | None = None) -> tuple[int, int, bytes | None]:
+async def answer(polls: LongPolls, pool: str, principal: Principal, known: int | None,
+                 wait_s: float, node: str | None = None) -> tuple[int, int, bytes | None]:
     """(HTTP status, generation, body or None for a 304). With `node`, the body holds only what
     the placement gives that node; a node token always gets its own node's part, and a router
     token the routers' body, without files."""
     principal.require_pool_reader(pool)
     node = _own_node(principal, pool, node)
-    current = WATCH.known(pool)
+    watch, bodies = polls.watch, polls.bodies
+    current = watch.known(pool)
     if current is None or (known is not None and known > current):
         # A pool this process has not seen yet (or none: 404 from here), or a node that already
         # read a newer generation from another replica whose news has not reached this one:
         # ask the database rather than hand the node an older set.
         current, _ = await bodies.get(pool, at_least=known)
-        WATCH.observe(pool, current)
+        watch.observe(pool, current)
     if current == known and wait_s > 0:
-        revocations, started = WATCH.revocations, time.monotonic()
+        revocations, started = watch.revocations, time.monotonic()
         with LONG_POLLS.labels(pool).track_inprogress():
-            current = await WATCH.wait_beyond(pool, known, wait_s)
+            current = await watch.wait_beyond(pool, known, wait_s)
         # The token may have been revoked, or have expired, while the request waited: check it
         # again when any revocation was heard of, or when the wait outlived the token cache
         # (a process that hears of revocations late, such as on SQLite).
         waited_long = time.monotonic() - started >= get_settings().auth_cache_s
-        if current != known and (WATCH.revocations != revocations or waited_long):
-            await rechecks.still_valid(principal.token_id)
+        if current != known and (watch.revocations != revocations or waited_long):
+            await polls.rechecks.still_valid(principal.token_id)
     if current == known:
         return 304, known, None
     generation, body = await bodies.get(pool, at_least=current,
                                         node=ROUTERS if principal.role is Role.ROUTER else node)
-    WATCH.observe(pool, generation)
+    watch.observe(pool, generation)
     return 200, generation, body
 
 

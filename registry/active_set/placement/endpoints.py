@@ -3,9 +3,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Path
 from sqlalchemy.orm import Session
 
-from registry.active_set import placement_reading as reading
-from registry.active_set import traffic
-from registry.active_set.placement_schemas import PlacementOut, TrafficReport
+from registry.active_set.placement import reading
+from registry.active_set.placement import traffic
+from registry.active_set.placement.schemas import PlacementOut, TrafficReport
 from registry.auth.dependencies import authenticated
 from registry.auth.principal import Principal
 from registry.names import NAME_PATTERN

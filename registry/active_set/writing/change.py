@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from registry import pending_work
-from registry.active_set import announcements, placing, repository, signed_set
+from registry.active_set import repository, signed_set
+from registry.active_set.writing import placing
+from registry.active_set.writing import announcements
 from registry.tables import Pool
 
 log = logging.getLogger(__name__)

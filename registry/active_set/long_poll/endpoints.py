@@ -7,26 +7,23 @@ connection while it waits, so the token check (PrincipalCache) and each read ope
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials
 
-from registry.active_set import protocol
-from registry.active_set.schemas import ActiveSet
-from registry.active_set.caches import PrincipalCache
-from registry.active_set.watch import WATCH
+from registry.active_set.long_poll import protocol
+from registry.active_set.reading.schemas import ActiveSet
+from registry.active_set.long_poll import state
 from registry.auth.dependencies import bearer
 from registry.names import NAME_PATTERN
-from registry.settings import get_settings
 
 router = APIRouter(prefix="/v1/pools", tags=["active set"])
-principals = PrincipalCache(get_settings().auth_cache_s)
-WATCH.on_token_revoked.append(principals.clear)
 MAX_WAIT_S = 300
 
 
 @router.get("/{pool}/active-set", response_model=ActiveSet,
             responses={304: {"description": "Unchanged since the generation in If-None-Match."}})
 async def get_active_set(
+    request: Request,
     pool: str,
     wait: float = Query(0, ge=0, le=MAX_WAIT_S, description=(
         "Long-poll: answer when the generation changes, or with 304 after this many seconds.")),
@@ -35,9 +32,10 @@ async def get_active_set(
     if_none_match: str | None = Header(None, max_length=200),
     credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
 ):
-    principal = await principals.authenticate(credentials.credentials if credentials else None)
+    polls = state.of(request.app)
+    principal = await polls.principals.authenticate(credentials.credentials if credentials else None)
     status, generation, body = await protocol.answer(
-        pool, principal, protocol.generation_in(if_none_match), wait, node)
+        polls, pool, principal, protocol.generation_in(if_none_match), wait, node)
     if body is None:
         return Response(status_code=status, headers=protocol.headers(generation))
     return Response(body, media_type="application/json", headers=protocol.headers(generation))

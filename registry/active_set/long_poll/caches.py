@@ -10,7 +10,7 @@ import time
 from cachetools import TTLCache
 from starlette.concurrency import run_in_threadpool
 
-from registry.active_set import snapshot
+from registry.active_set.reading import snapshot
 from registry.auth import tokens
 from registry.auth.principal import Principal
 from registry.db import plain_transaction

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from registry.active_set.change import follow_nodes
-from registry.active_set.snapshot import pool_by_name
+from registry.active_set.writing.change import follow_nodes
+from registry.pool_lookup import pool_by_name
 from registry.auth.principal import Principal, Role
 from registry.traffic_windows import service as traffic_windows
 from registry.traffic_windows.schemas import WindowDelta
