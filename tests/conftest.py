@@ -202,8 +202,18 @@ def uploader(client_for) -> httpx.Client:
     return client_for("acme_uploader")
 
 
+# What the fast tier (`-m fast`, ./dev test --fast) may not start: it runs on a bare checkout.
+SERVICE_FIXTURES = frozenset({"postgres", "database_url", "engine", "s3", "s3_client", "redis", "registry",
+                              "second_registry", "tokens", "client_for", "admin", "uploader", "task_kit",
+                              "kit_base", "tiny_base", "base_model", "service_dir"})
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist names each item's lane from its mark
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        needs = SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())) - {"service_dir"}
+        if item.get_closest_marker("fast") and needs:
+            raise pytest.UsageError(f"{item.nodeid} is marked fast but needs {sorted(needs)}")
     lanes.arrange(items)
 
 

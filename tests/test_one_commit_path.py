@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.fast
+
 REPO = Path(__file__).resolve().parents[1]
 PRODUCT = ("registry", "web", "workers", "serving", "loraplane", "devkit", "signed_digests",
            "loraplane_client", "migrations")

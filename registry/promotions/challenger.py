@@ -5,6 +5,8 @@ must be better where the policy requires improvement."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy.orm import Session
 
 from registry.active_set import signed_set
@@ -22,35 +24,52 @@ from registry.tables import AdapterVersion, Evaluation
 NAME = "challenger"
 
 
-def gate(session: Session, t: Target) -> Gate:
+@dataclass(frozen=True)
+class Comparison:
+    """What the challenger gate judges, read once (`load`)."""
+    incumbent_name: str | None  # the served name of the version it would replace; None for none
+    incumbent_number: int | None
+    required_suites: list[str]  # the adapter's own suites
+    policy: ChallengerPolicy
+    # suite -> the newest (challenger, incumbent) evaluations of the pair on it, if any
+    pairs: dict[str, tuple[Evaluation, Evaluation] | None]
+
+
+def load(session: Session, t: Target) -> Comparison:
     incumbent = _incumbent(session, t)
+    policy = policies.of(t.adapter)
     if incumbent is None:
+        return Comparison(None, None, list(policy.required_suites), policy.challenger, {})
+    pairs = {suite_name: evaluations.latest_pair(session, t.version.id,
+                                                 suites.get_row(session, suite_name).id, incumbent.id)
+             for suite_name in policy.required_suites}
+    return Comparison(adapters.version_out(session, incumbent).served_name, incumbent.number,
+                      list(policy.required_suites), policy.challenger, pairs)
+
+
+def judge(t: Target, c: Comparison) -> Gate:
+    if c.incumbent_name is None:
         return Gate(NAME, True, f"no other version serves {t.alias!r} in pool {t.pool.name!r}; "
                     "nothing to compare with")
-    incumbent_name = adapters.version_out(session, incumbent).served_name
-    policy = policies.of(t.adapter)
-    if not policy.required_suites:
+    if not c.required_suites:
         return Gate(NAME, True, f"{t.adapter.name!r} declares no suites of its own, so "
-                    f"{t.served_name} is not compared with {incumbent_name}")
+                    f"{t.served_name} is not compared with {c.incumbent_name}")
     compared, problems, measured = [], [], set()
-    for suite_name in policy.required_suites:
-        suite = suites.get_row(session, suite_name)
-        pair = evaluations.latest_pair(session, t.version.id, suite.id, incumbent.id)
-        blocks, said = _judge(suite_name, pair, incumbent_name, policy.challenger, measured,
+    for suite_name in c.required_suites:
+        blocks, said = _judge(suite_name, c.pairs.get(suite_name), c.incumbent_name, c.policy, measured,
                               t.pool.qualified_engines[-1] if t.pool.qualified_engines else None)
         (problems if blocks else compared).append(said)
-    unmeasured = [m for m in policy.challenger.require_improvement if m not in measured]
+    unmeasured = [m for m in c.policy.require_improvement if m not in measured]
     if unmeasured and not problems:
         problems.append(f"the policy requires {', '.join(unmeasured)} to improve, and no suite of "
                         f"{t.adapter.name!r} measured it on both versions")
     if not problems:
-        return Gate(NAME, True, f"not worse than {incumbent_name}: " + "; ".join(compared))
-    number = incumbent.number
-    return Gate(NAME, False, f"{t.served_name} against {incumbent_name}, which it would replace: "
+        return Gate(NAME, True, f"not worse than {c.incumbent_name}: " + "; ".join(compared))
+    return Gate(NAME, False, f"{t.served_name} against {c.incumbent_name}, which it would replace: "
                 + "; ".join(problems),
                 f"Compare them with `loraplane eval run {t.served_name} --suite SUITE --against "
-                f"{number}` (with `--again` after the pool's engine changed); a worse challenger needs "
-                "a better version (the margins are the adapter's evaluation policy).")
+                f"{c.incumbent_number}` (with `--again` after the pool's engine changed); a worse "
+                "challenger needs a better version (the margins are the adapter's evaluation policy).")
 
 
 def _incumbent(session: Session, t: Target) -> AdapterVersion | None:

@@ -1,7 +1,15 @@
 """The gates a promotion must pass. Each returns whether it passed, and if not, what blocks it
-and how to fix that. They are checked when a promotion is requested and again at approval."""
+and how to fix that. They are checked when a promotion is requested and again at approval.
+
+`load` reads every fact the gates judge, once; `judge` applies the rules to them and touches no
+database, so the rules can be tested on facts alone (tests/registry/promotions/test_gate_rules.py).
+
+    gates.check(session, target) == gates.judge(gates.load(session, target))
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
@@ -20,25 +28,54 @@ from registry.requalification.fingerprints import engine_difference
 from registry.tables import AdapterVersion, BaseModel, Evaluation, Promotion
 
 
+@dataclass(frozen=True)
+class Facts:
+    target: Target
+    adapter_base: str  # base model names
+    pool_base: str
+    # (adapter id, alias) -> version id, as the pool's signed set holds them
+    aliases: dict[tuple[int, str], int]
+    evaluations: dict[str, Evaluation]  # the version's newest of its own, by suite
+    adapter_suites: list[str]  # the suites of the adapter's own evaluation policy
+    node_slots: list[int]  # each live node's adapter slots; [] while no node is live
+    comparison: challenger.Comparison
+
+
+def load(session: Session, target: Target) -> Facts:
+    pool, adapter = target.pool, target.adapter
+    aliases = {(a.adapter_id, a.alias): a.version_id for a in signed_set.load(pool).aliases.values()}
+    return Facts(
+        target=target,
+        adapter_base=session.get(BaseModel, adapter.base_model_id).name,
+        pool_base=session.get(BaseModel, pool.base_model_id).name,
+        aliases=aliases,
+        evaluations=latest_evaluations(session, target.version.id),
+        adapter_suites=policies.adapter_suites(adapter),
+        node_slots=[node_capacity(pool.max_cpu_loras, n.limits) for n in live_nodes(session, pool.id)],
+        comparison=challenger.load(session, target))
+
+
+def judge(f: Facts) -> list[Gate]:
+    t = f.target
+    return [_base_model(f), _rank(t), _alias(f), _required_suites(t, f.evaluations),
+            _adapter_suites(t, f.adapter_suites, f.evaluations), challenger.judge(t, f.comparison),
+            _parity(f.evaluations), _engine(f), _capacity(f)]
+
+
 def check(session: Session, target: Target) -> list[Gate]:
-    evaluations = latest_evaluations(session, target.version.id)
-    return [_base_model(session, target), _rank(target), _alias(session, target),
-            _required_suites(target, evaluations), _adapter_suites(target, evaluations),
-            challenger.gate(session, target), _parity(evaluations), _engine(target, evaluations),
-            _capacity(session, target)]
+    return judge(load(session, target))
 
 
 def blocking(gates: list[Gate]) -> list[Gate]:
     return [gate for gate in gates if not gate.passed]
 
 
-def _base_model(session: Session, t: Target) -> Gate:
+def _base_model(f: Facts) -> Gate:
+    t = f.target
     if t.adapter.base_model_id == t.pool.base_model_id:
         return Gate("base_model", True, "the adapter's base model is the pool's")
-    adapter_base = session.get(BaseModel, t.adapter.base_model_id).name
-    pool_base = session.get(BaseModel, t.pool.base_model_id).name
     return Gate("base_model", False,
-                f"{t.served_name} is for base model {adapter_base!r}, pool {t.pool.name!r} serves {pool_base!r}",
+                f"{t.served_name} is for base model {f.adapter_base!r}, pool {t.pool.name!r} serves {f.pool_base!r}",
                 "Promote it into a pool of its own base model.")
 
 
@@ -51,10 +88,11 @@ def _rank(t: Target) -> Gate:
                 f"Retrain with r ≤ {t.pool.max_lora_rank}, or use a pool with a larger max_lora_rank.")
 
 
-def _alias(session: Session, t: Target) -> Gate:
+def _alias(f: Facts) -> Gate:
+    t = f.target
     if t.alias != CANARY:
         return Gate("alias", True, f"alias {t.alias!r}")
-    production = signed_set.version_at(t.pool, t.adapter.id, PRODUCTION)
+    production = f.aliases.get((t.adapter.id, PRODUCTION))
     if production is None:
         return Gate("alias", False,
                     f"a canary needs a production version to split traffic with, and "
@@ -77,8 +115,7 @@ def _required_suites(t: Target, evaluations: dict[str, Evaluation]) -> Gate:
                 + "; ".join(problems), _EVALUATE_HINT.format(served=t.served_name))
 
 
-def _adapter_suites(t: Target, evaluations: dict[str, Evaluation]) -> Gate:
-    own = policies.adapter_suites(t.adapter)
+def _adapter_suites(t: Target, own: list[str], evaluations: dict[str, Evaluation]) -> Gate:
     problems = _unpassed(own, evaluations)
     adapter = t.served_name.split("@")[0]
     if not problems:
@@ -125,13 +162,14 @@ def _parity(evaluations: dict[str, Evaluation]) -> Gate:
     return Gate("parity", True, f"parity passed in {', '.join(sorted(measured))}")
 
 
-def _engine(t: Target, evaluations: dict[str, Evaluation]) -> Gate:
+def _engine(f: Facts) -> Gate:
     """The evaluations the other gates count ran on the engine the pool's nodes serve on: a
     verdict from another vLLM version or dtype says little about the answers here."""
+    t, evaluations = f.target, f.evaluations
     if not t.pool.qualified_engines:
         return Gate("engine", True, f"pool {t.pool.name!r} has no qualified engine yet to compare with")
     serves = t.pool.qualified_engines[-1]
-    counted = set(t.pool.required_suites) | set(policies.adapter_suites(t.adapter)) | {
+    counted = set(t.pool.required_suites) | set(f.adapter_suites) | {
         suite for suite, e in evaluations.items() if "parity" in (e.metrics or {})}
     differing = [f"{suite} (evaluation {e.id} ran on {why})" for suite, e in sorted(evaluations.items())
                  if suite in counted and e.state in evaluation_rules.FINISHED
@@ -146,10 +184,11 @@ def _engine(t: Target, evaluations: dict[str, Evaluation]) -> Gate:
                 + f" (`loraplane eval run {t.served_name} --suite SUITE --again`).")
 
 
-def _capacity(session: Session, t: Target) -> Gate:
-    after = {a.version_id for a in signed_set.load(t.pool).aliases.values()
-             if (a.adapter_id, a.alias) != (t.adapter.id, t.alias)} | {t.version.id}
-    capacity, source = _pool_capacity(session, t.pool)
+def _capacity(f: Facts) -> Gate:
+    t = f.target
+    after = {version_id for (adapter_id, alias), version_id in f.aliases.items()
+             if (adapter_id, alias) != (t.adapter.id, t.alias)} | {t.version.id}
+    capacity, source = _pool_capacity(t.pool.max_cpu_loras, f.node_slots)
     if len(after) <= capacity:
         return Gate("capacity", True, f"{len(after)} of {capacity} adapter slots ({source})")
     return Gate("capacity", False,
@@ -160,15 +199,14 @@ def _capacity(session: Session, t: Target) -> Gate:
                 "max_cpu_loras.")
 
 
-def _pool_capacity(session: Session, pool) -> tuple[int, str]:
+def _pool_capacity(max_cpu_loras: int, node_slots: list[int]) -> tuple[int, str]:
     """Adapters the pool keeps resident: each live node's slots (its max_cpu_loras, at most the
     pool's) added up, since the router keeps each adapter on few nodes. With no live node, one
     node's worth."""
-    nodes = live_nodes(session, pool.id)
-    if not nodes:
-        return pool.max_cpu_loras, "max_cpu_loras of one node; no node is live"
-    slots = [node_capacity(pool.max_cpu_loras, n.limits) for n in nodes]
-    return sum(slots), f"max_cpu_loras summed over {len(nodes)} live node{'s' * (len(nodes) > 1)}"
+    if not node_slots:
+        return max_cpu_loras, "max_cpu_loras of one node; no node is live"
+    count = len(node_slots)
+    return sum(node_slots), f"max_cpu_loras summed over {count} live node{'s' * (count > 1)}"
 
 
 def four_eyes(session: Session, promotion: Promotion, approver: Principal) -> Gate:

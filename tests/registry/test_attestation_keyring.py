@@ -14,6 +14,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from registry.attestation_keys import keyring
 from registry.settings import RegistrySettings
 
+pytestmark = pytest.mark.fast
+
 
 def pem(private) -> str:
     return private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,

@@ -12,6 +12,8 @@ from registry.adapters import target_regex
 from registry.adapters.module_scaling import ModuleScaling
 from registry.adapters.peft_config import refuse
 
+pytestmark = pytest.mark.fast
+
 PATHS = [f"model.layers.{layer}.{module}" for layer in (0, 1, 10, 11)
          for module in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "mlp.experts.3.w1",

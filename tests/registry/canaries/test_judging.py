@@ -10,6 +10,8 @@ from registry.promotions.analysis_policy import CanaryAnalysis
 from registry.tables import TrafficWindow
 from registry.traffic_windows.schemas import WINDOW_BUCKETS
 
+pytestmark = pytest.mark.fast
+
 SLOTS = len(WINDOW_BUCKETS) + 1
 
 

@@ -8,6 +8,8 @@ import pytest
 
 from registry.placement.rules import EVERYWHERE, SPREAD, moved, place, with_draining
 
+pytestmark = pytest.mark.fast
+
 
 def zipf_traffic(names: list[str], seed: int = 1, exponent: float = 1.1) -> dict[str, float]:
     weights = [1 / (rank + 1) ** exponent for rank in range(len(names))]

@@ -9,6 +9,8 @@ from registry.sizing import calculator
 from registry.sizing.calculator import PoolFacts
 from registry.sizing.schemas import SizingInputs
 
+pytestmark = pytest.mark.fast
+
 LAYERS = tuple(range(32))
 
 

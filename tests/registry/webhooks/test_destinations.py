@@ -10,6 +10,8 @@ import pytest
 
 from registry.webhooks import destinations
 
+pytestmark = pytest.mark.fast
+
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
 
 

@@ -21,6 +21,8 @@ from tests.serving.agent.node_disk import SMALL
 from tests.serving.agent.passes import Node, accepted_by_the_registry
 from tests.serving.agent.stand_ins import entry
 
+pytestmark = pytest.mark.fast
+
 WEIGHTS = "adapter_model.safetensors"
 OTHER_WEIGHTS = b"t" * len(SMALL[WEIGHTS])  # another adapter's weights: the same shape and size
 

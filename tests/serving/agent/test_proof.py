@@ -16,6 +16,8 @@ from tests.serving.agent.passes import Node, accepted_by_the_registry
 from tests.serving.agent.signing import REGISTRY_KEY, Key, attest, bundle
 from tests.serving.agent.stand_ins import POOL, entry
 
+pytestmark = pytest.mark.fast
+
 FOREIGN = Key()
 RETIRED = Key()
 REFUSED = "refused, not proven: "
