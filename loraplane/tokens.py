@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from registry.auth.principal import Role
+from registry.db import plain_transaction
 from registry.unit_of_work import transaction
 from registry.errors import Unprocessable
 from registry.tokens import issuing as tokens
@@ -29,18 +30,12 @@ def create_token(*, subject: str, role: str, tenant: str | None, pool: str | Non
 
 def list_tokens(*, tenant: str | None, include_revoked: bool) -> list[dict]:
     """Every token (or a tenant's), as the API's global admin sees them: secrets are never shown."""
-    from sqlalchemy import select
-
-    from registry.tables import ApiToken, Tenant
+    from registry.auth import repository
     from registry.tokens.service import to_out
 
-    query = select(ApiToken).order_by(ApiToken.id)
-    if tenant is not None:
-        query = query.join(Tenant, Tenant.id == ApiToken.tenant_id).where(Tenant.name == tenant)
-    if not include_revoked:
-        query = query.where(ApiToken.revoked_at.is_(None))
-    with transaction() as session:
-        return [to_out(session, row).model_dump(mode="json") for row in session.scalars(query)]
+    with plain_transaction() as session:
+        rows = repository.all_tokens(session, tenant=tenant, include_revoked=include_revoked)
+        return [to_out(session, row).model_dump(mode="json") for row in rows]
 
 
 def revoke_token(token_id: int, *, with_issued: bool = False) -> None:

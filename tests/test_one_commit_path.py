@@ -1,4 +1,5 @@
 """A transaction's commit runs in one visible place: `UnitOfWork.commit` (registry/unit_of_work.py).
+A rollback goes through the unit too, which forgets what it recorded.
 
 No code hooks itself into SQLAlchemy's session events, where the work at commit would run in an
 order nobody wrote down, and nothing but a unit of work commits. Engine events (SQLite's pragmas
@@ -18,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 PRODUCT = ("registry", "web", "workers", "serving", "loraplane", "devkit", "signed_digests",
            "loraplane_client", "migrations")
 ENGINE_EVENTS = "registry/db.py"
-# The unit of work commits; the other two only call a unit's commit() (work_scope.Work).
+# The unit of work commits and rolls back; the other two only call a unit's (work_scope.Work).
 COMMITTERS = {"registry/unit_of_work.py", "registry/work_scope.py", "registry/request_session.py"}
 
 
@@ -41,9 +42,11 @@ def event_hooks(relative: str, tree: ast.Module) -> list[str]:
 
 
 def commits(relative: str, tree: ast.Module) -> list[str]:
+    """`file:line` of each `.commit()` or `.rollback()`: a rollback that skips the unit of work
+    would leave its record of the undone work to be sealed by the next commit."""
     return [f"{relative}:{node.lineno}" for node in ast.walk(tree)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "commit" and not node.args]
+            and node.func.attr in ("commit", "rollback") and not node.args]
 
 
 def test_no_session_event_listeners_and_engine_events_only_in_db():
@@ -66,6 +69,7 @@ def test_only_the_unit_of_work_commits():
     ("from sqlalchemy import event\n@event.listens_for(Session, 'before_commit')\ndef f(s): pass\n", 1),
     ("event.listen(Session, 'after_commit', f)\n", 1),
     ("session.commit()\n", 0),
+    ("session.rollback()\n", 0),
 ])
 def test_the_scan_sees_what_it_forbids(source, expected):
     assert len(event_hooks("x.py", ast.parse(source))) == expected

@@ -16,7 +16,7 @@ import pytest
 pytestmark = pytest.mark.fast
 
 REPO = Path(__file__).resolve().parents[1]
-SCANNED = ("registry", "web", "workers")
+SCANNED = ("registry", "web", "workers", "loraplane")
 
 # What builds a statement or an SQL expression. Types (Session, Select, Engine), exceptions and
 # the schema's column types are not statements and may be imported anywhere.

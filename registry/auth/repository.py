@@ -44,6 +44,16 @@ def page_of_tokens(session: Session, *, tenant: str | None, identity_id: int | N
                    include_revoked: bool, limit: int,
                    cursor: str | None) -> tuple[list[ApiToken], str | None]:
     """Tokens of one tenant, or of one identity, or all of them when both are None."""
+    return fetch_page(session, _tokens(tenant, identity_id, include_revoked), ApiToken.id,
+                      limit=limit, cursor=cursor)
+
+
+def all_tokens(session: Session, *, tenant: str | None, include_revoked: bool) -> list[ApiToken]:
+    """Every token (or a tenant's) in id order, for an operator on the registry host."""
+    return list(session.scalars(_tokens(tenant, None, include_revoked).order_by(ApiToken.id)))
+
+
+def _tokens(tenant: str | None, identity_id: int | None, include_revoked: bool):
     query = select(ApiToken)
     if tenant is not None:
         query = query.join(Tenant, Tenant.id == ApiToken.tenant_id).where(Tenant.name == tenant)
@@ -51,7 +61,7 @@ def page_of_tokens(session: Session, *, tenant: str | None, identity_id: int | N
         query = query.where(ApiToken.identity_id == identity_id)
     if not include_revoked:
         query = query.where(ApiToken.revoked_at.is_(None))
-    return fetch_page(session, query, ApiToken.id, limit=limit, cursor=cursor)
+    return query
 
 
 def issuers_of(session: Session, identity_ids: set[int]) -> set[int]:

@@ -82,6 +82,16 @@ def approve(session: Session, principal: Principal, promotion_id: int, comment: 
     return to_out(session, promotion, principal)
 
 
+def may_decide(principal: Principal, tenant: str) -> bool:
+    """Whether `principal` may approve or reject a promotion of `tenant`'s (approving also needs
+    four-eyes: `to_out`'s `can_approve` says whether it passes)."""
+    try:
+        principal.require(DECIDERS, tenant)
+    except Forbidden:
+        return False
+    return True
+
+
 def reject(session: Session, principal: Principal, promotion_id: int, comment: str) -> PromotionOut:
     promotion = _visible(session, principal, promotion_id)
     principal.require(DECIDERS, _tenant_of(session, promotion))

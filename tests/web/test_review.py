@@ -110,6 +110,26 @@ def test_a_form_posted_without_its_csrf_token_is_refused_and_so_is_a_bad_decisio
                                                     "decision_comment": None}
 
 
+def test_an_approval_refused_after_its_change_began_leaves_the_pool_and_the_audit_log_as_they_were(
+        awaiting, registry, tokens, admin):
+    """The refusal comes after the approval took the pool's lock and began its change (the digest
+    the page showed is not the version's): the page answers it, and the request commits nothing
+    of the change: no generation, no audit event."""
+    promotion_id = awaiting["promotion"]["id"]
+    pool = awaiting["promotion"]["pool"]
+    generation = admin.get(f"/v1/pools/{pool}/active-set").json()["generation"]
+    events = admin.get("/v1/audit/verify").json()["events"]
+    client, csrf = web_session(registry.url, tokens["acme_reviewer"])
+    refused = client.post(DECIDE.format(promotion_id), data={
+        "decision": "approve", "comment": "fine", "csrf_token": csrf, "digest": "0" * 64})
+    assert refused.status_code == 409, refused.text[:300]
+    assert "cannot be signed: the reviewer saw" in refused.text
+    assert promotion_state(admin, promotion_id) == {"state": "awaiting_approval", "decided_by": None,
+                                                    "decision_comment": None}
+    assert admin.get(f"/v1/pools/{pool}/active-set").json()["generation"] == generation
+    assert admin.get("/v1/audit/verify").json()["events"] == events
+
+
 def test_a_reviewer_approves_with_the_evidence_in_view_and_the_pool_changes(
         awaiting, open_as, admin, task_kit, screenshots):
     promotion_id = awaiting["promotion"]["id"]

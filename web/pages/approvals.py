@@ -13,7 +13,7 @@ from registry.errors import LoraplaneError, Unprocessable
 from registry.promotions import service as promotions
 from registry.promotions.rules import AWAITING
 from registry.promotions.schemas import Decision
-from registry.request_session import RequestSession
+from registry.request_session import RequestSession, discard
 from web.pages.versions import version_view
 from web.rendering import PageRoute, page, see_other
 from web.session import Visit, check_csrf, viewer
@@ -60,7 +60,7 @@ def _promotion_page(request: Request, session: Session, visit: Visit, promotion_
     version = version_view(session, visit.principal, promotion.tenant, promotion.adapter,
                            promotion.version)
     who = visit.principal
-    may_reject = who.is_global_admin or (who.role in promotions.DECIDERS and who.tenant == promotion.tenant)
+    may_reject = promotions.may_decide(who, promotion.tenant)
     canary = canaries.status_of(session, who, promotion_id) if promotion.analysis else None
     return page(request, visit, "promotion.html", status=status, promotion=promotion,
                 may_reject=may_reject, error=error, comment=comment, canary=canary, **version)
@@ -77,7 +77,7 @@ def steer_canary(request: Request, promotion_id: int = PromotionId, action: str 
             raise Unprocessable(f"unknown action {action[:16]!r}", hint="Use Pause or Resume.")
         (canaries.pause if action == "pause" else canaries.resume)(session, visit.principal, promotion_id)
     except LoraplaneError as error:
-        session.rollback()
+        discard(request)
         return _promotion_page(request, session, visit, promotion_id, status=error.status, error=error)
     return see_other(f"/ui/promotions/{promotion_id}?canary={action}")
 
@@ -103,7 +103,7 @@ def decide(request: Request, promotion_id: int = PromotionId, decision: str = Fo
     except LoraplaneError as error:
         # The page shows the refusal, so nothing raises past this route to roll the decision
         # back: undo it here, then read the promotion as it stands.
-        session.rollback()
+        discard(request)
         return _promotion_page(request, session, visit, promotion_id, status=error.status,
                                error=error, comment=comment)
     return see_other(f"/ui/promotions/{promotion_id}?decided={decision}")

@@ -7,7 +7,7 @@ from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
 from registry.errors import LoraplaneError
-from registry.request_session import RequestSession
+from registry.request_session import RequestSession, discard
 from web.rendering import PageRoute, page, see_other
 from web.session import (Visit, check_csrf, end_session, remember_nonce, sign_in, start_session,
                          visitor, with_nonce)
@@ -46,7 +46,7 @@ def sign_in_submit(request: Request, token: str = Form("", max_length=512),
     try:
         principal = sign_in(session, token)
     except LoraplaneError as error:
-        session.rollback()  # the form answers the refusal: nothing of the attempt stays
+        discard(request)  # the form answers the refusal: nothing of the attempt stays
         return _form(request, with_nonce(visit), next, status=error.status, error=error)
     response = see_other(safe_next(next))
     start_session(session, request, response, principal)
