@@ -30,7 +30,7 @@ class FaultProxy:
         self._thread = threading.Thread(target=self._run, name="fault-proxy", daemon=True)
         self.url = ""
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         self._thread.start()
         self._ready.wait(timeout=30)
         return self

@@ -208,7 +208,7 @@ def _copy(task: str, items: tuple[str, ...]) -> str:
 
 def _copy_rows(task: str, rows: list[dict[str, str]]) -> list[dict[str, str]]:
     items = [tuple(row["prompt"].split(": ", 1)[1].removesuffix(" =>").split()) for row in rows]
-    return [{"prompt": row["prompt"], "reference": _copy(task, it)} for row, it in zip(rows, items)]
+    return [{"prompt": row["prompt"], "reference": _copy(task, it)} for row, it in zip(rows, items, strict=True)]
 
 
 def _make_suites(seed: int) -> tuple[dict[str, list[dict[str, str]]],
@@ -350,7 +350,7 @@ def _collate(tokenizer, pairs: list[tuple[str, str]], cache: dict[str, list[int]
     ids = torch.full((len(pairs), width), tokenizer.pad_token_id)
     mask = torch.zeros((len(pairs), width), dtype=torch.long)
     target = torch.full((len(pairs), width), -100)
-    for i, (seq, lab) in enumerate(zip(sequences, labels)):
+    for i, (seq, lab) in enumerate(zip(sequences, labels, strict=True)):
         ids[i, : len(seq)] = torch.tensor(seq)
         mask[i, : len(seq)] = 1
         target[i, : len(lab)] = torch.tensor(lab)
@@ -396,7 +396,7 @@ def _train_loop(model, batches, validation_batch, training: _Training) -> dict:
 
     model.train()
     recent: list[float] = []
-    for cycle in range(1, training.max_cycles + 1):
+    for cycle in range(1, training.max_cycles + 1):  # noqa: B007 (read after the loop: cycles run)
         for step in range(training.cycle_steps):
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step)
@@ -527,7 +527,7 @@ def _exact_match(model, tokenizer, rows: list[dict[str, str]]) -> float:
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                  max_new_tokens=max_new, do_sample=False,
                                  eos_token_id=eos, pad_token_id=tokenizer.pad_token_id)
-            for generated, (_, reference) in zip(out[:, length:].tolist(), group):
+            for generated, (_, reference) in zip(out[:, length:].tolist(), group, strict=True):
                 if eos in generated:
                     generated = generated[: generated.index(eos)]
                 text = tokenizer.decode(generated, skip_special_tokens=True)

@@ -208,7 +208,7 @@ def _train_tokenizer(spec: TinyLlamaSpec, seed: int, corpus: Sequence[str] | Non
     )
 
 
-_COMMON_WORDS = (
+_COMMON_WORDS = (  # noqa: SIM905 (a hundred words read better as prose than as a list)
     "the of and to in is it that for on with as was he she they we you this be at by "
     "not are from or have an had but what all were when there can said which do their "
     "if will up other about out many then them these so some her would make like him "

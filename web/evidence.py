@@ -22,7 +22,7 @@ class Evidence:
     serving_chart: Markup
     examples: list[ExampleOut]
     differing: int  # examples where the adapter's output differs from the base's
-    comparison: "Comparison | None" = None
+    comparison: Comparison | None = None
 
 
 @dataclass(frozen=True)

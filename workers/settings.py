@@ -38,7 +38,7 @@ class WorkerSettings(RegistrySettings):
     retry_backoff_max_s: float = Field(default=120, gt=0, le=24 * 3600)
 
     @model_validator(mode="after")
-    def _check_engine(self) -> "WorkerSettings":
+    def _check_engine(self) -> WorkerSettings:
         if not self.engine_base_model:
             raise ValueError("LORAPLANE_ENGINE_BASE_MODEL must name the base model the engine serves")
         if self.artifact_cache_dir is None:

@@ -1,4 +1,4 @@
-"""A regex from adapter_config.json (`target_modules`, or a `rank_pattern` / `alpha_pattern` key):
+r"""A regex from adapter_config.json (`target_modules`, or a `rank_pattern` / `alpha_pattern` key):
 checked for cost before it is compiled, and matched under a time budget.
 
 PEFT matches a string `target_modules` with `re.fullmatch` against each module path, and a pattern
@@ -39,7 +39,7 @@ Refuse = Callable[..., Unprocessable]
 
 
 def check(pattern: str, refuse: Refuse, what: str = "target_modules", *, key: bool = False) -> None:
-    """Refuse a pattern PEFT could not use, or one that would cost too much to compile or to
+    r"""Refuse a pattern PEFT could not use, or one that would cost too much to compile or to
     match with `re`. `what` names it in the messages; `key`: a rank_pattern / alpha_pattern key,
     which peft compiles as `(.*\.)?(key)$` (peft_form) and ModuleScaling joins with the others."""
     if len(pattern) > MAX_CHARS:

@@ -27,7 +27,7 @@ class ChallengerPolicy(BaseModel):
         "Metrics on which the challenger must be strictly better than the incumbent."))
 
     @model_validator(mode="after")
-    def _check_margins(self) -> "ChallengerPolicy":
+    def _check_margins(self) -> ChallengerPolicy:
         for metric, margin in self.margins.items():
             top = 1.0 if metric in FRACTIONS else 100.0
             if not 0 <= margin <= top:
@@ -49,7 +49,7 @@ class EvaluationPolicy(BaseModel):
     challenger: ChallengerPolicy = Field(default_factory=ChallengerPolicy)
 
     @model_validator(mode="after")
-    def _check_suites(self) -> "EvaluationPolicy":
+    def _check_suites(self) -> EvaluationPolicy:
         if any(not 1 <= len(name) <= 129 for name in self.required_suites):
             raise ValueError("a suite name is 1 to 129 characters")
         if len(set(self.required_suites)) != len(self.required_suites):

@@ -2,7 +2,8 @@
 
 A node may get a served name only when its agent reports it loaded with the right digest and the
 node's engine itself, asked at the address an admin bound to the node, lists it loaded from a
-folder named by that digest (engines.py); and preferably when the registry's placement gives it that name (a node draining it is a fallback); a node
+folder named by that digest (engines.py); and preferably when the registry's placement gives it
+that name (a node draining it is a fallback); a node
 whose report is stale only when no fresh one has it, and a node that just failed only when no
 other has it, for a short cooldown. Among those, the router prefers nodes where the adapter is
 resident in vLLM's CPU cache (its own estimate: the last `max_cpu_loras` names it sent there),
@@ -109,7 +110,7 @@ class Fleet:
         if not due:
             return
         answers = await asyncio.gather(*(check.holdings(node.url) for node in due))
-        for node, holdings in zip(due, answers):
+        for node, holdings in zip(due, answers, strict=True):
             self.judge(node, holdings)
         self._updated.set()
         self._updated = asyncio.Event()

@@ -172,7 +172,8 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
     for evaluation_id, (_, suite_id) in loaded.items():
         spec = specs[suite_id]
         if evaluation_id in halves:
-            spec = {metric: limit for metric, limit in spec.items() if metric in QUALITY_METRICS}  # what a comparison reads
+            # what a comparison reads
+            spec = {metric: limit for metric, limit in spec.items() if metric in QUALITY_METRICS}
         outcome = _judge(batch, evaluation_id, works[suite_id], spec, checks.get(evaluation_id),
                          serving.get(evaluation_id), info, settings)
         # The bytes it loaded: fetch() verified every file and that the manifest makes the digest.
@@ -232,7 +233,7 @@ def _parity_all(batch: BatchRun, works: dict[int, SuiteWork], specs: dict[int, d
         started = time.perf_counter()
         reference = reference or parity.Reference(settings.engine_model_dir or Path(info.model_dir))
         checks[evaluation_id] = reference.compare(references[evaluation_id], [
-            (t.prompt_ids, g.token_ids, g.logprobs) for t, g in zip(work.tokenized, side.generations)])
+            (t.prompt_ids, g.token_ids, g.logprobs) for t, g in zip(work.tokenized, side.generations, strict=False)])
         batch.timings[f"parity_s.{evaluation_id}"] = time.perf_counter() - started
     return checks
 
@@ -266,7 +267,7 @@ def _judge(batch: BatchRun, evaluation_id: int, work: SuiteWork, spec: dict,
         "parity_max_logprob_diff": checks[i].max_logprob_diff if checks else None,
         "parity_tokens_match": checks[i].tokens_match if checks else None,
     } for i, (prompt, reference, g, b) in enumerate(
-        zip(work.prompts, work.references, side.generations, base.generations))]
+        zip(work.prompts, work.references, side.generations, base.generations, strict=False))]
     reason = f"failed: {', '.join(failing)}" if failing else None
     return claims.Outcome(passed=not failing, reason=reason, failing_metrics=failing, metrics=metrics,
                           engine=_engine_record(info, settings), timings=timings, examples=examples)
@@ -298,7 +299,7 @@ class _LeaseKeeper:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
 
-    def __enter__(self) -> "_LeaseKeeper":
+    def __enter__(self) -> _LeaseKeeper:
         self._thread.start()
         return self
 

@@ -16,11 +16,11 @@ def _text(output: str) -> str:
 
 
 def exact_matches(side: SideRun, work: SuiteWork) -> list[bool]:
-    return [_text(g.text) == _text(ref) for g, ref in zip(side.generations, work.references)]
+    return [_text(g.text) == _text(ref) for g, ref in zip(side.generations, work.references, strict=False)]
 
 
 def contains(side: SideRun, work: SuiteWork) -> list[bool]:
-    return [_text(ref) in g.text for g, ref in zip(side.generations, work.references)]
+    return [_text(ref) in g.text for g, ref in zip(side.generations, work.references, strict=False)]
 
 
 def _rate(flags: list[bool]) -> float:
