@@ -13,9 +13,9 @@ from registry.errors import NotFound
 T = TypeVar("T")
 
 
-def existing(session: Session, table: type[T], key: Any) -> T:
-    """session.get(table, key), or NotFound when there is no such row."""
-    row = session.get(table, key)
+def existing(session: Session, table: type[T], key: Any, **get_options: Any) -> T:
+    """session.get(table, key, ...), or NotFound when there is no such row."""
+    row = session.get(table, key, **get_options)
     if row is None:
         raise NotFound(f"{table.__name__} {key} does not exist", code="row_missing",
                        hint="A row this one refers to is gone; it may have been deleted meanwhile.")
