@@ -54,7 +54,7 @@ class _Patterns:
         self.matcher = (target_regex.Matcher(joined, refuse, what=f"a key of {what}", ends=ends)
                         if patterns else None)
 
-    def value(self, path: str, default: object) -> object:
+    def value(self, path: str, default: float) -> float:
         found = self.matcher.fullmatch(path) if self.matcher else None
         if found is None:
             return default

@@ -16,8 +16,9 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from re import _constants as sre  # the parser's opcodes; no public name exists for them
-from re import _parser as sre_parse  # re's own parser: the grammar PEFT's re.fullmatch uses
+# re is a package at runtime; its stub is one module, without these private parts.
+from re import _constants as sre  # type: ignore[attr-defined]  # the parser's opcodes; no public name
+from re import _parser as sre_parse  # type: ignore[attr-defined]  # the grammar PEFT's re.fullmatch uses
 
 import regex
 
