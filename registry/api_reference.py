@@ -59,7 +59,8 @@ def _operation(path: str, method: str, operation: dict) -> list[str]:
 
 
 def _response_type(response: dict) -> str:
-    return _type(next(iter(response.get("content", {}).values()), {}).get("schema", {}))
+    content: dict = next(iter(response.get("content", {}).values()), {})  # the first media type's
+    return _type(content.get("schema", {}))
 
 
 def _schema(name: str, schema: dict) -> list[str]:
