@@ -45,6 +45,13 @@ class WorkerSettings(RegistrySettings):
             self.artifact_cache_dir = self.data_dir / "eval-cache"
         return self
 
+    @property
+    def artifact_cache(self) -> Path:
+        """artifact_cache_dir, which validation fills in when it is left empty."""
+        if self.artifact_cache_dir is None:
+            raise ValueError("artifact_cache_dir is unset: these settings were not validated")
+        return self.artifact_cache_dir
+
     def backoff_s(self, attempt: int) -> float:
         return min(self.retry_backoff_max_s, self.retry_backoff_s * 2 ** max(0, attempt - 1))
 
