@@ -138,7 +138,7 @@ class Fleet:
                         "digest (%s): none of them is sent there", node.node_id, len(unconfirmed),
                         ", ".join(sorted(unconfirmed)[:5]))
 
-    def choose(self, served_name: str, exclude: set[str] = frozenset()) -> Node | None:
+    def choose(self, served_name: str, exclude: frozenset[str] | set[str] = frozenset()) -> Node | None:
         now = time.monotonic()
         holders = [n for n in self.nodes.values() if served_name in n.confirmed and n.node_id not in exclude]
         up = [n for n in holders if now >= n.down_until]
