@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -114,7 +114,9 @@ def serve(
         _call(lambda: runner.upgrade(settings.database_url))
         _seal_active_sets(None, "loraplane serve (schema brought up to date)")
     uvicorn.run("loraplane.server:create_app", factory=True, host=host, port=port, workers=workers,
-                proxy_headers=True, access_log=access_log, timeout_graceful_shutdown=shutdown_grace_s)
+                proxy_headers=True, access_log=access_log,
+                # uvicorn waits with asyncio's float timeout; its annotation says int.
+                timeout_graceful_shutdown=shutdown_grace_s)  # type: ignore[arg-type]
 
 
 @app.command()
@@ -172,7 +174,7 @@ def agent(
     from serving.agent.main import run
     from serving.agent.settings import AgentSettings
 
-    overrides = {"pool": pool, "vllm_url": vllm_url, "registry_url": registry}
+    overrides: dict[str, Any] = {"pool": pool, "vllm_url": vllm_url, "registry_url": registry}
     for name, value in (("node_id", node_id), ("trust_bundle", trust_bundle), ("engine_dtype", engine_dtype)):
         if value:
             overrides[name] = value

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import typer
@@ -61,7 +61,7 @@ def verify(
         raise typer.Exit(1)
 
 
-def _usage(message: str, hint: str = "") -> None:
+def _usage(message: str, hint: str = "") -> NoReturn:
     err_console.print(f"[red]error:[/red] {escape(message)}")
     if hint:
         err_console.print(f"[yellow]hint:[/yellow] {escape(hint)}")
