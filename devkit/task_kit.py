@@ -215,7 +215,9 @@ def _make_suites(seed: int) -> tuple[dict[str, list[dict[str, str]]],
                                      dict[str, list[tuple[str, ...]]], set[str]]:
     """Per task, the suite rows and the validation items, and all their prompts,
     which training never draws."""
-    suites, validation, held_out = {}, {}, set()
+    suites: dict[str, list[dict[str, str]]] = {}
+    validation: dict[str, list[tuple[str, ...]]] = {}
+    held_out: set[str] = set()
     for task in TASKS:
         rng = random.Random(f"suite/{seed}/{task}")
         drawn: list[tuple[str, ...]] = []
@@ -421,7 +423,8 @@ def _train_base(base_dir: Path, tokenizer, seed: int, validation: dict, held_out
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(_llama_config(_SPEC, tokenizer)).to(torch.float32)
+    # transformers' wrapped .to() is typed as if unbound: mypy wants the model as its argument.
+    model = LlamaForCausalLM(_llama_config(_SPEC, tokenizer)).to(torch.float32)  # type: ignore[arg-type]
     pairs = _pairs(TASKS, _copy, random.Random(f"base/{seed}"), held_out)
     check = _collate(tokenizer, [(_prompt(task, items), _copy(task, items))
                                  for task in TASKS for items in validation[task]], {})
@@ -463,7 +466,7 @@ def _train_adapter(base_dir: Path, out_dir: Path, tokenizer, recipe: _AdapterRec
                                  for items in validation[recipe.task]], {})
     result = _train_loop(model, batches, check, _ADAPTER_TRAINING)
     out_dir.parent.mkdir(exist_ok=True)
-    model.save_pretrained(out_dir, safe_serialization=True)
+    model.save_pretrained(str(out_dir), safe_serialization=True)
     _finish_adapter_config(out_dir, base_model_name)
     # PEFT's model card names the base by the temp build path, gone after the rename.
     (out_dir / "README.md").unlink(missing_ok=True)
