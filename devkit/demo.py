@@ -72,12 +72,12 @@ def run_demo(data_dir: Path) -> dict:
         evaluations = _evaluate(uploader, setup, versions)
         _show_evaluations(uploader, evaluations, outcome)
         console.rule("3. promote: the uploader asks, the reviewer approves")
-        for story, version in zip(STORIES, versions):
+        for story, version in zip(STORIES, versions, strict=True):
             _promote(uploader, reviewer, setup, story, version, outcome)
     console.rule("4. query through the router with the openai client (demo-app)")
-    _query(setup, [(s, v) for s, v in zip(STORIES, versions) if s.good], suites, outcome)
+    _query(setup, [(s, v) for s, v in zip(STORIES, versions, strict=True) if s.good], suites, outcome)
     console.rule("5. the broken version never answers")
-    for story, version in zip(STORIES, versions):
+    for story, version in zip(STORIES, versions, strict=True):
         if not story.good:
             _show_blocked(setup, version, outcome)
     uploader = connect(ClientSettings(url=setup.registry_url, token=setup.tokens["uploader"]))

@@ -56,7 +56,8 @@ def command(spec: EngineSpec) -> list[str]:
 def shared_modelinfo_dir() -> Path:
     """Where vLLM itself keeps what it learned of each model class: VLLM_CACHE_ROOT, else
     $XDG_CACHE_HOME/vllm, else ~/.cache/vllm."""
-    root = os.environ.get("VLLM_CACHE_ROOT") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm"
+    root = (os.environ.get("VLLM_CACHE_ROOT")
+            or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm")
     return Path(root) / "modelinfos"
 
 

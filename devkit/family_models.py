@@ -9,12 +9,13 @@ model's output.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 # head_dim 32: vLLM's CPU attention takes no narrower head.
 SIZES = {"hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
          "num_hidden_layers": 2, "vocab_size": 256, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 # family -> (model_type, architecture, what its config says beyond SIZES)
-FAMILIES = {
+FAMILIES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "llama": ("llama", "LlamaForCausalLM", {"tie_word_embeddings": True}),
     "mistral": ("mistral", "MistralForCausalLM", {}),
     "qwen2": ("qwen2", "Qwen2ForCausalLM", {}),
@@ -59,7 +60,7 @@ def build_base(family: str, folder: Path, *, seed: int = 0, tokenizer: Path | No
     return folder
 
 
-def build_adapter(base: Path, folder: Path, *, seed: int = 0, **lora: object) -> Path:
+def build_adapter(base: Path, folder: Path, *, seed: int = 0, **lora: Any) -> Path:
     """A peft adapter of `base`, saved by peft's save_pretrained; `lora` is LoraConfig's."""
     import torch
     from peft import LoraConfig, get_peft_model
@@ -70,5 +71,5 @@ def build_adapter(base: Path, folder: Path, *, seed: int = 0, **lora: object) ->
     # init_lora_weights=False: random A and B everywhere (embeddings too), so the adapter
     # changes the output; peft's default starts one of them at zero.
     config = LoraConfig(**{"r": 4, "lora_alpha": 8, "init_lora_weights": False, **lora})
-    get_peft_model(model, config).save_pretrained(folder, save_embedding_layers=False)
+    get_peft_model(model, config).save_pretrained(str(folder), save_embedding_layers=False)
     return folder

@@ -147,7 +147,7 @@ class Engine:
                 return "crashed", self.cause_of_death()
             return "refused", f"{type(failed).__name__}: {failed}"[:500]
         parity = self.reference.compare(reference or adapter_dir,
-                                        [(p, ids, lps) for p, (ids, lps) in zip(self.prompts, served)],
+                                        [(p, ids, lps) for p, (ids, lps) in zip(self.prompts, served, strict=True)],
                                         merge=False)  # peft's own forward: what the adapter means
         worst = max(check.max_logprob_diff for check in parity)
         if not all(check.tokens_match for check in parity) or worst > TOLERANCE:

@@ -30,7 +30,7 @@ class FaultProxy:
         self._thread = threading.Thread(target=self._run, name="fault-proxy", daemon=True)
         self.url = ""
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         self._thread.start()
         self._ready.wait(timeout=30)
         return self
@@ -51,7 +51,7 @@ class FaultProxy:
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        self.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
         async with ClientSession(timeout=ClientTimeout(total=600)) as self._http:
             self._ready.set()
             await self._stop.wait()

@@ -44,19 +44,23 @@ def finish_evaluation(engine: Engine, evaluation_id: int, *, passed: bool = True
                                "threshold": {"min": 0.5}, "passed": passed},
                "parity": {"value": 0.0 if parity else 0.5, "threshold": {"max_logprob_diff": 0.01},
                           "passed": parity, "detail": "" if parity else "max logprob diff 0.5"}}
-    failing = list(failing) or ([] if passed and parity else
-                                [m for m, ok in (("exact_match", passed), ("parity", parity)) if not ok])
+    failing_metrics = list(failing) or ([] if passed and parity else
+                                        [m for m, ok in (("exact_match", passed), ("parity", parity)) if not ok])
     with unit_of_work(engine) as session:
         claim = claims.claim_batch(session, evaluation_id, max_versions=1, lease_s=60)
         assert claim.kind == "claimed", claim
+        token = claim.token
+        if token is None:  # a claim comes with its token
+            raise RuntimeError(f"the claim of evaluation {evaluation_id} holds no token")
         others = [e.id for e in claim.evaluations if e.id != evaluation_id]
         if others:
-            claims.release(session, claim.token, others, reason="not this test's evaluation")
+            claims.release(session, token, others, reason="not this test's evaluation")
         (claimed,) = [e for e in claim.evaluations if e.id == evaluation_id]
-        outcome = claims.Outcome(passed=not failing, reason=None if not failing else "thresholds",
-                                 failing_metrics=failing, metrics=metrics, engine=engine_record, timings=None,
+        outcome = claims.Outcome(passed=not failing_metrics,
+                                 reason=None if not failing_metrics else "thresholds",
+                                 failing_metrics=failing_metrics, metrics=metrics, engine=engine_record, timings=None,
                                  examples=[], digest=claimed.digest)
-        assert claims.record(session, claim.token, evaluation_id, outcome,
+        assert claims.record(session, token, evaluation_id, outcome,
                              after_outcome=requalification.after_evaluation)
 
 

@@ -241,7 +241,8 @@ def kit_engine(kit, served_name: str, **settings):
     otherwise, it is configured like a node of a kit pool: two adapters in a batch, eight kept
     resident, ranks up to 16."""
     limits = {"max_loras": 2, "max_cpu_loras": 8, "max_lora_rank": 16}
-    return engine.EngineSpec(model_dir=kit.base_dir, served_name=served_name, port=free_port(), **{**limits, **settings})
+    return engine.EngineSpec(model_dir=kit.base_dir, served_name=served_name, port=free_port(),
+                             **{**limits, **settings})
 
 
 def stop_group(service: Service, sig: int = 15) -> None:

@@ -208,14 +208,16 @@ def _copy(task: str, items: tuple[str, ...]) -> str:
 
 def _copy_rows(task: str, rows: list[dict[str, str]]) -> list[dict[str, str]]:
     items = [tuple(row["prompt"].split(": ", 1)[1].removesuffix(" =>").split()) for row in rows]
-    return [{"prompt": row["prompt"], "reference": _copy(task, it)} for row, it in zip(rows, items)]
+    return [{"prompt": row["prompt"], "reference": _copy(task, it)} for row, it in zip(rows, items, strict=True)]
 
 
 def _make_suites(seed: int) -> tuple[dict[str, list[dict[str, str]]],
                                      dict[str, list[tuple[str, ...]]], set[str]]:
     """Per task, the suite rows and the validation items, and all their prompts,
     which training never draws."""
-    suites, validation, held_out = {}, {}, set()
+    suites: dict[str, list[dict[str, str]]] = {}
+    validation: dict[str, list[tuple[str, ...]]] = {}
+    held_out: set[str] = set()
     for task in TASKS:
         rng = random.Random(f"suite/{seed}/{task}")
         drawn: list[tuple[str, ...]] = []
@@ -350,7 +352,7 @@ def _collate(tokenizer, pairs: list[tuple[str, str]], cache: dict[str, list[int]
     ids = torch.full((len(pairs), width), tokenizer.pad_token_id)
     mask = torch.zeros((len(pairs), width), dtype=torch.long)
     target = torch.full((len(pairs), width), -100)
-    for i, (seq, lab) in enumerate(zip(sequences, labels)):
+    for i, (seq, lab) in enumerate(zip(sequences, labels, strict=True)):
         ids[i, : len(seq)] = torch.tensor(seq)
         mask[i, : len(seq)] = 1
         target[i, : len(lab)] = torch.tensor(lab)
@@ -396,7 +398,7 @@ def _train_loop(model, batches, validation_batch, training: _Training) -> dict:
 
     model.train()
     recent: list[float] = []
-    for cycle in range(1, training.max_cycles + 1):
+    for cycle in range(1, training.max_cycles + 1):  # noqa: B007 (read after the loop: cycles run)
         for step in range(training.cycle_steps):
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step)
@@ -421,7 +423,8 @@ def _train_base(base_dir: Path, tokenizer, seed: int, validation: dict, held_out
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(_llama_config(_SPEC, tokenizer)).to(torch.float32)
+    # transformers' wrapped .to() is typed as if unbound: mypy wants the model as its argument.
+    model = LlamaForCausalLM(_llama_config(_SPEC, tokenizer)).to(torch.float32)  # type: ignore[arg-type]
     pairs = _pairs(TASKS, _copy, random.Random(f"base/{seed}"), held_out)
     check = _collate(tokenizer, [(_prompt(task, items), _copy(task, items))
                                  for task in TASKS for items in validation[task]], {})
@@ -463,7 +466,7 @@ def _train_adapter(base_dir: Path, out_dir: Path, tokenizer, recipe: _AdapterRec
                                  for items in validation[recipe.task]], {})
     result = _train_loop(model, batches, check, _ADAPTER_TRAINING)
     out_dir.parent.mkdir(exist_ok=True)
-    model.save_pretrained(out_dir, safe_serialization=True)
+    model.save_pretrained(str(out_dir), safe_serialization=True)
     _finish_adapter_config(out_dir, base_model_name)
     # PEFT's model card names the base by the temp build path, gone after the rename.
     (out_dir / "README.md").unlink(missing_ok=True)
@@ -527,7 +530,7 @@ def _exact_match(model, tokenizer, rows: list[dict[str, str]]) -> float:
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                  max_new_tokens=max_new, do_sample=False,
                                  eos_token_id=eos, pad_token_id=tokenizer.pad_token_id)
-            for generated, (_, reference) in zip(out[:, length:].tolist(), group):
+            for generated, (_, reference) in zip(out[:, length:].tolist(), group, strict=True):
                 if eos in generated:
                     generated = generated[: generated.index(eos)]
                 text = tokenizer.decode(generated, skip_special_tokens=True)

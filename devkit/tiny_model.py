@@ -126,7 +126,7 @@ def build_adapter(
     tmp = _make_temp_dir(out_dir)
     old = tmp.with_name(tmp.name + "-old")
     try:
-        peft_model.save_pretrained(tmp, safe_serialization=True)
+        peft_model.save_pretrained(str(tmp), safe_serialization=True)
         _finish_adapter_config(tmp, base_model_name or str(base_dir))
         _make_files_readable(tmp)
         if out_dir.exists():
@@ -208,7 +208,7 @@ def _train_tokenizer(spec: TinyLlamaSpec, seed: int, corpus: Sequence[str] | Non
     )
 
 
-_COMMON_WORDS = (
+_COMMON_WORDS = (  # noqa: SIM905 (a hundred words read better as prose than as a list)
     "the of and to in is it that for on with as was he she they we you this be at by "
     "not are from or have an had but what all were when there can said which do their "
     "if will up other about out many then them these so some her would make like him "
@@ -262,7 +262,8 @@ def _save_random_model(out_dir: Path, spec: TinyLlamaSpec, seed: int, tokenizer)
 
     config = _llama_config(spec, tokenizer)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).to(torch.float32)
+    # transformers' wrapped .to() is typed as if unbound: mypy wants the model as its argument.
+    model = LlamaForCausalLM(config).to(torch.float32)  # type: ignore[arg-type]
     model.save_pretrained(out_dir, safe_serialization=True)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -93,7 +93,7 @@ def serve(
     workers: int = typer.Option(1, min=1, help="Worker processes (the registry keeps no state)."),
     access_log: bool = typer.Option(True, help="Log every request (a large node fleet may not want "
                                                "a line per long-poll)."),
-    shutdown_grace_s: Optional[float] = typer.Option(
+    shutdown_grace_s: float | None = typer.Option(
         None, min=0, help="On SIGTERM, cut off requests still running after this long (long-polls "
                           "hold up to their ?wait=). Default: wait for them all."),
 ):
@@ -114,7 +114,9 @@ def serve(
         _call(lambda: runner.upgrade(settings.database_url))
         _seal_active_sets(None, "loraplane serve (schema brought up to date)")
     uvicorn.run("loraplane.server:create_app", factory=True, host=host, port=port, workers=workers,
-                proxy_headers=True, access_log=access_log, timeout_graceful_shutdown=shutdown_grace_s)
+                proxy_headers=True, access_log=access_log,
+                # uvicorn waits with asyncio's float timeout; its annotation says int.
+                timeout_graceful_shutdown=shutdown_grace_s)  # type: ignore[arg-type]
 
 
 @app.command()
@@ -157,11 +159,11 @@ def agent(
     pool: str = typer.Option(..., help="The pool this node serves."),
     vllm_url: str = typer.Option("http://127.0.0.1:8000", help="This node's vLLM (keep it private)."),
     registry: str = typer.Option(..., help="The registry's URL."),
-    node_id: Optional[str] = typer.Option(None, help="This node's name in the pool (default: host name)."),
-    trust_bundle: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, readable=True, help=(
+    node_id: str | None = typer.Option(None, help="This node's name in the pool (default: host name)."),
+    trust_bundle: Path | None = typer.Option(None, exists=True, dir_okay=False, readable=True, help=(
         "A pinned copy of the registry's /.well-known/loraplane/trust-bundle.json: trust only its "
         "keys (default: pin the registry's first answer, then take rotations it signs).")),
-    engine_dtype: Optional[str] = typer.Option(None, help="vLLM's --dtype, reported with its version."),
+    engine_dtype: str | None = typer.Option(None, help="vLLM's --dtype, reported with its version."),
 ):
     """Run the node agent: make this node's vLLM serve exactly the pool's active set, each version
     proven by its signed attestation and re-hashed before every load.
@@ -172,7 +174,7 @@ def agent(
     from serving.agent.main import run
     from serving.agent.settings import AgentSettings
 
-    overrides = {"pool": pool, "vllm_url": vllm_url, "registry_url": registry}
+    overrides: dict[str, Any] = {"pool": pool, "vllm_url": vllm_url, "registry_url": registry}
     for name, value in (("node_id", node_id), ("trust_bundle", trust_bundle), ("engine_dtype", engine_dtype)):
         if value:
             overrides[name] = value
@@ -216,7 +218,7 @@ def db_upgrade(revision: str = typer.Argument("head")):
 
 @db_app.command("seal-active-sets")
 def db_seal_active_sets(
-    pool: Optional[str] = typer.Option(None, help="Sign this pool's rows as its active set, even "
+    pool: str | None = typer.Option(None, help="Sign this pool's rows as its active set, even "
                                                   "where a signed set exists; check them first."),
 ):
     """Sign, from their rows, the active sets of pools that have none (made before active sets
@@ -260,22 +262,22 @@ def token_create(
     subject: str = typer.Option(..., help="The person or service the token is for."),
     role: str = typer.Option(..., help="admin, uploader, reviewer, node, router, or app (an "
                                         "application's key for the router)."),
-    tenant: Optional[str] = typer.Option(None, help="Tenant scope; omit for a global admin, a node "
+    tenant: str | None = typer.Option(None, help="Tenant scope; omit for a global admin, a node "
                                                     "or a router."),
-    pool: Optional[str] = typer.Option(None, help="The pool of a node or router token."),
-    tier: Optional[str] = typer.Option(None, help="An app key's SLO tier: interactive (default) or "
+    pool: str | None = typer.Option(None, help="The pool of a node or router token."),
+    tier: str | None = typer.Option(None, help="An app key's SLO tier: interactive (default) or "
                                                   "batch."),
-    instance_id: Optional[str] = typer.Option(
+    instance_id: str | None = typer.Option(
         None, "--instance-id", help="A node token's node id, or a router token's router id: the one "
                                     "node or router it may speak for (required for both)."),
-    vllm_url: Optional[str] = typer.Option(
+    vllm_url: str | None = typer.Option(
         None, "--vllm-url", help="A node token's vLLM address as routers reach it, such as "
                                  "https://node-1.internal:8000: routers send prompts only there. "
                                  "Required for a node's first token; later ones keep it."),
-    identity_id: Optional[int] = typer.Option(
+    identity_id: int | None = typer.Option(
         None, "--identity-id", help="Issue another token to this existing identity (same tenant), "
                                     "e.g. a person's second device; default: a new identity."),
-    ttl_days: Optional[int] = typer.Option(
+    ttl_days: int | None = typer.Option(
         None, "--ttl-days", help="Lifetime in days (default LORAPLANE_TOKEN_TTL_DAYS, 90)."),
 ):
     """Create a token. It is printed once; only its hash is stored."""
@@ -289,7 +291,7 @@ def token_create(
 
 @token_app.command("list")
 def token_list(
-    tenant: Optional[str] = typer.Option(None, help="Only this tenant's tokens."),
+    tenant: str | None = typer.Option(None, help="Only this tenant's tokens."),
     include_revoked: bool = typer.Option(False, "--include-revoked", help="Show revoked ones too."),
 ):
     """List tokens with their identity, issuer, scope and expiry (never their secrets)."""
@@ -327,7 +329,7 @@ def push(
     source: Path = typer.Argument(..., help=(
         "A PEFT adapter folder (its model-signing model.sig goes too), or a .tar.gz/.zip of one.")),
     adapter: str = typer.Option(..., help="tenant/name to upload to."),
-    base_model: Optional[str] = typer.Option(None, help="Target base (default: from the config)."),
+    base_model: str | None = typer.Option(None, help="Target base (default: from the config)."),
     fold_scaling: bool = typer.Option(False, "--fold-scaling", help=(
         "Serve a derived copy with rank_pattern/alpha_pattern folded into lora_B, for engines that "
         "apply one lora_alpha/r to every module; the upload is kept as its provenance.")),
@@ -357,7 +359,7 @@ def push(
 def base_model_register(
     name: str = typer.Argument(..., help="Name to register the base under."),
     config: Path = typer.Option(..., help="The model's Hugging Face config.json."),
-    alias: Annotated[Optional[list[str]], typer.Option(help="Other names adapters may use.")] = None,
+    alias: Annotated[list[str] | None, typer.Option(help="Other names adapters may use.")] = None,
 ):
     """Register a base model from its config.json."""
     body = {"name": name, "config": _call(lambda: json.loads(config.read_text())), "aliases": alias or []}
@@ -388,17 +390,17 @@ def pool_create(
 @app.command()
 def plan(
     pool: str = typer.Argument(..., help="The pool to size."),
-    gpu_hour_usd: Optional[float] = typer.Option(None, help="Price of one GPU hour (default 2.50)."),
-    gpu_memory_gib: Optional[float] = typer.Option(None, help="Memory of one GPU (default 80)."),
-    tokens_per_s: Optional[float] = typer.Option(
+    gpu_hour_usd: float | None = typer.Option(None, help="Price of one GPU hour (default 2.50)."),
+    gpu_memory_gib: float | None = typer.Option(None, help="Memory of one GPU (default 80)."),
+    tokens_per_s: float | None = typer.Option(
         None, help="Throughput of one GPU replica of the base (default 2500)."),
-    lora_throughput_penalty: Optional[float] = typer.Option(
+    lora_throughput_penalty: float | None = typer.Option(
         None, help="Throughput lost to multi-LoRA kernels (default 0.10)."),
-    demand_tokens_per_s: Optional[float] = typer.Option(
+    demand_tokens_per_s: float | None = typer.Option(
         None, help="Total demand across adapters (default: --tokens-per-s)."),
-    weights_fraction: Optional[float] = typer.Option(
+    weights_fraction: float | None = typer.Option(
         None, help="Share of a GPU's memory for the weights; the rest is KV cache (default 0.5)."),
-    adapters: Optional[int] = typer.Option(
+    adapters: int | None = typer.Option(
         None, help="Adapters to serve (default: the pool's active set)."),
     as_json: bool = typer.Option(False, "--json", help="Print the registry's JSON instead of tables."),
 ):
@@ -448,7 +450,7 @@ def suite_create(
         help="Metrics and thresholds, as JSON (see GET /docs, SuiteMetrics)."),
     max_tokens: int = typer.Option(32, min=1, max=512, help="Tokens generated per prompt."),
     stop: list[str] = typer.Option([], help="Stop string (repeatable)."),
-    tenant: Optional[str] = typer.Option(None, help=(
+    tenant: str | None = typer.Option(None, help=(
         "Make it this tenant's suite, named TENANT/NAME, seen and used by that tenant only (its "
         "admins and uploaders create it). Default: a global suite (global admin).")),
 ):
@@ -470,7 +472,7 @@ def suite_create(
 def eval_run(
     version: str = typer.Argument(..., help="The version, as tenant/name@N."),
     suite: str = typer.Option(..., help="The eval suite."),
-    against: Optional[int] = typer.Option(None, min=1, help=(
+    against: int | None = typer.Option(None, min=1, help=(
         "Also evaluate version N of the same adapter (the incumbent) in the same batch, and show "
         "the two side by side.")),
     again: bool = typer.Option(False, "--again", help=(

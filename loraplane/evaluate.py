@@ -28,7 +28,8 @@ def parse_version_ref(ref: str) -> tuple[str, str, int]:
 def request(client: httpx.Client, ref: str, suite: str, *, against: int | None = None,
             again: bool = False) -> dict:
     tenant, name, number = parse_version_ref(ref)
-    body = {"suite": suite, **({"against": against} if against is not None else {}), **({"again": True} if again else {})}
+    body = {"suite": suite, **({"against": against} if against is not None else {}),
+            **({"again": True} if again else {})}
     return checked(client.post(f"/v1/adapters/{tenant}/{name}/versions/{number}/evaluations", json=body))
 
 

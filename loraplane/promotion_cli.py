@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import Optional
 
 import typer
 
@@ -21,9 +20,9 @@ def request(
     pool: str = typer.Argument(..., help="The pool to serve from."),
     version: str = typer.Argument(..., help="tenant/name@N"),
     alias: str = typer.Option("production", help="production, canary or another alias."),
-    weight: Optional[int] = typer.Option(None, help="Canary traffic percent (1-99)."),
-    comment: Optional[str] = typer.Option(None, help="Why, for the reviewer."),
-    steps: Optional[str] = typer.Option(None, help=(
+    weight: int | None = typer.Option(None, help="Canary traffic percent (1-99)."),
+    comment: str | None = typer.Option(None, help="Why, for the reviewer."),
+    steps: str | None = typer.Option(None, help=(
         "A canary under analysis: its weights in order, e.g. 5,25*,50 (* waits for a reviewer "
         "after that step). After the last step passes it becomes production on its own; a "
         "failed check rolls it back.")),
@@ -98,7 +97,7 @@ def reject(promotion_id: int = typer.Argument(...),
 
 
 @promotion_app.command("list")
-def list_promotions(pool: Optional[str] = typer.Option(None), state: Optional[str] = typer.Option(
+def list_promotions(pool: str | None = typer.Option(None), state: str | None = typer.Option(
         None, help="e.g. awaiting_approval, active.")):
     """Promotions you may see, oldest first."""
     params = {k: v for k, v in {"pool": pool, "state": state, "limit": 200}.items() if v is not None}

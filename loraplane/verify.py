@@ -109,7 +109,7 @@ def verify(client: httpx.Client, tenant: str, name: str, number: int, *, pool: s
     report.links.append(bundle_link)
     audit = AuditLookup(client)
     chosen = [a for a in attestations if pool is None or _pool_of(a) == pool]
-    newest = {}
+    newest: dict[str, int] = {}
     for item in chosen:
         newest[_pool_of(item)] = max(newest.get(_pool_of(item), 0), item["id"])
     for item in chosen:
@@ -248,7 +248,7 @@ class AuditLookup:
                         "promotion's history (GET /v1/audit).")
         subject = f"pool/{predicate.get('pool')}/{predicate.get('served_name')}"
         if self.refused is not None:
-            return self._unchecked(wanted)
+            return self._unchecked(wanted, self.refused)
         try:
             event = self._find(subject, wanted)
         except RegistryError as error:
@@ -256,7 +256,7 @@ class AuditLookup:
                 return Link("audit event", FAILS, f"the audit log could not be read: {error.message}",
                             error.hint)
             self.refused = error
-            return self._unchecked(wanted)
+            return self._unchecked(wanted, error)
         if event is None:
             return Link("audit event", FAILS, f"{wanted} is not in the audit log under {subject}",
                         "The event the approval names is gone: run loraplane audit verify "
@@ -269,8 +269,7 @@ class AuditLookup:
         return Link("audit event", HOLDS, f"{wanted} found: event {event['id']}, {event['action']} "
                                           f"by {event['actor']} at {event['at']}")
 
-    def _unchecked(self, wanted: str) -> Link:
-        error = self.refused
+    def _unchecked(self, wanted: str, error: RegistryError) -> Link:
         return Link("audit event", UNCHECKED,
                     f"{wanted} not looked up: this token may not read the audit log "
                     f"({error.message})",
@@ -280,7 +279,8 @@ class AuditLookup:
         # The subject filter matches by prefix (…@1 also finds …@10), so compare it exactly.
         cursor = None
         for _ in range(MAX_AUDIT_PAGES):
-            params = {"subject": subject, "limit": AUDIT_PAGE, **({"cursor": cursor} if cursor else {})}
+            params: dict[str, str | int] = {"subject": subject, "limit": AUDIT_PAGE,
+                                            **({"cursor": cursor} if cursor else {})}
             page = checked(self.client.get("/v1/audit", params=params))
             for event in page["items"]:
                 if event["hash"] == wanted and event["subject"] == subject:

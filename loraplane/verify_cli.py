@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NoReturn
 
 import httpx
 import typer
@@ -24,11 +24,11 @@ MARKS = {"holds": "[green]✓[/green]", "fails": "[red]✗[/red]", "unchecked": 
 
 def verify(
     version: str = typer.Argument(..., help="The version, as tenant/name@N."),
-    pool: Optional[str] = typer.Option(None, help="Only the attestations of this pool."),
-    folder: Optional[Path] = typer.Option(
+    pool: str | None = typer.Option(None, help="Only the attestations of this pool."),
+    folder: Path | None = typer.Option(
         None, help="A downloaded copy of the version: every file must hash to the attested sha256, "
                    "and nothing else may be in it."),
-    trust_bundle: Optional[Path] = typer.Option(
+    trust_bundle: Path | None = typer.Option(
         None, "--trust-bundle", help="A pinned copy of the registry's trust bundle to verify "
                                      "against (default: fetch it from the registry itself)."),
     as_json: bool = typer.Option(False, "--json", help="Print the chain as JSON."),
@@ -61,7 +61,7 @@ def verify(
         raise typer.Exit(1)
 
 
-def _usage(message: str, hint: str = "") -> None:
+def _usage(message: str, hint: str = "") -> NoReturn:
     err_console.print(f"[red]error:[/red] {escape(message)}")
     if hint:
         err_console.print(f"[yellow]hint:[/yellow] {escape(hint)}")
@@ -85,7 +85,7 @@ def render(report, out: Console) -> None:
     if earlier:
         out.print("\n[bold]earlier attestations[/bold] (superseded; not counted)")
         for chain in earlier:
-            state = next((l for l in chain.links if l.state != "holds"), None)
+            state = next((link for link in chain.links if link.state != "holds"), None)
             verdict = "verifies" if state is None else f"does not verify: {state.detail}"
             out.print(f"  #{chain.id} {chain.action} in {escape(chain.pool)}, key {chain.key_id[:16]}…, "
                       f"{chain.created_at}: {escape(verdict)}")

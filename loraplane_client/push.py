@@ -90,7 +90,9 @@ def push(client: httpx.Client, source: Path, tenant: str, name: str, *,
                 files = [("file", (path.name, ProgressReader(stack.enter_context(path.open("rb")),
                                                              lambda n: progress.advance(task, n))))
                          for path in paths]
-                response = client.post(f"/v1/adapters/{tenant}/{name}/versions", files=files, data=data)
+                # httpx reads any object with read/seek/tell; its type asks for IO[bytes].
+                response = client.post(f"/v1/adapters/{tenant}/{name}/versions",
+                                       files=files, data=data)  # type: ignore[arg-type]
             if response.status_code in RETRY_STATUSES:
                 raise RegistryBusy(response)
             return response
@@ -127,12 +129,20 @@ class RegistryBusy(Exception):
             return self.response.reason_phrase
 
 
+def _busy(state: RetryCallState) -> RegistryBusy:
+    """What the failed attempt raised: only a RegistryBusy is retried (retry_if_exception_type)."""
+    failure = state.outcome.exception() if state.outcome is not None else None
+    if not isinstance(failure, RegistryBusy):
+        raise TypeError(f"retrying after {failure!r}, not after a RegistryBusy")
+    return failure
+
+
 def _retry_after(state: RetryCallState) -> float:
-    return state.outcome.exception().retry_after_s
+    return _busy(state).retry_after_s
 
 
 def _say_waiting(console: Console, state: RetryCallState, max_attempts: int) -> None:
-    busy = state.outcome.exception()
+    busy = _busy(state)
     console.print(f"registry busy (HTTP {busy.response.status_code}: {busy.reason()}); "
                   f"sending again in {busy.retry_after_s:g} s, attempt {state.attempt_number + 1} "
                   f"of {max_attempts}", soft_wrap=True, markup=False, highlight=False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -9,7 +11,7 @@ from rich.markup import escape
 console = Console(stderr=True)
 
 
-def fail(message: str, hint: str = "") -> None:
+def fail(message: str, hint: str = "") -> NoReturn:
     # Never wrapped here: a path or a command split over two lines cannot be copied.
     console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     if hint:

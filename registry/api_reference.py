@@ -43,8 +43,9 @@ def _operation(path: str, method: str, operation: dict) -> list[str]:
     if parameters:
         lines += ["| parameter | in | type | required | description |", "| --- | --- | --- | --- | --- |"]
         for p in parameters:
+            description = p.get("description", p.get("schema", {}).get("description", ""))
             lines.append(f"| `{p['name']}` | {p['in']} | {_type(p.get('schema', {}))} | "
-                         f"{'yes' if p.get('required') else 'no'} | {_text(p.get('description', p.get('schema', {}).get('description', '')))} |")
+                         f"{'yes' if p.get('required') else 'no'} | {_text(description)} |")
         lines.append("")
     body = operation.get("requestBody", {}).get("content", {})
     for media, content in body.items():
@@ -52,9 +53,14 @@ def _operation(path: str, method: str, operation: dict) -> list[str]:
     responses = operation.get("responses", {})
     if responses:
         lines.append("Responses: " + "; ".join(
-            f"{status} {_type(next(iter(r.get('content', {}).values()), {}).get('schema', {})) or r.get('description', '')}"
+            f"{status} {_response_type(r) or r.get('description', '')}"
             for status, r in sorted(responses.items())) + "\n")
     return lines
+
+
+def _response_type(response: dict) -> str:
+    content: dict = next(iter(response.get("content", {}).values()), {})  # the first media type's
+    return _type(content.get("schema", {}))
 
 
 def _schema(name: str, schema: dict) -> list[str]:

@@ -23,7 +23,7 @@ class LoraplaneError(Exception):
             self.headers = {**self.headers, **headers}
 
     def body(self) -> dict:
-        error = {"code": self.code, "message": self.message, "hint": self.hint}
+        error: dict[str, object] = {"code": self.code, "message": self.message, "hint": self.hint}
         if self.details is not None:
             error["details"] = self.details
         return {"error": error}

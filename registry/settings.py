@@ -124,7 +124,7 @@ class RegistrySettings(BaseSettings):
         "write."))
 
     @model_validator(mode="after")
-    def _fill_defaults(self) -> "RegistrySettings":
+    def _fill_defaults(self) -> RegistrySettings:
         if not self.database_url:
             self.database_url = f"sqlite:///{self.data_dir / 'loraplane.db'}"
         if not self.broker_url:

@@ -37,6 +37,8 @@ class ActiveSet:
     def signed_generation(self) -> int | None:
         """The generation the pool's signed set names, read without checking its signature (the
         agent checks it; the registry never serves one that does not verify)."""
+        if self.signed is None:
+            return None
         try:
             document = json.loads(base64.b64decode(self.signed["payload"], validate=True))
         except (TypeError, KeyError, ValueError):
@@ -63,18 +65,18 @@ class NewestSigned:
 class RegistryClient:
     def __init__(self, url: str, token: str, pool: str, timeout_s: float, node_id: str | None = None) -> None:
         """With `node_id`, the active set holds only what the pool's placement gives that node."""
-        self.pool, self.node_id = pool, node_id
+        self.pool, self.node_id, self._timeout_s = pool, node_id, timeout_s
         self._http = httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"},
                                        timeout=timeout_s)
 
     async def next_active_set(self, etag: str | None, wait_s: float) -> ActiveSet | None:
         """The set once it differs from `etag` (None: still the same after wait_s)."""
         headers = {"If-None-Match": etag} if etag else {}
-        params = {"wait": wait_s, **({"node": self.node_id} if self.node_id else {})}
+        params: dict[str, str | float] = {"wait": wait_s, **({"node": self.node_id} if self.node_id else {})}
         try:
             response = await self._http.get(f"/v1/pools/{self.pool}/active-set",
                                              params=params, headers=headers,
-                                             timeout=wait_s + self._http.timeout.read)
+                                             timeout=wait_s + self._timeout_s)
         except httpx.HTTPError as error:
             raise RegistryUnavailable(f"{type(error).__name__}: {error}") from error
         if response.status_code == 304:

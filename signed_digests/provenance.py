@@ -173,8 +173,9 @@ class TrustBundle:
         if not _signed_by(signed, document, payload_type, valid):
             expired = [k for k in claimed if k in self.keys and k not in valid]
             if expired:
+                ended = self.keys[expired[0]].not_after  # not valid now: its trust has an end
                 raise Unverified(f"signed by key {str(expired[0])[:16]}…, whose trust ended at "
-                                 f"{self.keys[expired[0]].not_after.isoformat()}")
+                                 f"{ended.isoformat() if ended is not None else 'its rotation'}")
             held = [k for k in claimed if k in valid]
             if held:
                 raise Unverified(f"the signature of key {str(held[0])[:16]}… does not verify: the "
@@ -234,7 +235,7 @@ def _signed_by(signed: dict[str, Any], document: dict[str, Any], payload_type: s
     message = pae(payload_type, _b64(signed["payload"], "payload"))
     good = set()
     for item in signed["signatures"]:
-        key = keys.get(item.get("keyid")) if isinstance(item, dict) else None
+        key = keys.get(item["keyid"]) if isinstance(item, dict) and "keyid" in item else None
         if key is None:
             continue
         try:

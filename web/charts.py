@@ -47,7 +47,8 @@ def bar_chart(title: str, bars: list[Bar], *, unit: str = "", threshold: float |
             continue
         end = LABEL_W + scale.at(bar.value)
         x, w = min(zero, end), max(abs(end - zero), 1.5)
-        parts.append(f'<rect class="bar {escape(bar.kind)}" x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}"/>')
+        parts.append(f'<rect class="bar {escape(bar.kind)}" x="{x:.1f}" y="{y + 3}" '
+                     f'width="{w:.1f}" height="{row_h - 6}"/>')
         text = _number(bar.value, digits) + (f" {unit}" if unit else "") + (f" · {bar.note}" if bar.note else "")
         parts.append(f'<text class="value" x="{WIDTH - VALUE_W + 6}" y="{y + baseline}">{escape(text)}</text>')
     bottom = TOP + row_h * len(bars)

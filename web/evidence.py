@@ -22,7 +22,7 @@ class Evidence:
     serving_chart: Markup
     examples: list[ExampleOut]
     differing: int  # examples where the adapter's output differs from the base's
-    comparison: "Comparison | None" = None
+    comparison: Comparison | None = None
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def evidence_of(evaluation: EvaluationOut, incumbent: EvaluationOut | None = Non
 
 def _comparison(evaluation: EvaluationOut, examples: list[ExampleOut], incumbent: EvaluationOut) -> Comparison:
     theirs = {e.position: e for e in (incumbent.examples.items if incumbent.examples else [])}
-    metrics = [(name, m.value, (incumbent.metrics.get(name).value if name in incumbent.metrics else None))
+    metrics = [(name, m.value, (incumbent.metrics[name].value if name in incumbent.metrics else None))
                for name, m in evaluation.metrics.items() if name not in OWN_SECTIONS]
     return Comparison(incumbent=incumbent, metrics=metrics,
                       rows=[(mine, theirs.get(mine.position)) for mine in examples])

@@ -54,6 +54,12 @@ class Visit:
         return hmac.new(key_for(Purpose.CSRF), scope + self.nonce.encode(), hashlib.sha256).hexdigest()
 
 
+@dataclass(frozen=True)
+class SignedInVisit(Visit):
+    """A visit `viewer` let through: it has a principal."""
+    principal: Principal
+
+
 def check_csrf(visit: Visit, submitted: str | None) -> None:
     if not visit.nonce or not submitted or not hmac.compare_digest(
             submitted.encode(errors="replace"), visit.csrf_token.encode()):
@@ -98,11 +104,11 @@ def visitor(request: Request, session: Session = RequestSession) -> Visit:
     return visit_of(session, request)
 
 
-def viewer(visit: Visit = Depends(visitor)) -> Visit:
+def viewer(visit: Visit = Depends(visitor)) -> SignedInVisit:
     """A page's dependency: the signed-in visit, or a redirect to sign in."""
     if visit.principal is None:
         raise SignInRequired()
-    return visit
+    return SignedInVisit(visit.principal, visit.nonce, visit.fresh)
 
 
 def sign_in(session: Session, plain_token: str) -> Principal:

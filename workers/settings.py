@@ -38,12 +38,19 @@ class WorkerSettings(RegistrySettings):
     retry_backoff_max_s: float = Field(default=120, gt=0, le=24 * 3600)
 
     @model_validator(mode="after")
-    def _check_engine(self) -> "WorkerSettings":
+    def _check_engine(self) -> WorkerSettings:
         if not self.engine_base_model:
             raise ValueError("LORAPLANE_ENGINE_BASE_MODEL must name the base model the engine serves")
         if self.artifact_cache_dir is None:
             self.artifact_cache_dir = self.data_dir / "eval-cache"
         return self
+
+    @property
+    def artifact_cache(self) -> Path:
+        """artifact_cache_dir, which validation fills in when it is left empty."""
+        if self.artifact_cache_dir is None:
+            raise ValueError("artifact_cache_dir is unset: these settings were not validated")
+        return self.artifact_cache_dir
 
     def backoff_s(self, attempt: int) -> float:
         return min(self.retry_backoff_max_s, self.retry_backoff_s * 2 ** max(0, attempt - 1))

@@ -50,7 +50,7 @@ class DemoSetup:
     base_model: str = BASE_MODEL
 
     @classmethod
-    def load(cls, path: Path) -> "DemoSetup":
+    def load(cls, path: Path) -> DemoSetup:
         return cls(**json.loads(path.read_text()))
 
     def save(self, path: Path) -> None:

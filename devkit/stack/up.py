@@ -1,7 +1,8 @@
 """`loraplane up`: the whole pipeline on one machine, on the embedded default.
 
 The registry with its dashboard, an evaluation worker with its own vLLM, the housekeeper
-(webhooks, canary analysis), a serving vLLM with its node agent, and the router, all keeping their state in one data folder: SQLite, a local artifact
+(webhooks, canary analysis), a serving vLLM with its node agent, and the router, all keeping
+their state in one data folder: SQLite, a local artifact
 folder, and a folder broker that needs no server. The demo's tenant, pool, suite and tokens are
 seeded, the URLs and tokens printed, and Ctrl-C stops everything.
 """

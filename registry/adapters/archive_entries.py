@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import IO
 
 from registry.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 
@@ -75,7 +75,7 @@ class Entries:
         self.extracted[path.name] = self.workdir / path.name
         return self.extracted[path.name]
 
-    def copy(self, source: BinaryIO, target: Path, *, name: str, size: int) -> None:
+    def copy(self, source: IO[bytes], target: Path, *, name: str, size: int) -> None:
         """Headers can lie about sizes: count what really comes out."""
         copied = 0
         with open(target, "wb") as sink:

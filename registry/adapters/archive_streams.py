@@ -64,7 +64,7 @@ class Meter:
         self.source, self.limit, self.too_large = source, limit, too_large
         self.total = 0
         self.phase_left: int | None = None
-        self.phase_error: Callable[[], Exception] | None = None
+        self.phase_error: Callable[[], Exception] = too_large  # a phase's own, while one is open
 
     def read(self, size: int = -1) -> bytes:
         data = self.source.read(size if size >= 0 else INPUT_CHUNK)
@@ -87,4 +87,4 @@ class Meter:
         try:
             yield
         finally:
-            self.phase_left = self.phase_error = None
+            self.phase_left, self.phase_error = None, self.too_large

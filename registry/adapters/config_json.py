@@ -32,9 +32,11 @@ def load(data: bytes, refuse: Refuse) -> object:
         document = dict(pairs)
         if len(document) != len(pairs):
             seen: set[str] = set()
-            repeated = next(key for key, _ in pairs if key in seen or seen.add(key))
-            raise refuse(f"key {repeated[:100]!r} appears more than once in one object",
-                         hint="Give each key one value.")
+            for key, _ in pairs:
+                if key in seen:
+                    raise refuse(f"key {key[:100]!r} appears more than once in one object",
+                                 hint="Give each key one value.")
+                seen.add(key)
         return document
 
     try:
@@ -58,7 +60,7 @@ def _float(text: str) -> float | _NonFinite:
     return value if math.isfinite(value) else _NonFinite(text)
 
 
-def _first_unrepresentable(document: object) -> tuple[str, object] | None:
+def _first_unrepresentable(document: object) -> tuple[str, _NonFinite | str] | None:
     """The first non-finite number, or string (key or value) with a lone surrogate, and where it
     sits, as a path such as rank_pattern.q_proj or target_modules[0]."""
     # Each entry links to its parent's, so a path is only spelled out for the one found.

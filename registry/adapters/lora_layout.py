@@ -230,7 +230,7 @@ def _check_pair(site: Site, pair: dict[str, TensorInfo], rank: int) -> None:
     if len(a.shape) != 2 or len(b.shape) != 2:
         raise refuse(f"module {site.key!r}: lora_A and lora_B must be 2-D, got {a.shape} and {b.shape}",
                      code="shape_mismatch")
-    experts = site.entry.experts if site.form == "experts_3d" else 1
+    experts = _experts(site)
     if a.shape[0] != b.shape[1]:
         raise refuse(f"module {site.key!r}: lora_A has rank {a.shape[0]} but lora_B has rank {b.shape[1]}",
                      code="rank_mismatch")
@@ -250,6 +250,15 @@ def _check_pair(site: Site, pair: dict[str, TensorInfo], rank: int) -> None:
             hint="The adapter was trained on a base with other dimensions.")
 
 
+def _experts(site: Site) -> int:
+    """The experts one pair covers: an experts_3d parameter's count (its table entry's), else 1."""
+    if site.form != "experts_3d":
+        return 1
+    if site.entry.experts is None:
+        raise ValueError(f"module table entry of {site.key!r} is an expert parameter without a count")
+    return site.entry.experts
+
+
 def _check_experts_complete(slices: list[Site]) -> None:
     """vLLM stacks per-expert LoRAs into one tensor: every expert needs all three projections."""
     by_owner: dict[str, dict[tuple[int, str], str]] = {}
@@ -257,6 +266,8 @@ def _check_experts_complete(slices: list[Site]) -> None:
     for site in slices:
         owner = site.key.rsplit(".", 2)[0]
         found = by_owner.setdefault(owner, {})
+        if site.expert is None:
+            raise ValueError(f"expert slice {site.key!r} names no expert")
         if site.expert in found:  # w1 and gate_proj (w3 and up_proj, w2 and down_proj) name one projection
             expert, projection = site.expert
             raise refuse(f"{found[site.expert]!r} and {site.key!r} are both expert {expert}'s {projection}; "

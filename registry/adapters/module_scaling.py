@@ -28,7 +28,7 @@ class Scaling:
 
 
 class ModuleScaling:
-    """peft's rank and alpha for each module path of one upload. Each pattern dict is matched as
+    r"""peft's rank and alpha for each module path of one upload. Each pattern dict is matched as
     one regex, `(?P<k0>(.*\.)?(key0))|(?P<k1>(.*\.)?(key1))|...`: alternatives are tried in
     order, each to the end, so the one that matches is the first key that peft's loop would
     take, for one call per module instead of one per key. The keys (checked by
@@ -54,7 +54,7 @@ class _Patterns:
         self.matcher = (target_regex.Matcher(joined, refuse, what=f"a key of {what}", ends=ends)
                         if patterns else None)
 
-    def value(self, path: str, default: object) -> object:
+    def value(self, path: str, default: float) -> float:
         found = self.matcher.fullmatch(path) if self.matcher else None
         if found is None:
             return default

@@ -47,8 +47,8 @@ def parse(payload: bytes) -> list[tuple[str, bytes]]:
         pos = end
     if payload[pos:].strip(b"\0"):
         raise MalformedPax("bytes after the NUL padding")
-    for keyword, value in records:
-        _check_number(keyword, value)
+    for name, value in records:
+        _check_number(name, value)
     return records
 
 
@@ -57,7 +57,9 @@ def apply(header: tarfile.TarInfo, tar: tarfile.TarFile, records: list[tuple[str
     """Read the entry these records describe and return it with them applied, as tarfile does.
 
     A global header (XGLTYPE) applies to every entry that follows, through tar.pax_headers."""
-    values = tar.pax_headers if header.type == tarfile.XGLTYPE else tar.pax_headers.copy()
+    # tarfile keeps a dict, which a global header updates in place; its stub says Mapping.
+    headers: dict[str, str] = tar.pax_headers  # type: ignore[assignment]
+    values = headers if header.type == tarfile.XGLTYPE else headers.copy()
     for keyword, value in records:
         if keyword == "hdrcharset":
             values[keyword] = value.decode("utf-8", "replace")
@@ -71,14 +73,14 @@ def apply(header: tarfile.TarInfo, tar: tarfile.TarFile, records: list[tuple[str
     try:
         entry = header.fromtarfile(tar)
     except tarfile.HeaderError as error:  # a pax header must be followed by its entry
-        raise tarfile.SubsequentHeaderError(str(error)) from None
+        raise tarfile.SubsequentHeaderError(str(error)) from None  # type: ignore[attr-defined]  # not in the stub
     if header.type in (tarfile.XHDTYPE, tarfile.SOLARIS_XHDTYPE):
-        entry._apply_pax_info(values, tar.encoding, tar.errors)
+        entry._apply_pax_info(values, tar.encoding, tar.errors)  # type: ignore[attr-defined]  # private: not in the stub
         entry.offset = header.offset
         if "size" in values:  # the data is as long as the pax size says: find the next header
             offset = entry.offset_data
             if entry.isreg() or entry.type not in tarfile.SUPPORTED_TYPES:
-                offset += entry._block(entry.size)
+                offset += entry._block(entry.size)  # type: ignore[attr-defined]  # private: not in the stub
             tar.offset = offset
     return entry
 

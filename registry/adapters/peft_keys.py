@@ -5,7 +5,8 @@ says before the saved weights are loaded: `init_lora_weights: "pissa"` runs an S
 targeted base weight and changes those weights (minutes of CPU on a real base, and a reference
 that is no longer the base), `megatron_config` imports the module `megatron_core` names, a
 regex in `exclude_modules` is matched against every module name by `re`, without a time
-limit (a pattern key is too, so parse_config bounds each one as target_modules' regex). So only the keys peft writes are accepted (those of PEFT_VERSION's
+limit (a pattern key is too, so parse_config bounds each one as target_modules' regex). So only
+the keys peft writes are accepted (those of PEFT_VERSION's
 LoraConfig; tests/registry/adapters/test_peft_keys.py compares them with the installed peft),
 and each key that changes how an adapter is built or loaded only with its inert default. The
 keys parse_config checks itself (peft_type, r, lora_alpha, bias, target_modules, ...) are

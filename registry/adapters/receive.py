@@ -79,11 +79,12 @@ class _Part:
         filename = options.get(b"filename")
         self.filename = filename.decode("utf-8", "replace") if filename is not None else None
         self.text = bytearray()
-        self.sha256, self.size, self.pump = hashlib.sha256(), 0, None
+        self.sha256, self.size = hashlib.sha256(), 0
+        self.pump: PartPump | None = None
         self.path = workdir / f"part-{index}"
         self.file = self.path.open("wb") if self.filename is not None else None
 
-    async def write(self, data: memoryview) -> None:
+    async def write(self, data: bytes | memoryview) -> None:
         if self.file is None:
             self.text += data
             if len(self.text) > MAX_FIELD_BYTES:
@@ -106,7 +107,9 @@ async def receive_upload(request: Request, body: AsyncIterable[bytes], workdir: 
             f"expected multipart/form-data, got {content_type.decode('latin-1') or 'no content type'!r}",
             hint="curl -F file=@adapter_config.json -F file=@adapter_model.safetensors ...",
         )
-    upload, events, parts = ReceivedUpload(), [], []
+    upload = ReceivedUpload()
+    events: list[tuple[str, bytes | memoryview]] = []
+    parts: list[_Part] = []
     header: list[bytes] = [b"", b""]
     headers: dict[bytes, bytes] = {}
     boundary = options[b"boundary"]
@@ -147,6 +150,8 @@ async def receive_upload(request: Request, body: AsyncIterable[bytes], workdir: 
                     part = _Part(headers, workdir, len(parts))
                     parts.append(part)
                     await _maybe_stream(part, upload, store)
+                elif part is None:  # the parser reports data and ends only inside a part
+                    raise _malformed(f"{kind} outside a part")
                 elif kind == "data":
                     await part.write(value)
                 elif kind == "end":
@@ -179,7 +184,7 @@ async def _maybe_stream(part: _Part, upload: ReceivedUpload, store: ArtifactStor
 
 
 async def _finish_part(part: _Part, upload: ReceivedUpload) -> None:
-    if part.file is None:
+    if part.file is None or part.filename is None:  # a text field (a file part has both)
         if part.name not in TEXT_FIELDS or part.name in upload.fields:
             raise BadRequest(f"unknown or repeated form field {part.name!r}", code="unknown_field",
                              hint=f"Send files as {FILE_FIELD!r}, and optionally one of each of "

@@ -19,7 +19,7 @@ def adapter_by_name(session: Session, tenant_id: int, name: str) -> Adapter | No
 
 def lock_or_create_adapter(session: Session, tenant_id: int, name: str, base_model_id: int) -> Adapter:
     """Create the adapter if needed, then lock its row so version numbers are handed out in order."""
-    insert = postgres_insert if session.bind.dialect.name == "postgresql" else sqlite_insert
+    insert = postgres_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
     session.execute(
         insert(Adapter)
         .values(tenant_id=tenant_id, name=name, base_model_id=base_model_id)

@@ -106,8 +106,10 @@ def _parse_header(raw: bytes) -> dict:
         unique = dict(pairs)
         if len(unique) != len(pairs):
             seen: set[str] = set()
-            duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))
-            raise refuse(f"header names tensor {duplicate[:200]!r} more than once")
+            for key, _ in pairs:
+                if key in seen:
+                    raise refuse(f"header names tensor {key[:200]!r} more than once")
+                seen.add(key)
         return unique
 
     try:

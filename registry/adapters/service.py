@@ -18,6 +18,7 @@ from registry.adapters.validation import TargetBase
 from registry.auth.principal import Principal, Role
 from registry.errors import NotFound, Unprocessable
 from registry.names import check_name
+from registry.rows import existing
 from registry.settings import RegistrySettings
 from registry.signing_keys.service import UploadPolicy, upload_policy
 from registry.storage.base import ArtifactStore
@@ -225,8 +226,8 @@ def find_adapter(session: Session, tenant: str, name: str) -> Adapter:
 
 def find_adapter_for_update(session: Session, tenant: str, name: str) -> Adapter:
     """find_adapter, its row locked until the transaction ends, and read afresh."""
-    return session.get(Adapter, find_adapter(session, tenant, name).id, with_for_update=True,
-                       populate_existing=True)
+    return existing(session, Adapter, find_adapter(session, tenant, name).id, with_for_update=True,
+                    populate_existing=True)
 
 
 def find_version(session: Session, tenant: str, name: str, number: int) -> AdapterVersion:
@@ -239,23 +240,23 @@ def find_version(session: Session, tenant: str, name: str, number: int) -> Adapt
 
 def _adapter_out(session: Session, row: Adapter) -> AdapterOut:
     return AdapterOut(
-        tenant=session.get(Tenant, row.tenant_id).name,
+        tenant=existing(session, Tenant, row.tenant_id).name,
         name=row.name,
-        base_model=session.get(BaseModel, row.base_model_id).name,
+        base_model=existing(session, BaseModel, row.base_model_id).name,
         latest_version=repository.latest_version_number(session, row.id),
         created_at=row.created_at,
     )
 
 
 def version_out(session: Session, row: AdapterVersion) -> VersionOut:
-    adapter = session.get(Adapter, row.adapter_id)
-    tenant = session.get(Tenant, adapter.tenant_id).name
+    adapter = existing(session, Adapter, row.adapter_id)
+    tenant = existing(session, Tenant, adapter.tenant_id).name
     return VersionOut(
         tenant=tenant,
         adapter=adapter.name,
         number=row.number,
         served_name=f"{tenant}/{adapter.name}@{row.number}",
-        base_model=session.get(BaseModel, adapter.base_model_id).name,
+        base_model=existing(session, BaseModel, adapter.base_model_id).name,
         digest=row.digest,
         size_bytes=row.size_bytes,
         files=row.files,

@@ -1,4 +1,4 @@
-"""A regex from adapter_config.json (`target_modules`, or a `rank_pattern` / `alpha_pattern` key):
+r"""A regex from adapter_config.json (`target_modules`, or a `rank_pattern` / `alpha_pattern` key):
 checked for cost before it is compiled, and matched under a time budget.
 
 PEFT matches a string `target_modules` with `re.fullmatch` against each module path, and a pattern
@@ -16,8 +16,9 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from re import _constants as sre  # the parser's opcodes; no public name exists for them
-from re import _parser as sre_parse  # re's own parser: the grammar PEFT's re.fullmatch uses
+# re is a package at runtime; its stub is one module, without these private parts.
+from re import _constants as sre  # type: ignore[attr-defined]  # the parser's opcodes; no public name
+from re import _parser as sre_parse  # type: ignore[attr-defined]  # the grammar PEFT's re.fullmatch uses
 
 import regex
 
@@ -39,7 +40,7 @@ Refuse = Callable[..., Unprocessable]
 
 
 def check(pattern: str, refuse: Refuse, what: str = "target_modules", *, key: bool = False) -> None:
-    """Refuse a pattern PEFT could not use, or one that would cost too much to compile or to
+    r"""Refuse a pattern PEFT could not use, or one that would cost too much to compile or to
     match with `re`. `what` names it in the messages; `key`: a rank_pattern / alpha_pattern key,
     which peft compiles as `(.*\.)?(key)$` (peft_form) and ModuleScaling joins with the others."""
     if len(pattern) > MAX_CHARS:

@@ -44,7 +44,7 @@ def read(tensor: TensorInfo) -> TensorName:
     for suffix, (why, code, hint) in NOT_SERVED.items():
         if name.endswith(suffix):
             raise refuse(f"tensor {tensor.name!r} {why}", code=code, hint=hint)
-    for suffix, (weight, side) in LORA_WEIGHTS.items():
+    for suffix, (weight, side) in LORA_WEIGHTS.items():  # noqa: B007 (read after the break)
         if name.endswith(suffix):
             module = name[:-len(suffix)]
             break

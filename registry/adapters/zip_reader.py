@@ -11,7 +11,7 @@ from __future__ import annotations
 import stat
 import struct
 import zipfile
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from registry.adapters.archive_entries import REBUILD_HINT, Entries, refuse_compression, refuse_link
 from registry.errors import PayloadTooLarge
@@ -20,6 +20,8 @@ MAX_NAME_BYTES = 1024
 MAX_EXTRA_BYTES = 16 * 1024  # an entry's extra field and comment together
 ACCEPTED_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
 METHOD_NAMES = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma"}
+# zipfile's own end-record lookup and header layout, which its type stubs leave out (private).
+zip_internals: Any = zipfile
 
 
 def extract(file: BinaryIO, entries: Entries) -> None:
@@ -43,13 +45,13 @@ def extract(file: BinaryIO, entries: Entries) -> None:
 
 
 def _walk_central_directory(file: BinaryIO, entries: Entries) -> None:
-    end = zipfile._EndRecData(file)  # zipfile's own lookup: the same answer
+    end = zip_internals._EndRecData(file)  # zipfile's own lookup: the same answer
     if not end:
         raise zipfile.BadZipFile("File is not a zip file")
-    size = end[zipfile._ECD_SIZE]
-    start = end[zipfile._ECD_LOCATION] - size
-    if end[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64:
-        start -= zipfile.sizeEndCentDir64 + zipfile.sizeEndCentDir64Locator
+    size = end[zip_internals._ECD_SIZE]
+    start = end[zip_internals._ECD_LOCATION] - size
+    if end[zip_internals._ECD_SIGNATURE] == zip_internals.stringEndArchive64:
+        start -= zip_internals.sizeEndCentDir64 + zip_internals.sizeEndCentDir64Locator
     if start < 0:
         raise zipfile.BadZipFile("Bad offset for central directory")
     file.seek(start)
@@ -57,19 +59,19 @@ def _walk_central_directory(file: BinaryIO, entries: Entries) -> None:
     while walked < size:  # the loop zipfile runs, without keeping anything
         count += 1
         entries.check_count(count)
-        header = file.read(zipfile.sizeCentralDir)
-        if len(header) != zipfile.sizeCentralDir:
+        header = file.read(zip_internals.sizeCentralDir)
+        if len(header) != zip_internals.sizeCentralDir:
             raise zipfile.BadZipFile("Truncated central directory")
-        fields = struct.unpack(zipfile.structCentralDir, header)
-        if fields[zipfile._CD_SIGNATURE] != zipfile.stringCentralDir:
+        fields = struct.unpack(zip_internals.structCentralDir, header)
+        if fields[zip_internals._CD_SIGNATURE] != zip_internals.stringCentralDir:
             raise zipfile.BadZipFile("Bad magic number for central directory")
-        name = fields[zipfile._CD_FILENAME_LENGTH]
-        extra = fields[zipfile._CD_EXTRA_FIELD_LENGTH] + fields[zipfile._CD_COMMENT_LENGTH]
+        name = fields[zip_internals._CD_FILENAME_LENGTH]
+        extra = fields[zip_internals._CD_EXTRA_FIELD_LENGTH] + fields[zip_internals._CD_COMMENT_LENGTH]
         if name > MAX_NAME_BYTES or extra > MAX_EXTRA_BYTES:
             raise PayloadTooLarge(
                 f"{entries.filename}: entry {count} has a {name}-byte name and {extra} bytes of extra "
                 f"fields; the limits are {MAX_NAME_BYTES} and {MAX_EXTRA_BYTES}",
                 code="archive_header_too_large", hint=REBUILD_HINT)
         file.seek(name + extra, 1)
-        walked += zipfile.sizeCentralDir + name + extra
+        walked += zip_internals.sizeCentralDir + name + extra
     file.seek(0)

@@ -112,6 +112,8 @@ class FolderKeyring:
     def _destroy_expired(self) -> None:
         with self._locked():
             index = self._read()
+            if index is None:  # no index (removed meanwhile): no key here to destroy
+                return
             for kid, meta in index["keys"].items():
                 if not self._expired(self._published(kid, meta)):
                     continue
@@ -171,9 +173,10 @@ class SingleKey:
     """One key from the environment: rotated by deploying another."""
 
     def __init__(self, pem: bytes) -> None:
-        self._private = serialization.load_pem_private_key(pem, password=None)
-        if not isinstance(self._private, Ed25519PrivateKey):
+        private = serialization.load_pem_private_key(pem, password=None)
+        if not isinstance(private, Ed25519PrivateKey):
             raise ValueError("LORAPLANE_ATTESTATION_PRIVATE_KEY must be an Ed25519 private key (PEM)")
+        self._private = private
         self._id = key_id(_raw(self._private.public_key()))
 
     def signing_key_id(self) -> str:
@@ -219,7 +222,10 @@ def _build(settings: RegistrySettings) -> Keyring:
 
 @lru_cache(maxsize=64)
 def _load_private(path: Path) -> Ed25519PrivateKey:
-    return serialization.load_pem_private_key(path.read_bytes(), password=None)
+    private = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    if not isinstance(private, Ed25519PrivateKey):  # the keyring writes Ed25519 keys only
+        raise ValueError(f"{path} is not an Ed25519 private key")
+    return private
 
 
 def _raw(public) -> bytes:

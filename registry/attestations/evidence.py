@@ -11,19 +11,20 @@ from sqlalchemy.orm import Session
 
 from registry.base_models.stored_tables import config_digest
 from registry.evaluations.repository import latest_evaluations
+from registry.rows import existing
 from registry.tables import Adapter, AdapterVersion, BaseModel, Identity, Pool, Promotion, Tenant
 
 
 def served_name(session: Session, version: AdapterVersion) -> str:
-    adapter = session.get(Adapter, version.adapter_id)
-    return f"{session.get(Tenant, adapter.tenant_id).name}/{adapter.name}@{version.number}"
+    adapter = existing(session, Adapter, version.adapter_id)
+    return f"{existing(session, Tenant, adapter.tenant_id).name}/{adapter.name}@{version.number}"
 
 
 def predicate(session: Session, promotion: Promotion, action: str,
               audit_event_hash: str | None) -> dict[str, Any]:
-    pool = session.get(Pool, promotion.pool_id)
-    version = session.get(AdapterVersion, promotion.version_id)
-    base = session.get(BaseModel, pool.base_model_id)
+    pool = existing(session, Pool, promotion.pool_id)
+    version = existing(session, AdapterVersion, promotion.version_id)
+    base = existing(session, BaseModel, pool.base_model_id)
     return {
         "action": action,
         "pool": pool.name,

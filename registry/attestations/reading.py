@@ -12,6 +12,7 @@ from registry.attestations import repository
 from registry.attestations.evidence import served_name
 from registry.attestations.schemas import AttestationOut
 from registry.auth.principal import Principal
+from registry.rows import existing
 from registry.tables import Pool
 from signed_digests import provenance
 
@@ -24,7 +25,7 @@ def of_version(session: Session, principal: Principal, tenant: str, name: str,
     served = served_name(session, version)
     out = []
     for row in repository.of_version(session, version.id):
-        pool = session.get(Pool, row.pool_id).name
+        pool = existing(session, Pool, row.pool_id).name
         try:
             statement, problem = provenance.unverified_statement(row.envelope), None
         except provenance.Unverified as error:

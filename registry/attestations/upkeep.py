@@ -21,6 +21,7 @@ from registry.attestation_keys.keyring import RotationUnsupported, get_keyring
 from registry.attestations.schemas import RotationOut
 from registry.auth.principal import Principal
 from registry.errors import Conflict, Unprocessable
+from registry.rows import existing
 from registry.settings import get_settings
 from registry.tables import AdapterVersion, Pool, Promotion
 from signed_digests import provenance
@@ -97,8 +98,8 @@ def backfill(session: Session, principal: Principal) -> int:
         promotion = repository.newest_activated_promotion(session, pool_id, version_id)
         if promotion is None:
             continue
-        pool = session.get(Pool, pool_id)
-        version = session.get(AdapterVersion, version_id)
+        pool = existing(session, Pool, pool_id)
+        version = existing(session, AdapterVersion, version_id)
         served = evidence.served_name(session, version)
         try:  # approved before evaluations recorded their digest: the upload's record, at least
             evaluated.check(session, version, served, evaluations=False)

@@ -20,6 +20,7 @@ from registry.auth.principal import Principal, Role
 from registry.clock import aware
 from registry.errors import Unauthorized
 from registry.keys import Purpose, key_for
+from registry.rows import existing
 from registry.settings import get_settings
 from registry.tables import ApiToken, Pool, Tenant
 
@@ -84,8 +85,8 @@ def _principal(session: Session, row: ApiToken | None) -> Principal:
     if row.expires_at is not None and aware(row.expires_at) <= datetime.now(UTC):
         raise Unauthorized("this token has expired", code="token_expired",
                            hint="Ask an admin for a new token (loraplane token create).")
-    tenant = session.get(Tenant, row.tenant_id).name if row.tenant_id else None
-    pool = session.get(Pool, row.pool_id).name if row.pool_id else None
+    tenant = existing(session, Tenant, row.tenant_id).name if row.tenant_id else None
+    pool = existing(session, Pool, row.pool_id).name if row.pool_id else None
     return Principal(token_id=row.id, subject=row.subject, role=Role(row.role), tenant=tenant,
                      pool=pool, tier=row.tier, identity_id=row.identity_id,
                      instance_id=row.instance_id)

@@ -75,7 +75,8 @@ class ModuleTable:
         several shapes: Gemma 4's global-attention layers are wider than its local ones."""
         found = self._by_name.get(pattern, [])
         in_layer = [entry for entry in found if layer is None or layer in entry.layers or not entry.layers]
-        return (in_layer or found or [None])[0]
+        candidates = in_layer or found
+        return candidates[0] if candidates else None
 
     def table_name(self, path: str) -> str:
         """A module path as this table spells it: the checkpoints' names read as transformers'."""

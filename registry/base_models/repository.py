@@ -45,7 +45,7 @@ def stored_table(session: Session, config_sha256: str) -> dict[str, Any] | None:
 def store_table(session: Session, config_sha256: str, table: dict[str, Any]) -> None:
     """Keep a derived table, in place of one an older registry derived; racing registrations
     store the same table."""
-    insert = postgres_insert if session.bind.dialect.name == "postgresql" else sqlite_insert
+    insert = postgres_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
     values = {"architecture": table["architecture"], "transformers": table["transformers"], "table": table}
     statement = insert(ModuleTableRow).values(config_sha256=config_sha256, **values)
     session.execute(statement.on_conflict_do_update(index_elements=["config_sha256"], set_=values))

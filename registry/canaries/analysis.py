@@ -108,7 +108,7 @@ def _limit(metric: str, value: float | None, mine: float | None, theirs: float |
 def _sum_buckets(lists: Iterable[list[int]]) -> list[int]:
     total = [0] * (len(WINDOW_BUCKETS) + 1)
     for counts in lists:
-        total = [a + b for a, b in zip(total, counts)]
+        total = [a + b for a, b in zip(total, counts, strict=False)]
     return total
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from typing import Any, TypeGuard
 
 from sqlalchemy.orm import Session
 
@@ -31,6 +32,7 @@ from registry.errors import Conflict, Forbidden, NotFound
 from registry.promotions import activation, analysis_seals, canary_actions, gates, rules
 from registry.promotions import repository as promotions
 from registry.promotions.analysis_policy import CanaryAnalysis
+from registry.rows import existing
 from registry.settings import get_settings
 from registry.tables import Adapter, AdapterVersion, Pool, Promotion, Tenant
 from registry.traffic_windows import repository as windows
@@ -52,13 +54,14 @@ def check(session: Session, promotion_id: int, *, now: datetime | None = None) -
     # Judged unlocked; acted on under the locks only if the state is still the one judged, so a
     # pause or a resume that came meanwhile is never overwritten.
     promotion = session.get(Promotion, promotion_id)
-    if not _under_analysis(promotion):
+    judged = _analysis_state(promotion)
+    if promotion is None or judged is None:
         return None
     if not analysis_seals.holds(promotion):
         log.error("canary %d is not judged: its analysis policy or state was changed outside the "
                   "registry (its seal does not hold); roll it back", promotion_id)
         return UNSEALED
-    policy, state = CanaryAnalysis.model_validate(promotion.analysis), dict(promotion.analysis_state)
+    policy, state = CanaryAnalysis.model_validate(promotion.analysis), dict(judged)
     status = _status(session, promotion, policy, state, now)
     step = state["step"]
     evidence = {"policy": promotion.analysis, "step": step, "status": status.model_dump(mode="json"),
@@ -66,23 +69,24 @@ def check(session: Session, promotion_id: int, *, now: datetime | None = None) -
     uncorroborated = status.verdict != analysis.WAIT and not evidence["decided_by"]
     gate = status.verdict == analysis.PASS and policy.steps[step].manual_gate and not state.get("gate_opened")
     if status.verdict == analysis.WAIT or uncorroborated or gate:
-        promotion = promotions.promotion_for_update(session, promotion_id)
-        if not _sealed_as_judged(promotion, state):
+        locked = promotions.promotion_for_update(session, promotion_id)
+        if not _sealed_as_judged(locked, state):
             return "changed meanwhile"  # a pause, a resume or another check: judged afresh next time
         if uncorroborated:
             if state["state"] != UNCORROBORATED:  # audited once, not at every check
-                activation.record(session, promotion, "canary.awaiting_corroboration",
+                activation.record(session, locked, "canary.awaiting_corroboration",
                                   canary_actions.AUTOMATIC, evidence=evidence)
-            _save(promotion, state, status, UNCORROBORATED)
+            _save(locked, state, status, UNCORROBORATED)
             return UNCORROBORATED
         if gate:
-            _save(promotion, state, status, AT_GATE)
-            activation.record(session, promotion, "canary.awaiting_gate", canary_actions.AUTOMATIC,
+            _save(locked, state, status, AT_GATE)
+            activation.record(session, locked, "canary.awaiting_gate", canary_actions.AUTOMATIC,
                               evidence=evidence)
             return AT_GATE
         unjudged = any(c.passed is None for c in status.checks)
-        _save(promotion, state, status, WAITING if unjudged else ANALYSING)
-        return promotion.analysis_state["state"]
+        label = WAITING if unjudged else ANALYSING
+        _save(locked, state, status, label)
+        return label
     return _act(session, promotion, policy, state, status, evidence)
 
 
@@ -99,9 +103,10 @@ def _act(session: Session, promotion: Promotion, policy: CanaryAnalysis, state: 
 def _act_in(session: Session, change: ActiveSetChange, promotion_id: int, policy: CanaryAnalysis,
             state: dict, status: CanaryStatus, evidence: dict) -> str:
     step = state["step"]
-    promotion = promotions.promotion_for_update(session, promotion_id)
-    if not _sealed_as_judged(promotion, state):
+    locked = promotions.promotion_for_update(session, promotion_id)
+    if not _sealed_as_judged(locked, state):
         return "changed meanwhile"
+    promotion = locked
     if status.verdict == analysis.FAIL:
         _save(promotion, state, status, ROLLED_BACK)
         canary_actions.roll_back(session, promotion, change, evidence)
@@ -138,15 +143,15 @@ def _deciders(status: CanaryStatus, state: dict) -> list[str]:
 
 def _hold(session: Session, promotion_id: int, reason: str, evidence: dict) -> None:
     """The analysis passed but the version cannot be promoted: pause, and say why."""
-    promotion = promotions.promotion_for_update(session, promotion_id)
-    analysis_seals.put(promotion, {**promotion.analysis_state, "state": PAUSED, "held_because": reason})
+    promotion = _locked(session, promotion_id)
+    analysis_seals.put(promotion, {**_state_of(promotion), "state": PAUSED, "held_because": reason})
     activation.record(session, promotion, "canary.held", canary_actions.AUTOMATIC,
                       comment=reason, evidence=evidence)
 
 
 def pause(session: Session, principal: Principal, promotion_id: int) -> CanaryStatus:
     promotion = _decidable(session, principal, promotion_id)
-    state = dict(promotion.analysis_state)
+    state = dict(_state_of(promotion))
     if state["state"] in (PAUSED,):
         raise Conflict(f"canary {promotion_id} is already paused", code="already_paused",
                        hint=f"Resume it with POST /v1/promotions/{promotion_id}/canary/resume.")
@@ -160,7 +165,7 @@ def resume(session: Session, principal: Principal, promotion_id: int) -> CanaryS
     """Go on from a pause (the step's window starts over) or through a manual gate (the next step,
     or production after the last, follows at the next check)."""
     promotion = _decidable(session, principal, promotion_id)
-    state = dict(promotion.analysis_state)
+    state = dict(_state_of(promotion))
     if state["state"] not in (PAUSED, AT_GATE, UNCORROBORATED):
         raise Conflict(f"canary {promotion_id} is {state['state']}, neither paused, at a gate nor "
                        "awaiting corroboration", code="not_paused",
@@ -221,7 +226,8 @@ def _status(session: Session, promotion: Promotion, policy: CanaryAnalysis, stat
             now: datetime) -> CanaryStatus:
     since = aware(datetime.fromisoformat(state["step_started_at"]))
     canary_name = _served(session, promotion.version_id)
-    production_id = signed_set.version_at(session.get(Pool, promotion.pool_id), promotion.adapter_id, PRODUCTION)
+    pool = existing(session, Pool, promotion.pool_id)
+    production_id = signed_set.version_at(pool, promotion.adapter_id, PRODUCTION)
     production_name = _served(session, production_id) if production_id else ""
     counted_from = since + timedelta(seconds=get_settings().canary_grace_s)
     rows, unsealed = traffic.sealed_since(session, promotion.pool_id, [canary_name, production_name], counted_from)
@@ -233,7 +239,7 @@ def _status(session: Session, promotion: Promotion, policy: CanaryAnalysis, stat
                         state=state["state"], step_started_at=since, checked_at=now, canary=canary,
                         production=production, checks=checks, verdict=verdict,
                         sources=analysis.by_router(policy, canary_name, production_name, rows, elapsed_s),
-                        sources_needed=signed_set.load(session.get(Pool, promotion.pool_id)).canary_min_routers,
+                        sources_needed=signed_set.load(pool).canary_min_routers,
                         unsealed_windows=unsealed)
 
 
@@ -243,21 +249,41 @@ def _save(promotion: Promotion, state: dict, status: CanaryStatus, label: str) -
     analysis_seals.put(promotion, state)
 
 
-def _sealed_as_judged(promotion: Promotion | None, state: dict) -> bool:
+def _sealed_as_judged(promotion: Promotion | None, state: dict) -> TypeGuard[Promotion]:
     """Still under analysis, in the state that was judged, and sealed: read again under its lock."""
-    return _under_analysis(promotion) and promotion.analysis_state == state and analysis_seals.holds(promotion)
+    return (promotion is not None and _analysis_state(promotion) == state
+            and analysis_seals.holds(promotion))
 
 
-def _under_analysis(promotion: Promotion | None) -> bool:
-    return (promotion is not None and promotion.state == rules.ACTIVE and promotion.analysis is not None
+def _analysis_state(promotion: Promotion | None) -> dict[str, Any] | None:
+    """The analysis state of a canary under analysis; None for any other promotion."""
+    if (promotion is not None and promotion.state == rules.ACTIVE and promotion.analysis is not None
             and promotion.analysis_state is not None
-            and promotion.analysis_state.get("state") in (ANALYSING, WAITING, UNCORROBORATED))
+            and promotion.analysis_state.get("state") in (ANALYSING, WAITING, UNCORROBORATED)):
+        return promotion.analysis_state
+    return None
+
+
+def _state_of(promotion: Promotion) -> dict[str, Any]:
+    """The analysis state of a canary whose analysis began (the caller checked it has one)."""
+    if promotion.analysis_state is None:
+        raise Conflict(f"canary {promotion.id} is not under analysis", code="canary_not_active",
+                       hint="Only an active canary is paused, resumed or held.")
+    return promotion.analysis_state
+
+
+def _locked(session: Session, promotion_id: int) -> Promotion:
+    """The promotion under its lock: one this transaction has read before, so it exists."""
+    promotion = promotions.promotion_for_update(session, promotion_id)
+    if promotion is None:
+        raise NotFound(f"promotion {promotion_id} does not exist", code="promotion_not_found")
+    return promotion
 
 
 def _decidable(session: Session, principal: Principal, promotion_id: int) -> Promotion:
     principal.require(DECIDERS)
     status_of(session, principal, promotion_id)  # 404 unless the caller may see it
-    promotion = promotions.promotion_for_update(session, promotion_id)
+    promotion = _locked(session, promotion_id)
     principal.require(DECIDERS, _tenant_of(session, promotion))
     if promotion.state != rules.ACTIVE or promotion.analysis_state is None:
         raise Conflict(f"canary {promotion_id} is {promotion.state}, not under analysis",
@@ -276,8 +302,8 @@ def _may_read(session: Session, principal: Principal, promotion: Promotion) -> b
 
 
 def _tenant_of(session: Session, promotion: Promotion) -> str:
-    return session.get(Tenant, session.get(Adapter, promotion.adapter_id).tenant_id).name
+    return existing(session, Tenant, existing(session, Adapter, promotion.adapter_id).tenant_id).name
 
 
 def _served(session: Session, version_id: int) -> str:
-    return adapters.version_out(session, session.get(AdapterVersion, version_id)).served_name
+    return adapters.version_out(session, existing(session, AdapterVersion, version_id)).served_name

@@ -27,4 +27,5 @@ def page_of_suites(session: Session, *, limit: int, cursor: str | None,
 
 
 def suites_of_tenant(session: Session, tenant_id: int) -> int:
-    return session.scalar(select(func.count()).select_from(EvalSuite).where(EvalSuite.tenant_id == tenant_id))
+    return session.execute(
+        select(func.count()).select_from(EvalSuite).where(EvalSuite.tenant_id == tenant_id)).scalar_one()

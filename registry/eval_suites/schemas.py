@@ -62,7 +62,7 @@ class SuiteMetrics(BaseModel):
     serving: ServingLimits | None = None
 
     @model_validator(mode="after")
-    def _at_least_one(self) -> "SuiteMetrics":
+    def _at_least_one(self) -> SuiteMetrics:
         if not any(getattr(self, name) is not None for name in type(self).model_fields):
             raise ValueError("a suite needs at least one metric")
         return self
@@ -75,7 +75,7 @@ class Generation(BaseModel):
     ignore_eos: bool = Field(False, description="Always generate max_tokens (for load tests).")
 
     @model_validator(mode="after")
-    def _check_stop(self) -> "Generation":
+    def _check_stop(self) -> Generation:
         if any(not 1 <= len(s) <= 32 for s in self.stop):
             raise ValueError("each stop string must be 1 to 32 characters")
         return self

@@ -18,6 +18,7 @@ from registry.eval_suites.schemas import Example, Generation, SuiteCreate, Suite
 from registry.names import check_name
 from registry.auth.principal import Principal, Role
 from registry.auth.repository import find_tenant
+from registry.rows import existing
 from registry.storage.base import ArtifactStore
 from registry.settings import get_settings
 from registry.tables import BaseModel, EvalSuite, Tenant
@@ -109,7 +110,7 @@ def _not_found(ref: str) -> NotFound:
 def _visible(session: Session, row: EvalSuite, principal: Principal) -> bool:
     if row.tenant_id is None or principal.is_global_admin:
         return True
-    return session.get(Tenant, row.tenant_id).name == principal.tenant
+    return existing(session, Tenant, row.tenant_id).name == principal.tenant
 
 
 def require_for_base(session: Session, names: list[str], base_id: int, base_name: str) -> None:
@@ -183,7 +184,7 @@ def _unreadable(suite_name: str, detail: str) -> Unprocessable:
 
 
 def to_out(session: Session, row: EvalSuite) -> SuiteOut:
-    base = session.get(BaseModel, row.base_model_id)
+    base = existing(session, BaseModel, row.base_model_id)
     tenant = session.get(Tenant, row.tenant_id) if row.tenant_id is not None else None
     return SuiteOut(
         name=row.name, tenant=tenant.name if tenant else None, base_model=base.name,

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -9,7 +9,7 @@ MAX_ADAPTER_SUITES = 16
 # The metrics that measure the task, and so are compared between challenger and incumbent.
 # parity and serving are properties of the engine and are held to their own thresholds instead.
 QualityMetric = Literal["exact_match", "contains", "reference_loglik"]
-QUALITY_METRICS: tuple[str, ...] = QualityMetric.__args__
+QUALITY_METRICS: tuple[QualityMetric, ...] = get_args(QualityMetric)
 FRACTIONS = {"exact_match", "contains"}  # scores in [0, 1]; reference_loglik is in nats
 # How much lower than the incumbent's a challenger's value may be, where the policy names no
 # margin: not worse at all on scores (greedy decoding is deterministic), and 0.1 nats of mean
@@ -27,7 +27,7 @@ class ChallengerPolicy(BaseModel):
         "Metrics on which the challenger must be strictly better than the incumbent."))
 
     @model_validator(mode="after")
-    def _check_margins(self) -> "ChallengerPolicy":
+    def _check_margins(self) -> ChallengerPolicy:
         for metric, margin in self.margins.items():
             top = 1.0 if metric in FRACTIONS else 100.0
             if not 0 <= margin <= top:
@@ -36,7 +36,7 @@ class ChallengerPolicy(BaseModel):
             raise ValueError("require_improvement names a metric twice")
         return self
 
-    def margin(self, metric: str) -> float:
+    def margin(self, metric: QualityMetric) -> float:
         return self.margins.get(metric, DEFAULT_MARGINS[metric])
 
 
@@ -49,7 +49,7 @@ class EvaluationPolicy(BaseModel):
     challenger: ChallengerPolicy = Field(default_factory=ChallengerPolicy)
 
     @model_validator(mode="after")
-    def _check_suites(self) -> "EvaluationPolicy":
+    def _check_suites(self) -> EvaluationPolicy:
         if any(not 1 <= len(name) <= 129 for name in self.required_suites):
             raise ValueError("a suite name is 1 to 129 characters")
         if len(set(self.required_suites)) != len(self.required_suites):

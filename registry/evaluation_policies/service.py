@@ -27,6 +27,7 @@ from registry.evaluation_policies import changes
 from registry.evaluation_policies.schemas import (
     QUALITY_METRICS, EvaluationPolicy, EvaluationPolicyOut, ProposedPolicy,
 )
+from registry.rows import existing
 from registry.tables import Adapter, AdapterVersion, BaseModel, Pool
 from signed_digests.provenance import canonical
 
@@ -51,7 +52,7 @@ def put(session: Session, principal: Principal, tenant: str, name: str,
     for ref in spec.required_suites:
         suite = suites.usable_for(session, ref, adapter.tenant_id)
         if suite.base_model_id != adapter.base_model_id:
-            base = session.get(BaseModel, adapter.base_model_id).name
+            base = existing(session, BaseModel, adapter.base_model_id).name
             raise Unprocessable(f"eval suite {ref!r} is for another base model than {tenant}/{name} "
                                 f"({base!r})", code="suite_base_mismatch",
                                 hint="Pick suites built for the adapter's base model.")
@@ -156,8 +157,8 @@ def suites_for_versions(session: Session, pool: Pool, version_ids: set[int]) -> 
     """suites_for, by version id."""
     out = {}
     for version_id in version_ids:
-        version = session.get(AdapterVersion, version_id)
-        out[version_id] = suites_for(pool, session.get(Adapter, version.adapter_id))
+        version = existing(session, AdapterVersion, version_id)
+        out[version_id] = suites_for(pool, existing(session, Adapter, version.adapter_id))
     return out
 
 

@@ -20,6 +20,7 @@ from registry import audit
 from registry.adapters import service as adapters
 from registry.evaluations import repository, rules
 from registry.evaluations.service import sync_version_state
+from registry.rows import existing
 from registry.tables import Adapter, AdapterVersion, EvalSuite, Evaluation, EvaluationExample
 
 
@@ -76,7 +77,7 @@ def claim_batch(session: Session, evaluation_id: int, *, max_versions: int, leas
     if row.state == rules.RUNNING and lease is not None and lease > now:
         # Look again within half a lease: the holder renews it, so its remaining time says little.
         return ClaimOutcome("held", retry_after_s=min((lease - now).total_seconds() + 1, lease_s / 2))
-    base_id = session.get(EvalSuite, row.suite_id).base_model_id
+    base_id = existing(session, EvalSuite, row.suite_id).base_model_id
     waiting = repository.lock_waiting_on_base(session, base_id, besides=row.id, now=now,
                                               limit=max_versions * 8)
     batch = [row, *(e for e in pair if e is not row and _waiting(e, now))]
@@ -106,7 +107,7 @@ def _waiting(row: Evaluation, now: datetime) -> bool:
 
 
 def _claimed(session: Session, row: Evaluation) -> ClaimedEvaluation:
-    version = session.get(AdapterVersion, row.version_id)
+    version = existing(session, AdapterVersion, row.version_id)
     out = adapters.version_out(session, version)
     upload = version.derived_from or {"digest": version.digest, "files": version.files}
     return ClaimedEvaluation(id=row.id, served_name=out.served_name, digest=version.digest,
@@ -174,12 +175,12 @@ def record(session: Session, token: str, evaluation_id: int, outcome: Outcome, *
     evaluation.finished_at = utcnow()
     session.add_all(EvaluationExample(evaluation_id=evaluation.id, position=position, **example)
                     for position, example in enumerate(outcome.examples))
-    version = session.get(AdapterVersion, evaluation.version_id)
+    version = existing(session, AdapterVersion, evaluation.version_id)
     sync_version_state(session, version)
     after_outcome(session, version.id)
     audit.record(session, actor="worker", action=f"evaluation.{evaluation.state}",
                  subject=adapters.version_out(session, version).served_name,
-                 tenant_id=session.get(Adapter, version.adapter_id).tenant_id,
+                 tenant_id=existing(session, Adapter, version.adapter_id).tenant_id,
                  after={"evaluation": evaluation.id, "failing_metrics": outcome.failing_metrics,
                         "reason": outcome.reason, "digest": outcome.digest})
     session.flush()

@@ -181,10 +181,10 @@ def lock_tenant(session: Session, tenant_id: int) -> None:
 
 def waiting_of_tenant(session: Session, tenant_id: int) -> int:
     """The tenant's evaluations queued or running, re-qualification's left out."""
-    return session.scalar(
+    return session.execute(
         select(func.count()).select_from(Evaluation)
         .join(AdapterVersion, AdapterVersion.id == Evaluation.version_id)
         .join(Adapter, Adapter.id == AdapterVersion.adapter_id)
         .where(Adapter.tenant_id == tenant_id, Evaluation.state.in_((rules.QUEUED, rules.RUNNING)),
-               Evaluation.priority != rules.REQUALIFICATION))
+               Evaluation.priority != rules.REQUALIFICATION)).scalar_one()
 

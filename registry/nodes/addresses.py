@@ -53,6 +53,8 @@ def bind(session: Session, pool: Pool, node_id: str, url: str, *, actor: str) ->
                 session.add(row)
         except IntegrityError:
             row = repository.address_for_update(session, pool.id, node_id)
+            if row is None:  # the row this one collided with is gone again
+                raise
     row.vllm_url, row.seal, row.bound_by = url, seal(pool.name, node_id, url), actor[:300]
     session.flush()
     audit.record(session, actor=actor, action=BOUND, subject=_subject(pool.name, node_id),

@@ -73,6 +73,8 @@ def _upsert(session: Session, pool_id: int, node_id: str, fields: dict) -> NodeS
             return row
         except IntegrityError:
             row = repository.status_for_update(session, pool_id, node_id)
+            if row is None:  # the row this one collided with is gone again
+                raise
     for key, value in fields.items():
         setattr(row, key, value)
     session.flush()

@@ -89,10 +89,10 @@ def place(names: Iterable[str], capacities: Mapping[str, int], traffic: Mapping[
         for name in order:
             if len(_holders(targets, name)) > replica or replicas[name] <= replica:
                 continue
-            node = next((n for n in ranking(name, capacities) if free[n] > 0 and name not in targets[n]), None)
-            if node is not None:
-                targets[node].add(name)
-                free[node] -= 1
+            chosen = next((n for n in ranking(name, capacities) if free[n] > 0 and name not in targets[n]), None)
+            if chosen is not None:
+                targets[chosen].add(name)
+                free[chosen] -= 1
     placed_replicas = {name: len(_holders(targets, name)) for name in names}
     return Placement(SPREAD, {node: frozenset(t) for node, t in targets.items()}, placed_replicas,
                      shares, tuple(sorted(unplaced)))

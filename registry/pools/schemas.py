@@ -45,7 +45,7 @@ class PoolCreate(BaseModel):
     canary_min_routers: int = Field(2, ge=1, le=16, description=CANARY_MIN_ROUTERS_DOC)
 
     @model_validator(mode="after")
-    def _check_limits(self) -> "PoolCreate":
+    def _check_limits(self) -> PoolCreate:
         if self.max_lora_rank not in VLLM_MAX_LORA_RANKS:
             raise ValueError(f"max_lora_rank must be one of {VLLM_MAX_LORA_RANKS}")
         if self.max_cpu_loras < self.max_loras:
@@ -76,7 +76,7 @@ class PoolUpdate(BaseModel):
     canary_min_routers: int | None = Field(None, ge=1, le=16, description=CANARY_MIN_ROUTERS_DOC)
 
     @model_validator(mode="after")
-    def _check_something_changes(self) -> "PoolUpdate":
+    def _check_something_changes(self) -> PoolUpdate:
         if self.requalify_policy is None and self.required_suites is None and self.canary_min_routers is None:
             raise ValueError("give requalify_policy, required_suites, canary_min_routers or several")
         return self

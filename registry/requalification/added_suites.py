@@ -10,6 +10,7 @@ from registry.evaluations import repository as evaluations_repository
 from registry.evaluations import rules as evaluation_rules
 from registry.evaluations import service as evaluations
 from registry.requalification import marking, repository
+from registry.rows import existing
 from registry.tables import AdapterVersion, Pool
 
 
@@ -21,7 +22,7 @@ def request_for_served_versions(session: Session, pool: Pool, added: list[str], 
     marked = {mark.version_id for mark in repository.open_marks(session, pool.id)}
     ids = []
     for version_id in sorted(repository.active_version_ids(session, pool.id)):
-        version = session.get(AdapterVersion, version_id)
+        version = existing(session, AdapterVersion, version_id)
         for name in added:
             suite = suites.get_row(session, name)
             context = {"pool_requires": pool.name}

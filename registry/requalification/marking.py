@@ -18,6 +18,7 @@ from registry.evaluations import rules as evaluation_rules
 from registry.evaluations import service as evaluations
 from registry.requalification import repository
 from registry.requalification.reasons import public_change
+from registry.rows import existing
 from registry.tables import Adapter, AdapterVersion, EvalSuite, Evaluation, Pool, Requalification
 from registry.webhooks.service import emit
 
@@ -34,7 +35,7 @@ def start_round(session: Session, pool: Pool, *, cause: str, target_sha256: str,
     now = datetime.now(UTC)
     marks = []
     for version_id in sorted(version_ids):
-        version = session.get(AdapterVersion, version_id)
+        version = existing(session, AdapterVersion, version_id)
         evaluation_ids = _request_suites(session, pool, version, names[version_id], actor=actor)
         mark = Requalification(pool_id=pool.id, version_id=version_id, cause=cause,
                                target_sha256=target_sha256, before=before, after=after,
@@ -70,7 +71,7 @@ def _request_suites(session: Session, pool: Pool, version: AdapterVersion,
                     name: repository.VersionName, *, actor: str) -> list[int]:
     """Every evaluation that will count for the mark. A passed evaluation does not stand in for
     a new one, as a plain request would have it: it ran before the change."""
-    required = policies.suites_for(pool, session.get(Adapter, version.adapter_id))
+    required = policies.suites_for(pool, existing(session, Adapter, version.adapter_id))
     return [fresh_evaluation(session, version, suites.get_row(session, suite_name), actor=actor,
                              context={"requalification": pool.name}).id for suite_name in required]
 
@@ -82,7 +83,7 @@ def fresh_evaluation(session: Session, version: AdapterVersion, suite: EvalSuite
     waiting = repository.queued_evaluation(session, version.id, suite.id)
     if waiting is not None:  # a challenger's half: both halves are claimed together, so both go first
         for evaluation_id in evaluations_repository.pair_ids(session, waiting.id):
-            session.get(Evaluation, evaluation_id).priority = evaluation_rules.REQUALIFICATION
+            existing(session, Evaluation, evaluation_id).priority = evaluation_rules.REQUALIFICATION
         return waiting
     return evaluations.create(session, version, suite, actor=actor, context=context,
                               priority=evaluation_rules.REQUALIFICATION)

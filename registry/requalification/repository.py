@@ -49,15 +49,15 @@ def open_marks(session: Session, pool_id: int) -> list[Requalification]:
 
 
 def any_open(session: Session, pool_id: int) -> bool:
-    return session.scalar(select(exists().where(Requalification.pool_id == pool_id,
-                                                Requalification.cleared_at.is_(None))))
+    return session.execute(select(exists().where(Requalification.pool_id == pool_id,
+                                                 Requalification.cleared_at.is_(None)))).scalar_one()
 
 
 def round_open(session: Session, pool_id: int, cause: str, target_sha256: str) -> bool:
     """A change already being qualified for: repeated reports of it mark nothing."""
-    return session.scalar(select(exists().where(
+    return session.execute(select(exists().where(
         Requalification.pool_id == pool_id, Requalification.cause == cause,
-        Requalification.target_sha256 == target_sha256, Requalification.cleared_at.is_(None))))
+        Requalification.target_sha256 == target_sha256, Requalification.cleared_at.is_(None)))).scalar_one()
 
 
 @dataclass(frozen=True)

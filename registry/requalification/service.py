@@ -25,6 +25,7 @@ from registry.requalification.rules import BASE_CONFIG, ENGINE
 from registry.requalification.schemas import (
     EngineOut, MarkOut, PendingEngineOut, RequalificationsOut, SuiteProgress, VersionMarkOut,
 )
+from registry.rows import existing
 from registry.tables import BaseModel, Pool, Requalification
 
 SETTLE_ACTOR = "system (re-qualification)"
@@ -76,13 +77,13 @@ def after_evaluation(session: Session, version_id: int) -> None:
     pool's next node report."""
     pool_ids = {pool.id for _, pool in repository.marks_of_version(session, version_id)}
     for pool_id in sorted(pool_ids):
-        _observe(session, session.get(Pool, pool_id), engine=None, engine_actor=SETTLE_ACTOR)
+        _observe(session, existing(session, Pool, pool_id), engine=None, engine_actor=SETTLE_ACTOR)
 
 
 def _observe(session: Session, pool: Pool, *, engine: dict[str, Any] | None,
              engine_actor: str) -> None:
     suspended = suspended_version_ids(session, pool.id) if pool.requalify_policy == SUSPEND else set()
-    config = config_digest(session.get(BaseModel, pool.base_model_id).config)
+    config = config_digest(existing(session, BaseModel, pool.base_model_id).config)
     changed = _engine_changed(session, pool, engine, engine_actor) if engine is not None else False
     changed = _config_changed(session, pool, config) or changed
     # After marking, so that a pool without required suites clears at once.
@@ -164,7 +165,7 @@ def listing(session: Session, principal: Principal, pool_name: str) -> Requalifi
         pool=pool.name, policy=pool.requalify_policy,
         qualified_engine=engines[-1] if engines else None, also_qualified=engines[:-1],
         qualified_config_sha256=pool.qualified_config_sha256,
-        base_config_sha256=config_digest(session.get(BaseModel, pool.base_model_id).config),
+        base_config_sha256=config_digest(existing(session, BaseModel, pool.base_model_id).config),
         declared_engines=list(pool.declared_engines or []),
         pending_engines=[PendingEngineOut(**_engine_out(p.engine, internals).model_dump(), nodes=p.nodes,
                                           nodes_needed=p.needed)

@@ -79,10 +79,10 @@ def complete_round(session: Session, pool: Pool, *, cause: str, target_sha256: s
                      before={"qualified_engines": before},
                      after={"qualified_engines": pool.qualified_engines})
     elif target_sha256 == config_sha256:  # a config that changed again since has a round of its own
-        before = pool.qualified_config_sha256
+        previous = pool.qualified_config_sha256
         pool.qualified_config_sha256 = target_sha256
         audit.record(session, actor=actor, action="pool.qualified_config", subject=f"pool/{pool.name}",
-                     before={"config_sha256": before}, after={"config_sha256": target_sha256})
+                     before={"config_sha256": previous}, after={"config_sha256": target_sha256})
     session.flush()
 
 
@@ -94,7 +94,7 @@ def _verdicts(session: Session, pool: Pool, marks: list[Requalification],
     active = repository.active_version_ids(session, pool.id)
     required = policies.suites_for_versions(session, pool, {m.version_id for m in marks})
     results = repository.evaluations_of(session, set(required), policies.every_suite(required))
-    verdicts = []
+    verdicts: list[tuple[Requalification, str, list[int] | None]] = []
     for mark in marks:
         if mark.version_id not in active:
             verdicts.append((mark, rules.LEFT_POOL, None))

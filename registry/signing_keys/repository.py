@@ -18,8 +18,8 @@ def all_keys(session: Session, tenant_id: int) -> list[TenantSigningKey]:
 
 
 def count_active(session: Session, tenant_id: int) -> int:
-    return session.scalar(select(func.count()).select_from(TenantSigningKey).where(
-        TenantSigningKey.tenant_id == tenant_id, TenantSigningKey.revoked_at.is_(None)))
+    return session.execute(select(func.count()).select_from(TenantSigningKey).where(
+        TenantSigningKey.tenant_id == tenant_id, TenantSigningKey.revoked_at.is_(None))).scalar_one()
 
 
 def by_name(session: Session, tenant_id: int, name: str) -> TenantSigningKey | None:

@@ -108,6 +108,22 @@ def size(facts: PoolFacts, inputs: SizingInputs) -> SizingOut:
         comparison=_comparison(facts, assumptions, dtype_bytes, slots.total))
 
 
+def _number(figure: Figure) -> int | float:
+    """The value of a figure computed with: every assumption has one, and so has each figure
+    derived from them and from the pool's config."""
+    if figure.value is None:
+        raise ValueError(f"sizing computed with a figure that has no value: {figure.note}")
+    return figure.value
+
+
+def _count(figure: Figure) -> int:
+    """The value of a figure that counts something (bytes, adapters): an int."""
+    value = _number(figure)
+    if not isinstance(value, int):
+        raise TypeError(f"sizing expected a count, got {value!r}: {figure.note}")
+    return value
+
+
 def _measured(value, unit: str, note: str) -> Figure:
     return Figure(value=value, unit=unit, source="measured", note=note)
 
@@ -135,7 +151,7 @@ def _active_set(facts: PoolFacts) -> ActiveSetFigures:
 
 def _lora_slots(facts: PoolFacts, dtype_bytes: Figure) -> LoraSlots:
     one = lora_slot_bytes(facts.table, slots=1, rank=facts.max_lora_rank,
-                          dtype_bytes=dtype_bytes.value)
+                          dtype_bytes=_count(dtype_bytes))
     return LoraSlots(
         max_loras=_measured(facts.max_loras, "slots", "the pool's --max-loras"),
         max_lora_rank=_measured(facts.max_lora_rank, "rank", "the pool's --max-lora-rank"),
@@ -153,7 +169,7 @@ def _rank_waste(facts: PoolFacts, dtype_bytes: Figure) -> RankWaste:
                          recommended_max_lora_rank=_measured(None, "rank", why))
     wasted = lora_slot_bytes(facts.table, slots=facts.max_loras,
                              rank=max(0, facts.max_lora_rank - largest),
-                             dtype_bytes=dtype_bytes.value)
+                             dtype_bytes=_count(dtype_bytes))
     return RankWaste(
         wasted=_measured(wasted, "bytes", f"slots preallocated at rank {facts.max_lora_rank} "
                                           f"while the largest active rank is {largest}"),
@@ -190,24 +206,27 @@ def _assumptions(inputs: SizingInputs, active_versions: int) -> Assumptions:
 def _comparison(facts: PoolFacts, a: Assumptions, dtype_bytes: Figure,
                 slot_total: Figure) -> Comparison:
     base_bytes = base_weight_bytes(facts.table, tied_embeddings=facts.tied_embeddings,
-                                   dtype_bytes=dtype_bytes.value)
+                                   dtype_bytes=_count(dtype_bytes))
     lm_head = "lm_head tied to them" if facts.tied_embeddings else "lm_head"
     base = _measured(base_bytes, "bytes",
                      f"every module in the base's module table ({lm_head}), "
                      "2 norms per layer, final norm")
-    with_slots = _derived(base_bytes + slot_total.value, "bytes", "base weights + LoRA slots",
+    with_slots = _derived(base_bytes + _count(slot_total), "bytes", "base weights + LoRA slots",
                           base, slot_total)
-    budget = _derived(a.gpu_memory_gib.value * GIB * a.weights_fraction.value, "bytes",
+    budget = _derived(_number(a.gpu_memory_gib) * GIB * _number(a.weights_fraction), "bytes",
                       "gpu_memory_gib x weights_fraction", a.gpu_memory_gib, a.weights_fraction)
-    load = {"adapters": a.adapters.value, "demand": a.demand_tokens_per_s.value,
-            "tokens_per_s": a.tokens_per_s.value, "budget_bytes": budget.value}
+    adapters, demand = _count(a.adapters), _number(a.demand_tokens_per_s)
+    tokens_per_s, budget_bytes = _number(a.tokens_per_s), _number(budget)
     full = _deployment(
-        full_replicas_fleet(replica_bytes=base_bytes, **load), base, budget, a,
+        full_replicas_fleet(replica_bytes=base_bytes, adapters=adapters, demand=demand,
+                            tokens_per_s=tokens_per_s, budget_bytes=budget_bytes),
+        base, budget, a,
         "adapters x max(1, ceil(demand / adapters / tokens_per_s))",
         a.adapters, a.demand_tokens_per_s, a.tokens_per_s)
     multi = _deployment(
-        multi_lora_fleet(replica_bytes=with_slots.value, max_cpu_loras=facts.max_cpu_loras,
-                         penalty=a.lora_throughput_penalty.value, **load),
+        multi_lora_fleet(replica_bytes=_count(with_slots), max_cpu_loras=facts.max_cpu_loras,
+                         penalty=_number(a.lora_throughput_penalty), adapters=adapters,
+                         demand=demand, tokens_per_s=tokens_per_s, budget_bytes=budget_bytes),
         with_slots, budget, a,
         "max(1, ceil(demand / (tokens_per_s x (1 - penalty))), "
         f"ceil(adapters / max_cpu_loras {facts.max_cpu_loras}))",
@@ -215,10 +234,10 @@ def _comparison(facts: PoolFacts, a: Assumptions, dtype_bytes: Figure,
     return Comparison(
         assumptions=a, base_weights=base, weights_budget_per_gpu=budget,
         full_replicas=full, multi_lora=multi,
-        gpu_ratio=_derived(full.gpus.value / multi.gpus.value, "ratio",
+        gpu_ratio=_derived(_number(full.gpus) / _number(multi.gpus), "ratio",
                            "full-replica GPUs / multi-LoRA GPUs", full.gpus, multi.gpus),
         cost_ratio=_derived(
-            full.cost_per_1m_tokens.value / multi.cost_per_1m_tokens.value, "ratio",
+            _number(full.cost_per_1m_tokens) / _number(multi.cost_per_1m_tokens), "ratio",
             "full-replica cost / multi-LoRA cost per 1M tokens",
             full.cost_per_1m_tokens, multi.cost_per_1m_tokens))
 
@@ -230,12 +249,12 @@ def _deployment(fleet: Fleet, replica_bytes: Figure, budget: Figure, a: Assumpti
                            "ceil(memory per replica / weight budget per GPU)",
                            replica_bytes, budget)
     gpus = _derived(fleet.gpus, "GPUs", "replicas x GPUs per replica", replicas, per_replica)
-    cost = cost_per_1m_tokens(fleet.gpus, gpu_hour_usd=a.gpu_hour_usd.value,
-                              demand=a.demand_tokens_per_s.value)
+    cost = cost_per_1m_tokens(fleet.gpus, gpu_hour_usd=_number(a.gpu_hour_usd),
+                              demand=_number(a.demand_tokens_per_s))
     return Deployment(
         replicas=replicas, gpus_per_replica=per_replica, gpus=gpus,
         memory_per_replica=replica_bytes,
-        gpu_memory=_derived(fleet.gpus * a.gpu_memory_gib.value, "GiB",
+        gpu_memory=_derived(fleet.gpus * _number(a.gpu_memory_gib), "GiB",
                             "GPUs x gpu_memory_gib", gpus, a.gpu_memory_gib),
         cost_per_1m_tokens=_derived(cost, "USD", "GPUs x gpu_hour_usd / (demand x 3600) x 1e6",
                                     gpus, a.gpu_hour_usd, a.demand_tokens_per_s))

@@ -6,6 +6,7 @@ from sqlalchemy.orm import Session
 
 from registry.pool_lookup import pool_by_name
 from registry.base_models import stored_tables
+from registry.rows import existing
 from registry.sizing import calculator, repository
 from registry.sizing.schemas import SizingInputs, SizingOut
 from registry.tables import BaseModel
@@ -15,7 +16,7 @@ def size_pool(session: Session, pool_name: str, inputs: SizingInputs, tenant: st
     """With `tenant`, the active-set figures count that tenant's versions only: a pool serves
     every tenant, and one tenant may not learn the others' counts, ranks or sizes."""
     pool = pool_by_name(session, pool_name)
-    base = session.get(BaseModel, pool.base_model_id)
+    base = existing(session, BaseModel, pool.base_model_id)
     active = repository.active_ranks_and_sizes(session, pool.id, tenant)
     table = stored_tables.table_of(session, base)
     facts = calculator.PoolFacts(

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any, cast
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import CursorResult, delete, func, select
 from sqlalchemy.orm import Session
 
 from registry.tables import TrafficWindow
@@ -22,7 +23,7 @@ def database_now(session: Session) -> datetime:
     (one host, the embedded default) has no such clock: this host's is the one."""
     if session.get_bind().dialect.name != "postgresql":
         return datetime.now(UTC)
-    return session.scalar(select(func.clock_timestamp()))
+    return session.execute(select(func.clock_timestamp())).scalar_one()
 
 
 def windows_since(session: Session, pool_id: int, served_names: list[str], since: datetime) -> list[TrafficWindow]:
@@ -33,4 +34,6 @@ def windows_since(session: Session, pool_id: int, served_names: list[str], since
 
 
 def prune_windows(session: Session, before: datetime) -> int:
-    return session.execute(delete(TrafficWindow).where(TrafficWindow.at < before)).rowcount
+    # A DML statement's result is a CursorResult; Session.execute is typed as Result.
+    result = cast("CursorResult[Any]", session.execute(delete(TrafficWindow).where(TrafficWindow.at < before)))
+    return result.rowcount

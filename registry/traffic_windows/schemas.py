@@ -52,7 +52,7 @@ class WindowDelta(BaseModel):
         return buckets
 
     @model_validator(mode="after")
-    def _consistent(self) -> "WindowDelta":
+    def _consistent(self) -> WindowDelta:
         answered = self.requests - sum(self.errors.values())
         if answered < 0:
             raise ValueError(f"{self.served_name}: more errors than requests")

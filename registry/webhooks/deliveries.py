@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
+from registry.rows import existing
 from registry.tables import Webhook, WebhookDelivery
 from registry.webhooks import repository
 from registry.webhooks.service import DELIVERED, FAILED, PENDING
@@ -27,7 +28,7 @@ def due(session: Session, delivery_id: int) -> Send | None:
     row = session.get(WebhookDelivery, delivery_id)
     if row is None or row.state != PENDING:
         return None
-    hook = session.get(Webhook, row.webhook_id)
+    hook = existing(session, Webhook, row.webhook_id)
     if hook.disabled_at is not None:
         row.state, row.last_error = FAILED, "the webhook was disabled"
         return None

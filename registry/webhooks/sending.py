@@ -39,7 +39,7 @@ def deliver(send: Send, *, timeout_s: float, allowed: list[destinations.Network]
                "User-Agent": "loraplane-webhooks", "X-Loraplane-Event": send.event,
                "X-Loraplane-Delivery": str(send.delivery_id),
                signing.HEADER: signing.sign(send.secret, send.body)}
-    error = "no address"
+    last_error = "no address"
     # trust_env=False: no proxy from the environment; the TLS context still honours SSL_CERT_FILE.
     with httpx.Client(transport=httpx.HTTPTransport(trust_env=True), trust_env=False,
                       timeout=timeout_s, follow_redirects=False) as http:
@@ -53,10 +53,10 @@ def deliver(send: Send, *, timeout_s: float, allowed: list[destinations.Network]
                 response = http.send(request, stream=True)
                 response.close()
             except httpx.ConnectError as failure:  # the next checked address may answer
-                error = type(failure).__name__
+                last_error = type(failure).__name__
                 continue
             except httpx.HTTPError as failure:
                 return Attempt(None, type(failure).__name__)
             status = response.status_code
             return Attempt(status, None if 200 <= status < 300 else f"HTTP {status}")
-    return Attempt(None, error)
+    return Attempt(None, last_error)

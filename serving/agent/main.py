@@ -76,7 +76,7 @@ class Agent:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if serving:
+        if http is not None and serving is not None:
             http.should_exit = True  # a clean shutdown, not a cancelled one
             await serving
         await self.registry.close()
@@ -86,7 +86,8 @@ class Agent:
         etag = None  # ask for the set at once: a restart also wants fresh download URLs
         retrying = AsyncRetrying(wait=wait_random_exponential(multiplier=0.5, max=self.settings.backoff_max_s),
                                  retry=retry_if_exception_type(RegistryUnavailable), stop=stop_never,
-                                 before_sleep=lambda state: _registry_away(state.outcome.exception()))
+                                 before_sleep=lambda state: _registry_away(
+                                     state.outcome.exception() if state.outcome else None))
         while True:
             async for attempt in retrying:
                 with attempt:

@@ -35,7 +35,7 @@ class TrustStore:
     def load(self) -> None:
         """What is on disk: the operator's file, else the pinned copy."""
         if self.operator_file is not None:
-            self._read_operator_file()
+            self._read_operator_file(self.operator_file)
             return
         try:
             saved = _read_json(self.pinned_path)
@@ -60,7 +60,7 @@ class TrustStore:
         RegistryUnavailable when the registry's bundle cannot be fetched."""
         async with self._lock:
             if self.operator_file is not None:
-                return self._read_operator_file()
+                return self._read_operator_file(self.operator_file)
             if self.pin_damaged:
                 return False
             try:
@@ -96,8 +96,7 @@ class TrustStore:
             log.info("trust bundle version %d (keys %s)", fresh.version, _ids(fresh))
         return True
 
-    def _read_operator_file(self) -> bool:
-        path = self.operator_file
+    def _read_operator_file(self, path: Path) -> bool:
         try:
             info = path.stat()
             stamp = (info.st_ino, info.st_size, info.st_mtime_ns)

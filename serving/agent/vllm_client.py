@@ -49,7 +49,7 @@ class VllmClient:
         try:
             response = await self._http.get("/v1/models")
             response.raise_for_status()
-            base = next((m for m in response.json()["data"] if not m.get("parent")), {})
+            base: dict = next((m for m in response.json()["data"] if not m.get("parent")), {})
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
             raise VllmUnavailable(f"{type(error).__name__}: {error}") from error
         value = base.get("max_model_len")

@@ -64,9 +64,9 @@ class RouterApp:
             metrics.ERRORS.labels("", "internal" if not response.started else "stream_broken").inc()
             if not response.started:
                 log.exception("request failed")
-                error = RouterError(500, "internal", "the router failed to handle this request",
-                                    "Retry; if it persists, see the router's log.")
-                await _json(send, 500, error.body(), error.headers())
+                failure = RouterError(500, "internal", "the router failed to handle this request",
+                                      "Retry; if it persists, see the router's log.")
+                await _json(send, 500, failure.body(), failure.headers())
 
     async def _proxy(self, scope: Scope, receive: Receive, send: _Response, path: str) -> None:
         app = await self.keys.authenticate(header(scope, b"authorization"))
@@ -135,6 +135,8 @@ async def _unless_disconnected(receive: Receive, response: _Response, work: Awai
     """Await `work` in this task, cancelling it if the client hangs up before its answer is
     complete (while it waits in line, or while a node generates), so no node works for nobody."""
     handler = asyncio.current_task()
+    if handler is None:  # awaited by a request's task, always
+        raise RuntimeError("_unless_disconnected must run inside a task")
     hung_up = False
 
     async def watch() -> None:

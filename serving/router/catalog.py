@@ -38,7 +38,7 @@ class Catalog:
     shadows: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def from_active_set(cls, pool: str, generation: int, entries: list[dict[str, Any]]) -> "Catalog":
+    def from_active_set(cls, pool: str, generation: int, entries: list[dict[str, Any]]) -> Catalog:
         choices: dict[str, list[tuple[str, int, str]]] = defaultdict(list)
         shadows: dict[str, float] = {}
         for entry in entries:

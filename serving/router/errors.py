@@ -19,7 +19,7 @@ class RouterError(Exception):
         self.extra = extra
         self.served_name = self.alias = ""  # set once the model resolved, for metrics
 
-    def copy(self) -> "RouterError":
+    def copy(self) -> RouterError:
         return RouterError(self.status, self.code, self.message, self.hint,
                            retry_after_s=self.retry_after_s, **self.extra)
 

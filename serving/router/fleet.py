@@ -2,7 +2,8 @@
 
 A node may get a served name only when its agent reports it loaded with the right digest and the
 node's engine itself, asked at the address an admin bound to the node, lists it loaded from a
-folder named by that digest (engines.py); and preferably when the registry's placement gives it that name (a node draining it is a fallback); a node
+folder named by that digest (engines.py); and preferably when the registry's placement gives it
+that name (a node draining it is a fallback); a node
 whose report is stale only when no fresh one has it, and a node that just failed only when no
 other has it, for a short cooldown. Among those, the router prefers nodes where the adapter is
 resident in vLLM's CPU cache (its own estimate: the last `max_cpu_loras` names it sent there),
@@ -109,7 +110,7 @@ class Fleet:
         if not due:
             return
         answers = await asyncio.gather(*(check.holdings(node.url) for node in due))
-        for node, holdings in zip(due, answers):
+        for node, holdings in zip(due, answers, strict=True):
             self.judge(node, holdings)
         self._updated.set()
         self._updated = asyncio.Event()
@@ -137,7 +138,7 @@ class Fleet:
                         "digest (%s): none of them is sent there", node.node_id, len(unconfirmed),
                         ", ".join(sorted(unconfirmed)[:5]))
 
-    def choose(self, served_name: str, exclude: set[str] = frozenset()) -> Node | None:
+    def choose(self, served_name: str, exclude: frozenset[str] | set[str] = frozenset()) -> Node | None:
         now = time.monotonic()
         holders = [n for n in self.nodes.values() if served_name in n.confirmed and n.node_id not in exclude]
         up = [n for n in holders if now >= n.down_until]

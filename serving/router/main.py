@@ -87,7 +87,7 @@ class Router:
                                  retry=retry_if_exception_type(RegistryUnavailable), stop=stop_never,
                                  before_sleep=lambda state: log.warning(
                                      "registry unavailable (%s); routing on what it said last",
-                                     state.outcome.exception()))
+                                     state.outcome.exception() if state.outcome else None))
         while True:
             async for attempt in retrying:
                 with attempt:

@@ -71,7 +71,7 @@ class RouterSettings(BaseSettings):
         return AnyHttpUrl(str(url).rstrip("/"))
 
     @model_validator(mode="after")
-    def _batch_within_total(self) -> "RouterSettings":
+    def _batch_within_total(self) -> RouterSettings:
         if self.batch_max_inflight > self.max_inflight:
             raise ValueError(f"LORAPLANE_ROUTER_BATCH_MAX_INFLIGHT ({self.batch_max_inflight}) must "
                              f"not exceed LORAPLANE_ROUTER_MAX_INFLIGHT ({self.max_inflight})")

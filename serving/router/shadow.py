@@ -31,6 +31,8 @@ class Shadow:
         task.add_done_callback(self._running.discard)
 
     async def _compare(self, target: Target, path: str, payload: dict, canary_answer: bytes) -> None:
+        if target.shadow_of is None:  # only a canary that shadows another is compared
+            return
         data = json.dumps({**payload, "model": target.shadow_of}).encode()
         status, body = await self.forwarder.fetch(target.shadow_of, path, data)
         if status != 200:
@@ -41,7 +43,7 @@ class Shadow:
         self.forwarder.windows.shadowed(target.served_name, target.alias, agreed)
 
 
-def answers(body: bytes) -> list[str] | None:
+def answers(body: bytes) -> list[str | None] | None:
     """The answer's texts, choice by choice (a completion's text, a chat message's content)."""
     try:
         choices = json.loads(body)["choices"]

@@ -15,7 +15,7 @@ from registry.audit.verify import verify_chain
 from registry.errors import Unprocessable
 from registry.request_session import RequestSession
 from web.rendering import PageRoute, page
-from web.session import Visit, viewer
+from web.session import SignedInVisit, viewer
 
 router = APIRouter(route_class=PageRoute)
 EVENTS_SHOWN = 100
@@ -25,7 +25,7 @@ EVENTS_SHOWN = 100
 def audit_page(request: Request, action: str = Query("", max_length=64), actor: str = Query("", max_length=128),
                subject: str = Query("", max_length=300), since: str = Query("", max_length=40),
                until: str = Query("", max_length=40), cursor: str | None = Query(None, max_length=18),
-               visit: Visit = Depends(viewer), session: Session = RequestSession) -> Response:
+               visit: SignedInVisit = Depends(viewer), session: Session = RequestSession) -> Response:
     filters = AuditFilters(action=action or None, actor=actor or None, subject=subject or None,
                            since=_moment(since, "since"), until=_moment(until, "until"))
     events, next_cursor = reading.list_page(session, visit.principal, filters,

@@ -21,7 +21,7 @@ from registry.sizing import service as sizing
 from registry.sizing.schemas import SizingInputs
 from web.charts import Bar, bar_chart
 from web.rendering import PageRoute, page
-from web.session import Visit, viewer
+from web.session import SignedInVisit, viewer
 
 router = APIRouter(route_class=PageRoute)
 POOL_NAME = Path(pattern=r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$")
@@ -29,7 +29,7 @@ POOLS_SHOWN = 200
 
 
 @router.get("/ui/pools")
-def pool_list(request: Request, visit: Visit = Depends(viewer),
+def pool_list(request: Request, visit: SignedInVisit = Depends(viewer),
               session: Session = RequestSession) -> Response:
     visit.principal.require({Role.ADMIN, Role.REVIEWER, Role.UPLOADER})
     listed, more = pools.list_page(session, limit=POOLS_SHOWN, cursor=None)
@@ -37,7 +37,7 @@ def pool_list(request: Request, visit: Visit = Depends(viewer),
 
 
 @router.get("/ui/pools/{pool}")
-def pool_page(request: Request, pool: str = POOL_NAME, visit: Visit = Depends(viewer),
+def pool_page(request: Request, pool: str = POOL_NAME, visit: SignedInVisit = Depends(viewer),
               session: Session = RequestSession) -> Response:
     live = _serving_view(session, visit, pool)
     sized = sizing.size_pool(session, pool, SizingInputs(), visit.principal.tenant)
@@ -46,13 +46,13 @@ def pool_page(request: Request, pool: str = POOL_NAME, visit: Visit = Depends(vi
 
 
 @router.get("/ui/pools/{pool}/live")
-def pool_live(request: Request, pool: str = POOL_NAME, visit: Visit = Depends(viewer),
+def pool_live(request: Request, pool: str = POOL_NAME, visit: SignedInVisit = Depends(viewer),
               session: Session = RequestSession) -> Response:
     """The serving and rollout sections alone, for the page's periodic refresh."""
     return page(request, visit, "_pool_live.html", **_serving_view(session, visit, pool))
 
 
-def _serving_view(session: Session, visit: Visit, name: str) -> dict:
+def _serving_view(session: Session, visit: SignedInVisit, name: str) -> dict:
     rollout = nodes.rollout(session, visit.principal, name)  # checks the viewer's role
     pool = pools.get(session, name)
     aliases = promotions.list_aliases(session, visit.principal, name)

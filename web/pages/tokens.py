@@ -10,14 +10,14 @@ from sqlalchemy.orm import Session
 from registry.request_session import RequestSession
 from registry.tokens import service
 from web.rendering import PageRoute, page, see_other
-from web.session import Visit, check_csrf, viewer
+from web.session import SignedInVisit, check_csrf, viewer
 
 router = APIRouter(route_class=PageRoute)
 TOKENS_SHOWN = 200
 
 
 @router.get("/ui/tokens")
-def tokens_page(request: Request, visit: Visit = Depends(viewer),
+def tokens_page(request: Request, visit: SignedInVisit = Depends(viewer),
                 session: Session = RequestSession) -> Response:
     tokens, more = service.list_tokens(session, visit.principal, tenant=None,
                                        include_revoked=False, limit=TOKENS_SHOWN, cursor=None)
@@ -26,7 +26,7 @@ def tokens_page(request: Request, visit: Visit = Depends(viewer),
 
 @router.post("/ui/tokens/{token_id}/revoke")
 def revoke(request: Request, token_id: int = Path(ge=1, le=2**31 - 1),
-           csrf_token: str = Form("", max_length=128), visit: Visit = Depends(viewer),
+           csrf_token: str = Form("", max_length=128), visit: SignedInVisit = Depends(viewer),
            session: Session = RequestSession) -> Response:
     check_csrf(visit, csrf_token)
     service.revoke(session, visit.principal, token_id)

@@ -14,7 +14,7 @@ from registry.request_session import RequestSession
 from registry.requalification import service as requalification
 from web.evidence import evidence_of
 from web.rendering import PageRoute, page
-from web.session import Visit, viewer
+from web.session import SignedInVisit, viewer
 
 router = APIRouter(route_class=PageRoute)
 NAME = r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$"
@@ -23,7 +23,7 @@ EXAMPLES_SHOWN, EVALUATIONS_SHOWN = 100, 20
 
 @router.get("/ui/adapters/{tenant}/{name}/versions/{number}")
 def version_page(request: Request, tenant: str = Path(pattern=NAME), name: str = Path(pattern=NAME),
-                 number: int = Path(ge=1, le=2**31 - 1), visit: Visit = Depends(viewer),
+                 number: int = Path(ge=1, le=2**31 - 1), visit: SignedInVisit = Depends(viewer),
                  session: Session = RequestSession) -> Response:
     view = version_view(session, visit.principal, tenant, name, number)
     return page(request, visit, "version.html", **view)

@@ -23,6 +23,7 @@ from registry.eval_suites import service as suites
 from registry.evaluation_policies.schemas import QUALITY_METRICS
 from registry.evaluations import claims
 from registry.requalification import service as requalification
+from registry.rows import existing
 from registry.storage import get_store
 from registry.tables import EvalSuite
 from workers.evaluation import artifacts, faults, parity, scoring, serving_cost
@@ -53,25 +54,28 @@ def evaluate(evaluation_id: int, settings: WorkerSettings) -> TaskResult:
         return TaskResult(note="already finished")
     if claim.kind == "held":
         return TaskResult(retry_after_s=claim.retry_after_s, note="held by a live worker")
+    token = claim.token
+    if token is None:  # a claim comes with its token
+        raise RuntimeError(f"the claim of evaluation {evaluation_id} holds no token")
     # A claim also returns to the queue when its worker died mid-batch: that is bounded as well.
     spent = {e.id: _gave_up(e.last_reason or "its worker stopped during every attempt", e.attempts - 1)
              for e in claim.evaluations if e.attempts > settings.max_attempts}
-    finished = _record(claim.token, _as_outcomes(spent, settings))
+    finished = _record(token, _as_outcomes(spent, settings))
     working = [e for e in claim.evaluations if e.id not in spent]
     if not working:
         return finished
     ids = [e.id for e in working]
     lead = evaluation_id if evaluation_id in ids else ids[0]
     log.info("claimed evaluations %s", ids)
-    with _LeaseKeeper(claim.token, ids, settings):
+    with _LeaseKeeper(token, ids, settings):
         try:
             outcomes = asyncio.run(_evaluate_claimed(working, settings))
         except Exception as error:
             if faults.is_transient(error):
-                return _retry_later(lead, claim.token, ids, faults.transient_reason(error), settings)
+                return _retry_later(lead, token, ids, faults.transient_reason(error), settings)
             log.exception("evaluations %s failed", ids)
             outcomes = _as_outcomes({i: faults.reason_for(error) for i in ids}, settings)
-    done = _record(claim.token, outcomes)
+    done = _record(token, outcomes)
     return TaskResult(recorded=finished.recorded + done.recorded)
 
 
@@ -131,11 +135,11 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
         store, loaded, references, digests = get_store(), {}, {}, {}
         for evaluation in claimed:
             try:
-                folder = artifacts.fetch(store, settings.artifact_cache_dir, evaluation.digest,
+                folder = artifacts.fetch(store, settings.artifact_cache, evaluation.digest,
                                          evaluation.files)
                 reference = folder
                 if evaluation.reference_digest != evaluation.digest:
-                    reference = artifacts.fetch(store, settings.artifact_cache_dir, evaluation.reference_digest,
+                    reference = artifacts.fetch(store, settings.artifact_cache, evaluation.reference_digest,
                                                 evaluation.reference_files)
                 await client.load_adapter(evaluation.served_name, str(folder))
             except (AdapterRejected, artifacts.ArtifactCorrupt) as rejected:
@@ -172,7 +176,8 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
     for evaluation_id, (_, suite_id) in loaded.items():
         spec = specs[suite_id]
         if evaluation_id in halves:
-            spec = {metric: limit for metric, limit in spec.items() if metric in QUALITY_METRICS}  # what a comparison reads
+            # what a comparison reads
+            spec = {metric: limit for metric, limit in spec.items() if metric in QUALITY_METRICS}
         outcome = _judge(batch, evaluation_id, works[suite_id], spec, checks.get(evaluation_id),
                          serving.get(evaluation_id), info, settings)
         # The bytes it loaded: fetch() verified every file and that the manifest makes the digest.
@@ -207,7 +212,7 @@ def _load_suites(suite_ids: set[int]) -> tuple[dict[int, SuiteWork], dict[int, d
     works, specs, unreadable = {}, {}, {}
     with transaction() as session:
         for suite_id in suite_ids:
-            suite = session.get(EvalSuite, suite_id)
+            suite = existing(session, EvalSuite, suite_id)
             try:
                 examples = suites.load_examples(get_store(), suite)
             except Unprocessable as error:  # the stored dataset itself is wrong: no retry mends it
@@ -232,7 +237,7 @@ def _parity_all(batch: BatchRun, works: dict[int, SuiteWork], specs: dict[int, d
         started = time.perf_counter()
         reference = reference or parity.Reference(settings.engine_model_dir or Path(info.model_dir))
         checks[evaluation_id] = reference.compare(references[evaluation_id], [
-            (t.prompt_ids, g.token_ids, g.logprobs) for t, g in zip(work.tokenized, side.generations)])
+            (t.prompt_ids, g.token_ids, g.logprobs) for t, g in zip(work.tokenized, side.generations, strict=False)])
         batch.timings[f"parity_s.{evaluation_id}"] = time.perf_counter() - started
     return checks
 
@@ -250,8 +255,9 @@ def _judge(batch: BatchRun, evaluation_id: int, work: SuiteWork, spec: dict,
            checks: list[parity.ParityExample] | None, serving: serving_cost.ServingCost | None,
            info: EngineInfo, settings: WorkerSettings) -> claims.Outcome:
     side, base = batch.adapters[evaluation_id], batch.base[work.suite_id]
-    if side.rejected or base.rejected:
-        return _failed(side.rejected or base.rejected, info, settings)
+    rejected = side.rejected or base.rejected
+    if rejected:
+        return _failed(rejected, info, settings)
     timings = {k: v for k, v in batch.timings.items() if "." not in k}  # the batch's own phases
     for own in ("parity_s", "serving_s"):  # and this evaluation's
         if f"{own}.{evaluation_id}" in batch.timings:
@@ -266,7 +272,7 @@ def _judge(batch: BatchRun, evaluation_id: int, work: SuiteWork, spec: dict,
         "parity_max_logprob_diff": checks[i].max_logprob_diff if checks else None,
         "parity_tokens_match": checks[i].tokens_match if checks else None,
     } for i, (prompt, reference, g, b) in enumerate(
-        zip(work.prompts, work.references, side.generations, base.generations))]
+        zip(work.prompts, work.references, side.generations, base.generations, strict=False))]
     reason = f"failed: {', '.join(failing)}" if failing else None
     return claims.Outcome(passed=not failing, reason=reason, failing_metrics=failing, metrics=metrics,
                           engine=_engine_record(info, settings), timings=timings, examples=examples)
@@ -298,7 +304,7 @@ class _LeaseKeeper:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
 
-    def __enter__(self) -> "_LeaseKeeper":
+    def __enter__(self) -> _LeaseKeeper:
         self._thread.start()
         return self
 

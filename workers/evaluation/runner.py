@@ -82,7 +82,7 @@ async def generate(client: EngineClient, served_base: str, suites: dict[int, Sui
     started = time.perf_counter()
     for work in suites.values():
         work.tokenized = await asyncio.gather(*(bounded(_tokenize(client, p, r))
-                                                for p, r in zip(work.prompts, work.references)))
+                                                for p, r in zip(work.prompts, work.references, strict=True)))
     timings["tokenize_s"] = time.perf_counter() - started
 
     base = {suite_id: SideRun() for suite_id in suites}
@@ -152,7 +152,7 @@ async def _score(client: EngineClient, model: str, work: SuiteWork, side: SideRu
         side.rejected = str(rejected)
         return
     side.reference_logliks = [mean_of_present(lp[t.reference_start:])
-                              for lp, t in zip(logprobs, work.tokenized)]
+                              for lp, t in zip(logprobs, work.tokenized, strict=True)]
 
 
 def mean_of_present(values: list[float | None]) -> float | None:

@@ -16,11 +16,11 @@ def _text(output: str) -> str:
 
 
 def exact_matches(side: SideRun, work: SuiteWork) -> list[bool]:
-    return [_text(g.text) == _text(ref) for g, ref in zip(side.generations, work.references)]
+    return [_text(g.text) == _text(ref) for g, ref in zip(side.generations, work.references, strict=False)]
 
 
 def contains(side: SideRun, work: SuiteWork) -> list[bool]:
-    return [_text(ref) in g.text for g, ref in zip(side.generations, work.references)]
+    return [_text(ref) in g.text for g, ref in zip(side.generations, work.references, strict=False)]
 
 
 def _rate(flags: list[bool]) -> float:
@@ -39,13 +39,13 @@ def judge(spec: dict, work: SuiteWork, adapter: SideRun, base: SideRun,
         value, base_value = _rate(contains(adapter, work)), _rate(contains(base, work))
         metrics["contains"] = _at_least(value, base_value, spec["contains"])
     if "reference_loglik" in spec:
-        value = mean_of_present(adapter.reference_logliks)
-        base_value = mean_of_present(base.reference_logliks)
+        loglik = mean_of_present(adapter.reference_logliks)
+        base_loglik = mean_of_present(base.reference_logliks)
         margin = spec["reference_loglik"]["min_margin"]
-        passed = value is not None and base_value is not None and value - base_value >= margin
-        gap = None if value is None or base_value is None else value - base_value
+        passed = loglik is not None and base_loglik is not None and loglik - base_loglik >= margin
+        gap = None if loglik is None or base_loglik is None else loglik - base_loglik
         metrics["reference_loglik"] = {
-            "value": value, "base": base_value, "threshold": {"min_margin": margin}, "passed": passed,
+            "value": loglik, "base": base_loglik, "threshold": {"min_margin": margin}, "passed": passed,
             "detail": f"adapter minus base = {gap:.4f}" if gap is not None else "not measured"}
     if "parity" in spec and parity is not None:
         tolerance = spec["parity"]
