@@ -1,7 +1,7 @@
 """foundation tables
 
 Revision ID: 0001
-Revises: 
+Revises:
 Create Date: 2026-12-02 11:34:42.037621
 """
 

@@ -47,7 +47,8 @@ def upgrade() -> None:
     sa.Column('vllm_url', sa.String(length=500), nullable=False),
     sa.Column('limits', sa.JSON(), nullable=False),
     sa.Column('reported_at', sa.DateTime(timezone=True), nullable=False),
-    sa.Column('first_seen_at', sa.DateTime(timezone=True), server_default=sa.text('(CURRENT_TIMESTAMP)'), nullable=False),
+    sa.Column('first_seen_at', sa.DateTime(timezone=True), server_default=sa.text('(CURRENT_TIMESTAMP)'),
+              nullable=False),
     sa.ForeignKeyConstraint(['pool_id'], ['pools.id'], ),
     sa.PrimaryKeyConstraint('id'),
     sa.UniqueConstraint('pool_id', 'node_id')
@@ -119,7 +120,9 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f('ix_promotions_pool_id'), ['pool_id'], unique=False)
         batch_op.create_index(batch_op.f('ix_promotions_state'), ['state'], unique=False)
         batch_op.create_index(batch_op.f('ix_promotions_version_id'), ['version_id'], unique=False)
-        batch_op.create_index('uq_promotions_open_alias', ['pool_id', 'adapter_id', 'alias'], unique=True, postgresql_where=sa.text("state = 'awaiting_approval'"), sqlite_where=sa.text("state = 'awaiting_approval'"))
+        batch_op.create_index('uq_promotions_open_alias', ['pool_id', 'adapter_id', 'alias'], unique=True,
+                              postgresql_where=sa.text("state = 'awaiting_approval'"),
+                              sqlite_where=sa.text("state = 'awaiting_approval'"))
 
     op.create_table('pool_aliases',
     sa.Column('id', sa.Integer(), nullable=False),
@@ -243,7 +246,9 @@ def downgrade() -> None:
 
     op.drop_table('pool_aliases')
     with op.batch_alter_table('promotions', schema=None) as batch_op:
-        batch_op.drop_index('uq_promotions_open_alias', postgresql_where=sa.text("state = 'awaiting_approval'"), sqlite_where=sa.text("state = 'awaiting_approval'"))
+        batch_op.drop_index('uq_promotions_open_alias',
+                            postgresql_where=sa.text("state = 'awaiting_approval'"),
+                            sqlite_where=sa.text("state = 'awaiting_approval'"))
         batch_op.drop_index(batch_op.f('ix_promotions_version_id'))
         batch_op.drop_index(batch_op.f('ix_promotions_state'))
         batch_op.drop_index(batch_op.f('ix_promotions_pool_id'))

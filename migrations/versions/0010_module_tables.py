@@ -27,7 +27,8 @@ def upgrade() -> None:
         sa.Column('architecture', sa.String(length=200), nullable=False),
         sa.Column('transformers', sa.String(length=40), nullable=False),
         sa.Column('table', sa.JSON(), nullable=False),
-        sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('(CURRENT_TIMESTAMP)'), nullable=False),
+        sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('(CURRENT_TIMESTAMP)'),
+                  nullable=False),
         sa.PrimaryKeyConstraint('config_sha256'),
     )
     with op.batch_alter_table('base_models') as batch_op:

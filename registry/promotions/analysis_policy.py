@@ -41,7 +41,7 @@ class CanaryAnalysis(BaseModel):
         "agreement with the canary's answer is reported beside the other metrics."))
 
     @model_validator(mode="after")
-    def _rising(self) -> "CanaryAnalysis":
+    def _rising(self) -> CanaryAnalysis:
         weights = [s.weight for s in self.steps]
         if weights != sorted(set(weights)):
             raise ValueError(f"step weights must rise, each once; got {weights}")

@@ -24,7 +24,7 @@ class PromotionCreate(BaseModel):
         "The weight is then the first step's."))
 
     @model_validator(mode="after")
-    def _weight_only_for_canary(self) -> "PromotionCreate":
+    def _weight_only_for_canary(self) -> PromotionCreate:
         if self.analysis is not None:
             if self.alias != "canary":
                 raise ValueError("only the 'canary' alias carries an analysis policy")

@@ -22,7 +22,7 @@ class TrafficReport(BaseModel):
         "canary analysis reads."))
 
     @model_validator(mode="after")
-    def _windows_named(self) -> "TrafficReport":
+    def _windows_named(self) -> TrafficReport:
         if self.windows and self.report_id is None:
             raise ValueError("windows need a report_id")
         return self

@@ -21,10 +21,8 @@ MAX_GENERATION_JUMP = 1_000_000  # a node's report beyond this is not believed
 
 def seal(session: Session, *, actor: str, pool_name: str | None = None) -> list[str]:
     """Seal the named pool, or every pool without a signed set. Returns the pools sealed."""
-    if pool_name is not None:
-        pools = [pool_by_name(session, pool_name)]
-    else:
-        pools = repository.unsigned_pools(session)
+    pools = ([pool_by_name(session, pool_name)] if pool_name is not None
+             else repository.unsigned_pools(session))
     for pool in pools:
         _seal_one(session, pool, actor)
     return [pool.name for pool in pools]
