@@ -4,7 +4,9 @@ checkout's HEAD, which installs its own virtual environments first.
 Metrics: `pytest_seconds` (pytest's own figure), `tests` (how many passed) and `vllm_starts`
 (every vLLM server the run started, the suite's and `loraplane up`'s alike: the vLLM interpreter
 is a wrapper that counts its server starts). The wall time with installs and the 20 slowest tests
-are kept beside them.
+are kept beside them. Then, in the same clone, `./dev test --fast`: `fast_tier_seconds` is its
+wall time, from the command to its end (what a developer waits), and `fast_tier_tests` how many
+passed.
 
     python -m bench.suite [--keep]
 """
@@ -52,6 +54,17 @@ def parse(output: str) -> tuple[float, int, list[dict]]:
     return float(seconds), passed, slowest[:20]
 
 
+def fast_tier(clone: Path, env: dict[str, str]) -> tuple[float, int]:
+    """(wall seconds, tests passed) of `./dev test --fast`, its environment installed already."""
+    started = time.monotonic()
+    result = subprocess.run(["./dev", "test", "--fast"], cwd=clone, env=env, capture_output=True, text=True)
+    seconds = round(time.monotonic() - started, 1)
+    if result.returncode != 0:
+        print(result.stdout[-6000:] + result.stderr[-2000:], file=sys.stderr)
+        raise SystemExit(f"the fast tier failed (exit {result.returncode})")
+    return seconds, parse(result.stdout)[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keep", action="store_true", help="keep the clone and its log")
@@ -76,9 +89,11 @@ def main() -> None:
         print(output[-6000:], file=sys.stderr)
         raise SystemExit(f"the suite failed (exit {result.returncode}); the log is {log}")
     pytest_s, passed, slowest = parse(output)
+    fast_s, fast_passed = fast_tier(clone, env)
     metrics = {"pytest_seconds": pytest_s, "tests": passed,
                "vllm_starts": len(count_file.read_text().split()),
-               "wall_seconds_with_installs": round(wall_s, 1)}
+               "wall_seconds_with_installs": round(wall_s, 1),
+               "fast_tier_seconds": fast_s, "fast_tier_tests": fast_passed}
     report.write("suite", metrics, {"commit": commit, "command": "CI=true ./dev test (fresh clone)",
                                     "slowest": slowest})
     if args.keep:
