@@ -1,14 +1,18 @@
 """What the agent and the router share as long-running processes: their log format, background
-loops that outlive their own bugs, and running until SIGINT or SIGTERM asks them to stop."""
+loops that outlive their own bugs, running until SIGINT or SIGTERM asks them to stop, and an HTTP
+server that leaves those signals to them."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+
+import uvicorn
 
 log = logging.getLogger("loraplane")
 
@@ -25,6 +29,17 @@ async def until_signalled(work: Callable[[asyncio.Event], Awaitable[None]]) -> N
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await work(stop)
+
+
+class ServerWithoutSignals(uvicorn.Server):
+    """A uvicorn server that leaves SIGINT and SIGTERM to the process (until_signalled), which
+    stops it, by setting `should_exit`, when its own shutdown reaches it. uvicorn's `serve` takes
+    both signals for itself while it runs (and raises them again once it stops): the server would
+    begin closing at the signal, ahead of the process's own order."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 async def keep_running(name: str, loop: Callable[[], Awaitable[None]], backoff_max_s: float = 30,

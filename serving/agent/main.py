@@ -26,7 +26,7 @@ from serving.agent.settings import AgentSettings
 from serving.agent.trust import TrustStore
 from serving.agent.vllm_client import VllmClient, VllmUnavailable
 from serving.transport import warn_if_insecure
-from serving.process import configure_logging, keep_running, until_signalled
+from serving.process import ServerWithoutSignals, configure_logging, keep_running, until_signalled
 from serving.registry_client import ActiveSet, RegistryClient, RegistryUnavailable
 
 log = logging.getLogger("loraplane.agent")
@@ -230,9 +230,7 @@ class Agent:
         app = Starlette(routes=[Route("/metrics", metrics_endpoint), Route("/healthz", health)])
         config = uvicorn.Config(app, host=self.settings.metrics_host, port=self.settings.metrics_port,
                                 log_level="warning", access_log=False)
-        server = uvicorn.Server(config)
-        server.install_signal_handlers = lambda: None  # the agent handles its own signals
-        return server
+        return ServerWithoutSignals(config)  # the agent handles its own signals, and stops it last
 
 
 def _registry_away(error: BaseException | None) -> None:

@@ -12,7 +12,7 @@ from prometheus_client import start_http_server
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_random_exponential
 
 from serving.transport import warn_if_insecure
-from serving.process import configure_logging, keep_running, until_signalled
+from serving.process import ServerWithoutSignals, configure_logging, keep_running, until_signalled
 from serving.registry_client import ActiveSet, NewestSigned, RegistryClient, RegistryRefused, RegistryUnavailable
 from serving.router import metrics
 from serving.router.admission import Admission
@@ -63,10 +63,10 @@ class Router:
                                   s.tenant_max_inflight, s.retry_after_s)
             self.app = RouterApp(s.pool, self.keys, admission, forwarder, s.max_body_bytes,
                                  s.retry_after_s, self.traffic)
-            server = uvicorn.Server(uvicorn.Config(
+            # The router handles its own signals: it stops the server once `stop` is set.
+            server = ServerWithoutSignals(uvicorn.Config(
                 self.app, host=s.host, port=s.port, loop="none", http="httptools", lifespan="off",
                 log_level="warning", access_log=False, timeout_keep_alive=30))
-            server.install_signal_handlers = lambda: None  # the router handles its own signals
             tasks = [asyncio.create_task(keep_running("following the active set", self._follow_active_set)),
                      asyncio.create_task(keep_running("following the nodes", self._follow_nodes)),
                      asyncio.create_task(keep_running("reporting traffic", self._report_traffic)),
