@@ -16,6 +16,7 @@ from registry.attestations import evaluated, issuing as attestations
 from registry.promotions import repository, rules
 from registry.adapters import service as adapters
 from registry.tables import Adapter, AdapterVersion, Pool, Promotion
+from registry.rows import existing
 
 
 def activate(session: Session, promotion: Promotion, change: ActiveSetChange, actor: str) -> None:
@@ -38,7 +39,7 @@ def point(session: Session, promotion: Promotion, change: ActiveSetChange, *,
     `restoring` (a rollback, said by the code path, never by a row) checks the upload, and that
     this registry signed an approval of these bytes in this pool before: that version's
     evaluations vouched for it then."""
-    version = session.get(AdapterVersion, promotion.version_id)
+    version = existing(session, AdapterVersion, promotion.version_id)
     evaluated.check(session, version, adapters.version_out(session, version).served_name,
                     evaluations=not restoring, approved_in=session.get(Pool, promotion.pool_id) if restoring else None)
     changes.point_alias(session, change, adapter_id=promotion.adapter_id, alias=promotion.alias,
@@ -46,7 +47,7 @@ def point(session: Session, promotion: Promotion, change: ActiveSetChange, *,
                         promotion_id=promotion.id)
     rules.transition(promotion, rules.ACTIVE)
     promotion.activated_at = now()
-    promotion.evaluation_policy = session.get(Adapter, promotion.adapter_id).evaluation_policy or {}
+    promotion.evaluation_policy = existing(session, Adapter, promotion.adapter_id).evaluation_policy or {}
     event = record(session, promotion, "promotion.activated", promotion.decided_by or promotion.requested_by)
     action = attestations.ROLLBACK if promotion.kind == rules.ROLLBACK else attestations.APPROVE
     attestations.issue_on_commit(session, promotion, action, event)
@@ -67,8 +68,8 @@ def record(session: Session, promotion: Promotion, action: str, actor: str, *,
            comment: str | None = None, evidence: dict | None = None) -> dict:
     """Audit a step of the promotion and send it to the tenant's webhooks; `evidence` (what an
     automatic decision was based on) goes into the event as it is."""
-    version = adapters.version_out(session, session.get(AdapterVersion, promotion.version_id))
-    pool = session.get(Pool, promotion.pool_id).name
+    version = adapters.version_out(session, existing(session, AdapterVersion, promotion.version_id))
+    pool = existing(session, Pool, promotion.pool_id).name
     data = {"id": promotion.id, "pool": pool, "served_name": version.served_name,
             "digest": version.digest, "alias": promotion.alias, "weight": promotion.weight,
             "kind": promotion.kind, "state": promotion.state, "previous_id": promotion.previous_id}
@@ -76,7 +77,7 @@ def record(session: Session, promotion: Promotion, action: str, actor: str, *,
         data["comment"] = comment
     if evidence is not None:
         data["evidence"] = evidence
-    tenant_id = session.get(Adapter, promotion.adapter_id).tenant_id
+    tenant_id = existing(session, Adapter, promotion.adapter_id).tenant_id
     event = audit.record(session, actor=actor, action=action, subject=f"pool/{pool}/{version.served_name}",
                          tenant_id=tenant_id, after=data)
     webhooks.emit(session, action, tenant_id=tenant_id, data=data)

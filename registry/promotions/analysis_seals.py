@@ -41,9 +41,13 @@ def seal(promotion: Promotion) -> str:
 def seal_unsealed(session: Session, *, actor: str) -> list[int]:
     """Seal the analysis of active canaries that have no seal (started before there were seals),
     auditing each with the policy and state it sealed. Returns their ids."""
-    rows = repository.unsealed_canaries(session)
-    for promotion in rows:
-        put(promotion, promotion.analysis_state)
+    sealed: list[int] = []
+    for promotion in repository.unsealed_canaries(session):
+        state = promotion.analysis_state
+        if state is None:  # JSON null written by hand passes the query's IS NOT NULL: not under analysis
+            continue
+        put(promotion, state)
         audit.record(session, actor=actor, action="canary.analysis.sealed", subject=f"promotion/{promotion.id}",
                      after={"analysis": promotion.analysis, "analysis_state": promotion.analysis_state})
-    return [promotion.id for promotion in rows]
+        sealed.append(promotion.id)
+    return sealed

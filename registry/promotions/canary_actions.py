@@ -19,6 +19,7 @@ from registry.errors import Conflict
 from registry.promotions import activation, analysis_seals, gates, repository, rules
 from registry.tables import Adapter, AdapterVersion, Pool, Promotion
 from registry.traffic_windows import repository as windows
+from registry.rows import existing
 
 AUTOMATIC = "canary-analysis"
 ANALYSING = "analysing"
@@ -58,9 +59,10 @@ def promote(session: Session, canary: Promotion, change: ActiveSetChange, eviden
     (a production request awaits a reviewer, or a gate blocks)."""
     if repository.awaiting_request(session, canary.pool_id, canary.adapter_id, PRODUCTION) is not None:
         return "a production promotion of this adapter awaits a reviewer; decide it first"
-    version = session.get(AdapterVersion, canary.version_id)
+    version = existing(session, AdapterVersion, canary.version_id)
     served = adapters.version_out(session, version).served_name
-    target = gates.Target(pool=session.get(Pool, canary.pool_id), adapter=session.get(Adapter, canary.adapter_id),
+    target = gates.Target(pool=existing(session, Pool, canary.pool_id),
+                          adapter=existing(session, Adapter, canary.adapter_id),
                           version=version, served_name=served, alias=PRODUCTION, weight=None)
     results = gates.check(session, target)
     blocked = gates.blocking(results)

@@ -54,7 +54,9 @@ def judge(t: Target, c: Comparison) -> Gate:
     if not c.required_suites:
         return Gate(NAME, True, f"{t.adapter.name!r} declares no suites of its own, so "
                     f"{t.served_name} is not compared with {c.incumbent_name}")
-    compared, problems, measured = [], [], set()
+    compared: list[str] = []
+    problems: list[str] = []
+    measured: set[str] = set()
     for suite_name in c.required_suites:
         blocks, said = _judge(suite_name, c.pairs.get(suite_name), c.incumbent_name, c.policy, measured,
                               t.pool.qualified_engines[-1] if t.pool.qualified_engines else None)
@@ -100,10 +102,12 @@ def _judge(suite: str, pair: tuple[Evaluation, Evaluation] | None, incumbent: st
     why = engine_difference(challenger_run.engine, serves) if serves is not None else None
     if why is not None:
         return True, f"{suite}: the comparison ran on {why}"
+    # Both runs have metrics: a run without them returned above.
+    my_metrics, their_metrics = challenger_run.metrics or {}, incumbent_run.metrics or {}
     scores, worse = [], []
     for metric in QUALITY_METRICS:
-        mine = (challenger_run.metrics.get(metric) or {}).get("value")
-        theirs = (incumbent_run.metrics.get(metric) or {}).get("value")
+        mine = (my_metrics.get(metric) or {}).get("value")
+        theirs = (their_metrics.get(metric) or {}).get("value")
         if mine is None or theirs is None:
             continue
         measured.add(metric)

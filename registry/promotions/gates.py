@@ -25,6 +25,7 @@ from registry.placement.rules import capacity as node_capacity
 from registry.promotions import challenger
 from registry.promotions.target import Gate, Target
 from registry.requalification.fingerprints import engine_difference
+from registry.rows import existing
 from registry.tables import AdapterVersion, BaseModel, Evaluation, Promotion
 
 
@@ -46,8 +47,8 @@ def load(session: Session, target: Target) -> Facts:
     aliases = {(a.adapter_id, a.alias): a.version_id for a in signed_set.load(pool).aliases.values()}
     return Facts(
         target=target,
-        adapter_base=session.get(BaseModel, adapter.base_model_id).name,
-        pool_base=session.get(BaseModel, pool.base_model_id).name,
+        adapter_base=existing(session, BaseModel, adapter.base_model_id).name,
+        pool_base=existing(session, BaseModel, pool.base_model_id).name,
         aliases=aliases,
         evaluations=latest_evaluations(session, target.version.id),
         adapter_suites=policies.adapter_suites(adapter),
@@ -145,15 +146,15 @@ def _unpassed(suites: list[str], evaluations: dict[str, Evaluation]) -> list[str
 
 
 def _parity(evaluations: dict[str, Evaluation]) -> Gate:
-    measured = {suite: e for suite, e in evaluations.items()
-                if e.state in evaluation_rules.FINISHED and "parity" in (e.metrics or {})}
+    # suite -> its parity metric, from the finished evaluations that measured it
+    measured = {suite: e.metrics["parity"] for suite, e in evaluations.items()
+                if e.state in evaluation_rules.FINISHED and e.metrics and "parity" in e.metrics}
     if not measured:
         return Gate("parity", False,
                     "no finished evaluation of this version measured parity between vLLM's "
                     "multi-LoRA kernels and the merged weights",
                     "Evaluate it with a suite that has the 'parity' metric.")
-    failed = {suite: e.metrics["parity"] for suite, e in measured.items()
-              if not e.metrics["parity"].get("passed")}
+    failed = {suite: parity for suite, parity in measured.items() if not parity.get("passed")}
     if failed:
         detail = "; ".join(f"{suite}: {m.get('detail') or m.get('value')}" for suite, m in failed.items())
         return Gate("parity", False, f"parity failed ({detail})",
@@ -213,7 +214,7 @@ def four_eyes(session: Session, promotion: Promotion, approver: Principal) -> Ga
     """Compare identities and their issuing lineage, never names: an approver who is, issued,
     or was issued by the uploader or the requester, or who shares an issuer with either (below
     the global admins), could have acted alone."""
-    version = session.get(AdapterVersion, promotion.version_id)
+    version = existing(session, AdapterVersion, promotion.version_id)
     for deed, party in (("uploaded this version", version.uploaded_by_identity_id),
                         ("requested this promotion", promotion.requested_by_identity_id)):
         if party is None:

@@ -19,6 +19,7 @@ from registry.evaluation_policies import service as policies
 from registry.promotions import activation, canary_actions, gates, repository, rules
 from registry.promotions.schemas import AliasOut, ApprovalCheck, GateOut, PromotionCreate, PromotionOut
 from registry.tables import Adapter, AdapterVersion, Pool, Promotion, Tenant
+from registry.rows import existing
 
 REQUESTERS = {Role.ADMIN, Role.UPLOADER, Role.REVIEWER}
 DECIDERS = {Role.ADMIN, Role.REVIEWER}
@@ -64,8 +65,8 @@ def approve(session: Session, principal: Principal, promotion_id: int, comment: 
     four_eyes = gates.four_eyes(session, promotion, principal)
     _refuse_if_blocked(gates.blocking([four_eyes]),
                        f"promotion {promotion.id} cannot be approved by {principal.subject}", status=403)
-    pool = session.get(Pool, promotion.pool_id)
-    version = session.get(AdapterVersion, promotion.version_id)
+    pool = existing(session, Pool, promotion.pool_id)
+    version = existing(session, AdapterVersion, promotion.version_id)
     evaluated.check_seen(version, adapters.version_out(session, version).served_name, seen_digest)
     target = _target(session, pool, version, promotion.alias, promotion.weight)
     results = gates.check(session, target)
@@ -175,11 +176,11 @@ def list_aliases(session: Session, principal: Principal, pool_name: str) -> list
     pool = pool_by_name(session, pool_name)
     out = []
     for row in sorted(signed_set.load(pool).aliases.values(), key=lambda a: (a.promotion_id or 0, a.alias)):
-        adapter = session.get(Adapter, row.adapter_id)
-        tenant = session.get(Tenant, adapter.tenant_id).name
+        adapter = existing(session, Adapter, row.adapter_id)
+        tenant = existing(session, Tenant, adapter.tenant_id).name
         if principal.tenant is not None and tenant != principal.tenant:
             continue
-        number = session.get(AdapterVersion, row.version_id).number
+        number = existing(session, AdapterVersion, row.version_id).number
         out.append(AliasOut(pool=pool.name, tenant=tenant, adapter=adapter.name, alias=row.alias,
                             served_name=f"{tenant}/{adapter.name}@{number}", version=number,
                             weight=row.weight, promotion_id=row.promotion_id))
@@ -187,9 +188,9 @@ def list_aliases(session: Session, principal: Principal, pool_name: str) -> list
 
 
 def to_out(session: Session, row: Promotion, viewer: Principal | None = None) -> PromotionOut:
-    version = adapters.version_out(session, session.get(AdapterVersion, row.version_id))
+    version = adapters.version_out(session, existing(session, AdapterVersion, row.version_id))
     out = PromotionOut(
-        id=row.id, pool=session.get(Pool, row.pool_id).name, served_name=version.served_name,
+        id=row.id, pool=existing(session, Pool, row.pool_id).name, served_name=version.served_name,
         tenant=version.tenant, adapter=version.adapter, version=version.number,
         digest=version.digest, alias=row.alias, weight=row.weight, kind=row.kind, state=row.state,
         gates=[GateOut(**g) for g in row.gates], previous_id=row.previous_id,
@@ -212,7 +213,7 @@ def _policy_changes(session: Session, row: Promotion) -> list[str] | None:
         return None
     if incumbent.evaluation_policy is None:
         return ["unknown: the incumbent went active before promotions kept their policy"]
-    return policies.changes_since(incumbent.evaluation_policy, session.get(Adapter, row.adapter_id))
+    return policies.changes_since(incumbent.evaluation_policy, existing(session, Adapter, row.adapter_id))
 
 
 def _approval_check(session: Session, row: Promotion, viewer: Principal, tenant: str) -> ApprovalCheck:
@@ -225,7 +226,7 @@ def _approval_check(session: Session, row: Promotion, viewer: Principal, tenant:
 def _target(session: Session, pool: Pool, version: AdapterVersion, alias: str,
             weight: int | None) -> gates.Target:
     served = adapters.version_out(session, version).served_name
-    return gates.Target(pool=pool, adapter=session.get(Adapter, version.adapter_id), version=version,
+    return gates.Target(pool=pool, adapter=existing(session, Adapter, version.adapter_id), version=version,
                         served_name=served, alias=alias, weight=weight)
 
 
@@ -256,9 +257,13 @@ def _visible(session: Session, principal: Principal, promotion_id: int) -> Promo
 
 
 def _locked(session: Session, promotion_id: int) -> Promotion:
-    return repository.promotion_for_update(session, promotion_id)
+    """The promotion under its lock: one this transaction has read before, so it exists."""
+    promotion = repository.promotion_for_update(session, promotion_id)
+    if promotion is None:
+        raise NotFound(f"promotion {promotion_id} does not exist", code="promotion_not_found")
+    return promotion
 
 
 def _tenant_of(session: Session, promotion: Promotion) -> str:
-    adapter = session.get(Adapter, promotion.adapter_id)
-    return session.get(Tenant, adapter.tenant_id).name
+    adapter = existing(session, Adapter, promotion.adapter_id)
+    return existing(session, Tenant, adapter.tenant_id).name
