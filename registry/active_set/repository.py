@@ -119,8 +119,10 @@ def unsigned_pools(session: Session) -> list[Pool]:
 
 
 def pool_for_change(session: Session, pool_id: int) -> Pool:
-    """The pool row as the generation bump left it (the session may hold an older copy)."""
-    return session.scalar(select(Pool).where(Pool.id == pool_id).execution_options(populate_existing=True))
+    """The pool row as the generation bump left it (the session may hold an older copy); the bump
+    locked it, so it is there."""
+    return session.execute(select(Pool).where(Pool.id == pool_id)
+                           .execution_options(populate_existing=True)).scalar_one()
 
 
 def live_nodes(session: Session, pool_id: int) -> list[NodeStatus]:
@@ -152,7 +154,8 @@ def current_attestations(session: Session, pool_id: int,
     return {version_id: envelope for version_id, envelope in rows}
 
 
-def requalify_policy(session: Session, pool_id: int) -> str:
+def requalify_policy(session: Session, pool_id: int) -> str | None:
+    """None when there is no such pool."""
     return session.scalar(select(Pool.requalify_policy).where(Pool.id == pool_id))
 
 

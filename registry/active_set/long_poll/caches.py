@@ -33,7 +33,8 @@ class PrincipalCache:
         principal = self.peek(plain)
         if principal is not None:
             return principal
-        if self._cache is None or not plain:
+        cache = self._cache
+        if cache is None or not plain:
             return await run_in_threadpool(_authenticate, plain)
         key = hashlib.sha256(plain.encode()).digest()
         lookup = self._lookups.get(key)
@@ -41,14 +42,14 @@ class PrincipalCache:
             lookup = asyncio.ensure_future(run_in_threadpool(_authenticate, plain))
             self._lookups[key] = lookup
             epoch = self._epoch
-            lookup.add_done_callback(lambda done: self._store(key, done, epoch))
+            lookup.add_done_callback(lambda done: self._store(cache, key, done, epoch))
         return await asyncio.shield(lookup)
 
-    def _store(self, key: bytes, done: asyncio.Future, epoch: int) -> None:
+    def _store(self, cache: TTLCache, key: bytes, done: asyncio.Future, epoch: int) -> None:
         if self._lookups.get(key) is done:
             del self._lookups[key]
         if epoch == self._epoch and not done.cancelled() and done.exception() is None:
-            self._cache[key] = done.result()
+            cache[key] = done.result()
 
     def peek(self, plain: str | None) -> Principal | None:
         """The cached principal of this token, without touching the database."""

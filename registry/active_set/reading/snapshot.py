@@ -15,7 +15,8 @@ from registry.placement.stored import from_stored
 from registry.pool_lookup import CANARY, PRODUCTION, pool_by_name
 from registry.settings import RegistrySettings
 from registry.storage.base import ArtifactStore
-from registry.tables import Adapter, AdapterVersion, BaseModel, Pool, PoolAlias, Promotion, Tenant
+from registry.rows import existing
+from registry.tables import Adapter, AdapterVersion, BaseModel, Pool, Promotion, Tenant
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ def read(session: Session, pool_name: str, store: ArtifactStore,
     # Versions waiting to qualify on a new engine, under the pool's `suspend` policy.
     version_ids = sorted(_as_signed(session, pool, signed) - suspended_version_ids(session, pool.id))
     proofs = repository.current_attestations(session, pool.id, version_ids)
-    entries = [_entry(session, session.get(AdapterVersion, vid), by_version.get(vid, []),
+    entries = [_entry(session, existing(session, AdapterVersion, vid), by_version.get(vid, []),
                       store if with_files else None, settings, proofs.get(vid))
                for vid in version_ids]
     spread = from_stored(pool.placement)
@@ -55,7 +56,7 @@ def read(session: Session, pool_name: str, store: ArtifactStore,
             mine = spread.served_by(node) if node in spread.targets else _last_loaded(session, pool, node)
             entries = [entry for entry in entries if entry.served_name in mine]
     return ActiveSet(
-        pool=pool.name, base_model=session.get(BaseModel, pool.base_model_id).name,
+        pool=pool.name, base_model=existing(session, BaseModel, pool.base_model_id).name,
         generation=pool.generation, node=part_of,
         limits={"max_loras": pool.max_loras, "max_cpu_loras": pool.max_cpu_loras,
                 "max_lora_rank": pool.max_lora_rank},
@@ -83,13 +84,13 @@ def _report_rows_that_differ(session: Session, pool: Pool, signed: signed_set.Si
                   "the signed set is served", pool.name, sorted(rows - kept)[:5], sorted(kept - rows)[:5])
 
 
-def _weight(alias: PoolAlias, canary: int) -> int:
+def _weight(alias: signed_set.SignedAlias, canary: int) -> int:
     if alias.alias == PRODUCTION:
         return 100 - canary
     return alias.weight or 0
 
 
-def _shadow(session: Session, alias: PoolAlias) -> float:
+def _shadow(session: Session, alias: signed_set.SignedAlias) -> float:
     if alias.alias != CANARY:
         return 0.0
     promotion = session.get(Promotion, alias.promotion_id)
@@ -99,8 +100,8 @@ def _shadow(session: Session, alias: PoolAlias) -> float:
 def _entry(session: Session, version: AdapterVersion, aliases: list[AliasWeight],
            store: ArtifactStore | None, settings: RegistrySettings,
            attestation: dict | None) -> ActiveEntry:
-    adapter = session.get(Adapter, version.adapter_id)
-    tenant = session.get(Tenant, adapter.tenant_id).name
+    adapter = existing(session, Adapter, version.adapter_id)
+    tenant = existing(session, Tenant, adapter.tenant_id).name
     return ActiveEntry(
         served_name=f"{tenant}/{adapter.name}@{version.number}", tenant=tenant,
         adapter=adapter.name, version=version.number, digest=version.digest, rank=version.rank,
@@ -119,12 +120,12 @@ def _last_loaded(session: Session, pool: Pool, node_id: str) -> frozenset[str]:
 
 def retiring_names(session: Session, pool_id: int) -> set[str]:
     """Served names that lost their last alias and stay only until traffic has moved."""
-    signed = signed_set.load(session.get(Pool, pool_id))
+    signed = signed_set.load(existing(session, Pool, pool_id))
     return {r.served_name for r in signed.retiring.values()}
 
 
 def desired_digests(session: Session, pool_id: int) -> dict[str, str]:
     """served name -> digest of everything the pool's nodes should hold (no URLs): the signed
     set's versions, named as the active set serves them."""
-    signed = signed_set.load(session.get(Pool, pool_id))
+    signed = signed_set.load(existing(session, Pool, pool_id))
     return repository.served_names(session, signed.version_ids() - suspended_version_ids(session, pool_id))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from registry.active_set import repository, signed_set
+from registry.rows import existing
 from registry.tables import Pool
 
 KEEP_SERVING, SUSPEND = "keep_serving", "suspend"
@@ -20,5 +21,5 @@ def suspended_version_ids(session: Session, pool_id: int) -> set[int]:
     if repository.requalify_policy(session, pool_id) != SUSPEND:
         return set()
     marked = repository.marked_version_ids(session, pool_id)
-    serving = signed_set.load(session.get(Pool, pool_id)).version_ids()
+    serving = signed_set.load(existing(session, Pool, pool_id)).version_ids()
     return marked if serving - marked else set()

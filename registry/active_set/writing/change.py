@@ -28,6 +28,7 @@ from registry import pending_work
 from registry.active_set import repository, signed_set
 from registry.active_set.writing import placing
 from registry.active_set.writing import announcements
+from registry.rows import existing
 from registry.tables import Pool
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ def new_generation(session: Session, pool_id: int) -> int:
 def follow_nodes(session: Session, pool_id: int) -> bool:
     """A node joined, left or finished loading what another drains, or traffic moved: when the
     placement should move with it, that is a change of its own. True if it moved."""
-    pool = session.get(Pool, pool_id)
+    pool = existing(session, Pool, pool_id)
     if not placing.differs(session, pool):  # most reports: heartbeats
         return False
     # Again under the pool's lock, so that two reports racing do not bump the generation twice

@@ -13,6 +13,7 @@ from registry.active_set import repository
 from registry.active_set.writing.change import ActiveSetChange
 from registry.active_set.signed_set import SignedAlias, SignedRetiring
 from registry.clock import aware
+from registry.rows import existing
 from registry.settings import get_settings
 from registry.tables import Adapter, AdapterVersion, Pool, PoolAlias, PoolRetirement, Tenant
 
@@ -78,10 +79,10 @@ def drop_drained(session: Session, pool_id: int) -> bool:
 def _record_retirement(session: Session, retirement: PoolRetirement, generation: int) -> None:
     """The version leaves the active set in this transaction: say so in the audit log, like
     every other change to what a pool serves."""
-    pool = session.get(Pool, retirement.pool_id).name
-    version = session.get(AdapterVersion, retirement.version_id)
-    adapter = session.get(Adapter, version.adapter_id)
-    served_name = f"{session.get(Tenant, adapter.tenant_id).name}/{adapter.name}@{version.number}"
+    pool = existing(session, Pool, retirement.pool_id).name
+    version = existing(session, AdapterVersion, retirement.version_id)
+    adapter = existing(session, Adapter, version.adapter_id)
+    served_name = f"{existing(session, Tenant, adapter.tenant_id).name}/{adapter.name}@{version.number}"
     audit.record(session, actor="system (retirement once traffic moved)",
                  action="pool.retirement.complete", subject=f"pool/{pool}/{served_name}",
                  tenant_id=adapter.tenant_id,

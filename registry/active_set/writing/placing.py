@@ -13,12 +13,13 @@ from registry.active_set.reading.snapshot import desired_digests, retiring_names
 from registry.placement import repository as traffic_reports
 from registry.placement.rules import capacity, place, replica_counts, with_draining
 from registry.placement.stored import as_stored, from_stored, to_stored
+from registry.rows import existing
 from registry.tables import Pool
 
 
 def store_if_moved(session: Session, pool_id: int) -> bool:
     """Store the placement the pool should have now, if it differs. True if stored."""
-    pool = session.get(Pool, pool_id)
+    pool = existing(session, Pool, pool_id)
     if not differs(session, pool):
         return False
     # Again under the pool's lock, so that two reports racing neither store each other's view
