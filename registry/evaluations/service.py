@@ -15,6 +15,7 @@ from registry.evaluation_policies import service as policies
 from registry.evaluations import quotas, repository, rules
 from registry.evaluations.schemas import EvaluationOut, ExampleOut, MetricResult, PairOut
 from registry.pagination import Page
+from registry.rows import existing
 from registry.tables import Adapter, AdapterVersion, BaseModel, EvalSuite, Evaluation, Tenant
 
 REQUESTERS = {Role.ADMIN, Role.UPLOADER, Role.REVIEWER}
@@ -30,27 +31,27 @@ def request(session: Session, principal: Principal, tenant: str, name: str, numb
     evaluated beside it in one batch."""
     principal.require(REQUESTERS, tenant)
     version = adapters.find_version(session, tenant, name, number)
-    adapter = session.get(Adapter, version.adapter_id)
+    adapter = existing(session, Adapter, version.adapter_id)
     suite = suites.usable_for(session, suite_name, adapter.tenant_id)
     if suite.base_model_id != adapter.base_model_id:
         raise Unprocessable(
             f"eval suite {suite_name!r} is for another base model than {tenant}/{name}",
             code="suite_base_mismatch", hint="Pick a suite for the adapter's base model.")
     if against is None:
-        existing = _reusable(repository.latest_unfailed(session, version.id, suite.id), again)
-        if existing is None:
+        reused = _reusable(repository.latest_unfailed(session, version.id, suite.id), again)
+        if reused is None:
             quotas.check_waiting(session, adapter.tenant_id, tenant)
-        row = existing or create(session, version, suite, actor=principal.label)
-        return to_out(session, row), existing is None
+        row = reused or create(session, version, suite, actor=principal.label)
+        return to_out(session, row), reused is None
     if against == number:
         raise Unprocessable(f"{tenant}/{name}@{number} cannot be compared with itself",
                             code="same_version", hint="Name the version it would replace in `against`.")
     incumbent = adapters.find_version(session, tenant, name, against)
-    existing = _reusable(repository.latest_unfailed_pair(session, version.id, suite.id, incumbent.id), again)
-    if existing is None:
+    reused = _reusable(repository.latest_unfailed_pair(session, version.id, suite.id, incumbent.id), again)
+    if reused is None:
         quotas.check_waiting(session, adapter.tenant_id, tenant, adding=2)
-    row = existing or create_pair(session, version, incumbent, suite, actor=principal.label)
-    return to_out(session, row), existing is None
+    row = reused or create_pair(session, version, incumbent, suite, actor=principal.label)
+    return to_out(session, row), reused is None
 
 
 def _reusable(existing: Evaluation | None, again: bool) -> Evaluation | None:
@@ -63,11 +64,11 @@ def request_required(session: Session, tenant: str, name: str, number: int, *,
     adapter's own, each of the adapter's paired with every version in production (the version
     it would replace): their ids."""
     version = adapters.find_version(session, tenant, name, number)
-    adapter = session.get(Adapter, version.adapter_id)
+    adapter = existing(session, Adapter, version.adapter_id)
     pools = repository.pools_on_base(session, adapter.base_model_id)
     own = set(policies.adapter_suites(adapter))
     names = sorted({suite for pool in pools for suite in pool.required_suites} | own)
-    incumbents = [session.get(AdapterVersion, i) for i in repository.aliased_version_ids(
+    incumbents = [existing(session, AdapterVersion, i) for i in repository.aliased_version_ids(
         session, adapter.id, [p.id for p in pools], PRODUCTION) if i != version.id]
     ids = []
     for name_ in names:
@@ -102,11 +103,11 @@ def create(session: Session, version: AdapterVersion, suite: EvalSuite, *, actor
     session.flush()
     sync_version_state(session, version)
     served = adapters.version_out(session, version).served_name
-    adapter = session.get(Adapter, version.adapter_id)
+    adapter = existing(session, Adapter, version.adapter_id)
     audit.record(session, actor=actor, action="evaluation.request", subject=served,
                  tenant_id=adapter.tenant_id,
                  after={"evaluation": row.id, "suite": suite.name, **(context or {})})
-    task = (row.id, session.get(BaseModel, adapter.base_model_id).name)
+    task = (row.id, existing(session, BaseModel, adapter.base_model_id).name)
     pending_work.of(session).evaluations.append(task)  # queued for the workers once committed
     return row
 
@@ -147,17 +148,17 @@ def _may_read(session: Session, principal: Principal, row: Evaluation) -> bool:
         return True
     if principal.role not in READERS:
         return False
-    version = session.get(AdapterVersion, row.version_id)
-    adapter = session.get(Adapter, version.adapter_id)
-    return session.get(Tenant, adapter.tenant_id).name == principal.tenant
+    version = existing(session, AdapterVersion, row.version_id)
+    adapter = existing(session, Adapter, version.adapter_id)
+    return existing(session, Tenant, adapter.tenant_id).name == principal.tenant
 
 
 def to_out(session: Session, row: Evaluation) -> EvaluationOut:
-    version = adapters.version_out(session, session.get(AdapterVersion, row.version_id))
+    version = adapters.version_out(session, existing(session, AdapterVersion, row.version_id))
     return EvaluationOut(
         id=row.id, served_name=version.served_name, digest=version.digest,
         base_model=version.base_model,
-        suite=session.get(EvalSuite, row.suite_id).name, state=row.state, reason=row.reason,
+        suite=existing(session, EvalSuite, row.suite_id).name, state=row.state, reason=row.reason,
         failing_metrics=row.failing_metrics,
         metrics={name: MetricResult.model_validate(m) for name, m in (row.metrics or {}).items()},
         engine=row.engine, timings=row.timings, attempts=row.attempts,
@@ -173,6 +174,6 @@ def _pair_out(session: Session, row: Evaluation) -> PairOut | None:
         role, other = "incumbent", repository.challenger_of(session, row.id)
     if other is None:
         return None
-    served = adapters.version_out(session, session.get(AdapterVersion, other.version_id)).served_name
+    served = adapters.version_out(session, existing(session, AdapterVersion, other.version_id)).served_name
     return PairOut(role=role, other_evaluation_id=other.id, other_served_name=served,
                    other_state=other.state)
