@@ -100,13 +100,13 @@ def _identity(session: Session, identity_id: int | None, name: str, tenant: Tena
                         code="forbidden",
                         hint="Omit identity_id to make a new identity, or ask that person to issue "
                              "their own second token.")
-    identity = session.get(Identity, identity_id)
-    if identity is None or identity.tenant_id != (tenant.id if tenant else None):
+    known = session.get(Identity, identity_id)
+    if known is None or known.tenant_id != (tenant.id if tenant else None):
         raise NotFound(f"identity {identity_id} does not exist in this token's tenant",
                        code="identity_not_found",
                        hint="Give an identity of the same tenant (GET /v1/tokens lists them), or "
                             "omit it to make a new identity.")
-    return identity
+    return known
 
 
 def _expiry(session: Session, ttl_days: int | None, issued_by: Principal | None) -> datetime:
@@ -152,6 +152,9 @@ def _bind_address(session: Session, role: Role, pool: Pool | None, node_id: str 
             raise Unprocessable("only node tokens are bound to a vLLM address",
                                 code="invalid_token_scope", hint="Drop --vllm-url, or use --role node.")
         return
+    if pool is None or node_id is None:  # _node_pool and _instance refused a node token without them
+        raise Unprocessable("a node token needs a pool and a node id", code="invalid_token_scope",
+                            hint="Pass --role node --pool POOL --instance-id NODE_ID.")
     if vllm_url is not None:
         addresses.bind(session, pool, node_id, vllm_url, actor=actor)
     elif not addresses.is_bound(session, pool, node_id):

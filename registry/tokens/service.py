@@ -7,6 +7,7 @@ from sqlalchemy.orm import Session
 from registry.auth import repository
 from registry.auth.principal import Principal, Role
 from registry.errors import Forbidden, NotFound
+from registry.rows import existing
 from registry.tables import ApiToken, Identity, Pool, Tenant
 from registry.tokens import issuing as tokens
 from registry.tokens.schemas import TokenCreate, TokenCreated, TokenOut
@@ -61,15 +62,15 @@ def _may_manage(session: Session, principal: Principal, row: ApiToken) -> bool:
         return True
     if principal.role is not Role.ADMIN or row.tenant_id is None:
         return False
-    return session.get(Tenant, row.tenant_id).name == principal.tenant
+    return existing(session, Tenant, row.tenant_id).name == principal.tenant
 
 
 def to_out(session: Session, row: ApiToken) -> TokenOut:
-    identity = session.get(Identity, row.identity_id)
+    identity = existing(session, Identity, row.identity_id)
     return TokenOut(
         id=row.id, subject=row.subject, role=Role(row.role),
-        tenant=session.get(Tenant, row.tenant_id).name if row.tenant_id else None,
-        pool=session.get(Pool, row.pool_id).name if row.pool_id else None,
+        tenant=existing(session, Tenant, row.tenant_id).name if row.tenant_id else None,
+        pool=existing(session, Pool, row.pool_id).name if row.pool_id else None,
         instance_id=row.instance_id, tier=row.tier, identity_id=row.identity_id,
         identity_name=identity.name, issued_by_token_id=row.created_by_token_id,
         created_at=row.created_at, expires_at=row.expires_at, revoked_at=row.revoked_at)
