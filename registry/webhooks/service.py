@@ -14,6 +14,7 @@ from registry import audit, pending_work
 from registry.auth import repository as tenants
 from registry.auth.principal import Principal, Role
 from registry.errors import NotFound, Unprocessable
+from registry.rows import existing
 from registry.settings import get_settings
 from registry.tables import Tenant, Webhook, WebhookDelivery
 from registry.webhooks import destinations, repository
@@ -55,7 +56,8 @@ def _origin(url: str) -> str:
 
 def list_all(session: Session, principal: Principal) -> list[WebhookOut]:
     principal.require({Role.ADMIN})
-    tenant_id = None if principal.is_global_admin else _tenant(session, principal.tenant).id
+    tenant = principal.tenant  # an admin without a tenant is a global admin
+    tenant_id = None if tenant is None else _tenant(session, tenant).id
     return [_out(session, row) for row in repository.enabled_webhooks(session, tenant_id=tenant_id)]
 
 
@@ -100,8 +102,9 @@ def add_audit_head(deliveries: list[WebhookDelivery], head: dict[str, Any] | Non
 def _visible(session: Session, principal: Principal, webhook_id: int) -> Webhook:
     principal.require({Role.ADMIN})
     row = session.get(Webhook, webhook_id)
-    if row is None or not (principal.is_global_admin or (
-            row.tenant_id is not None and row.tenant_id == _tenant(session, principal.tenant).id)):
+    tenant = principal.tenant  # an admin without a tenant is a global admin
+    if row is None or not (tenant is None or (
+            row.tenant_id is not None and row.tenant_id == _tenant(session, tenant).id)):
         raise NotFound(f"webhook {webhook_id} does not exist", code="webhook_not_found",
                        hint="List webhooks with GET /v1/webhooks.")
     return row
@@ -115,6 +118,6 @@ def _tenant(session: Session, name: str) -> Tenant:
 
 
 def _out(session: Session, row: Webhook) -> WebhookOut:
-    tenant = session.get(Tenant, row.tenant_id).name if row.tenant_id else None
+    tenant = existing(session, Tenant, row.tenant_id).name if row.tenant_id else None
     return WebhookOut(id=row.id, url=row.url, events=row.events, tenant=tenant,
                       created_by=row.created_by, created_at=row.created_at)
