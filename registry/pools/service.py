@@ -18,6 +18,7 @@ from registry.requalification import added_suites
 from registry.requalification import service as requalification
 from registry.base_models.stored_tables import config_digest
 from registry.tables import BaseModel, Pool
+from registry.rows import existing
 
 
 def create(session: Session, spec: PoolCreate, *, actor: str) -> PoolOut:
@@ -55,7 +56,7 @@ def update(session: Session, name: str, spec: PoolUpdate, *, actor: str) -> Pool
     as every change to what it serves: switching to or from `suspend` adds or drops marked
     versions from the active set, and a suite added is queued for the versions serving."""
     row = pool_by_name(session, name, lock="update")
-    base = session.get(BaseModel, row.base_model_id)
+    base = existing(session, BaseModel, row.base_model_id)
     if spec.required_suites is not None:
         eval_suites.require_for_base(session, spec.required_suites, base.id, base.name)
     if spec.requalify_policy is not None and spec.requalify_policy != row.requalify_policy:
@@ -99,12 +100,12 @@ def _change_required_suites(session: Session, row: Pool, names: list[str], *, ac
 
 def get(session: Session, name: str) -> PoolOut:
     row = pool_by_name(session, name)
-    return to_out(row, session.get(BaseModel, row.base_model_id))
+    return to_out(row, existing(session, BaseModel, row.base_model_id))
 
 
 def list_page(session: Session, *, limit: int, cursor: str | None) -> tuple[list[PoolOut], str | None]:
     rows, next_cursor = repository.page_of_pools(session, limit=limit, cursor=cursor)
-    return [to_out(row, session.get(BaseModel, row.base_model_id)) for row in rows], next_cursor
+    return [to_out(row, existing(session, BaseModel, row.base_model_id)) for row in rows], next_cursor
 
 
 def to_out(row: Pool, base: BaseModel) -> PoolOut:
