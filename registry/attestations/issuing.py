@@ -14,6 +14,7 @@ from registry import pending_work
 from registry.attestations import evidence
 from registry.pending_work import AttestationDue
 from registry.attestation_keys.keyring import get_keyring
+from registry.rows import existing
 from registry.tables import AdapterVersion, Attestation, Promotion
 from signed_digests import provenance
 
@@ -35,7 +36,7 @@ def sign_due(session: Session, due: list[AttestationDue]) -> None:
 
 def issue(session: Session, promotion: Promotion, action: str, audit_hash: str | None) -> Attestation:
     """Attest the promotion's version as the database holds it now."""
-    version = session.get(AdapterVersion, promotion.version_id)
+    version = existing(session, AdapterVersion, promotion.version_id)
     statement = provenance.statement(evidence.served_name(session, version), version.digest,
                                      version.files, evidence.predicate(session, promotion, action, audit_hash))
     return store(session, promotion.pool_id, version.id, promotion.id, action, statement, audit_hash)

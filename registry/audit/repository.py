@@ -25,8 +25,8 @@ def last_event(session: Session) -> Row | None:
 
 def count_between(session: Session, low: int, high: int) -> int:
     """How many events have an id above `low` and up to `high`."""
-    return session.scalar(select(func.count()).select_from(AuditEvent)
-                          .where(AuditEvent.id > low, AuditEvent.id <= high))
+    return session.execute(select(func.count()).select_from(AuditEvent)
+                           .where(AuditEvent.id > low, AuditEvent.id <= high)).scalar_one()
 
 
 def hash_of(session: Session, event_id: int) -> str | None:
@@ -35,8 +35,8 @@ def hash_of(session: Session, event_id: int) -> str | None:
 
 def events_after(session: Session, last_id: int, limit: int) -> list[AuditEvent]:
     """The next `limit` events after `last_id`, in chain order."""
-    return session.scalars(select(AuditEvent).where(AuditEvent.id > last_id)
-                           .order_by(AuditEvent.id).limit(limit)).all()
+    return list(session.scalars(select(AuditEvent).where(AuditEvent.id > last_id)
+                                .order_by(AuditEvent.id).limit(limit)))
 
 
 def page_of_events(session: Session, *, tenant: str | None, action: str | None, actor: str | None,

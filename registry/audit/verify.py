@@ -9,6 +9,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from registry.audit import anchor, repository
+from registry.audit.anchor import Head
 from registry.audit.chain import GENESIS, HMAC_SHA256, SHA256, event_hash
 from registry.keys import Purpose, key_for
 from registry.tables import AuditEvent
@@ -29,7 +30,7 @@ class ChainReport:
     head: str = GENESIS
     problems: list[Problem] = field(default_factory=list)
     anchor: str = ""  # what became of the head kept outside the database, in words
-    external_head: anchor.Head | None = None
+    external_head: Head | None = None  # (in this class, `anchor` is the field above)
 
     @property
     def intact(self) -> bool:
