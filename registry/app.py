@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import logging
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 
@@ -93,9 +94,11 @@ def create_app() -> FastAPI:
     app.add_middleware(ControlCharacterGuard)
     app.add_middleware(MetricsMiddleware)
     app.add_middleware(ActiveSetFastPath)  # outermost: before every other layer
-    app.add_exception_handler(LoraplaneError, _domain_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(HTTPException, _http_error)
+    # FastAPI's decorator, called: Starlette's add_exception_handler types every handler as one
+    # taking any Exception, where each of these takes the class it is registered for.
+    app.exception_handler(LoraplaneError)(_domain_error)
+    app.exception_handler(RequestValidationError)(_validation_error)
+    app.exception_handler(HTTPException)(_http_error)
     return app
 
 
@@ -120,6 +123,6 @@ async def _http_error(_: Request, error: HTTPException) -> JSONResponse:
     return JSONResponse(body, status_code=error.status_code, headers=getattr(error, "headers", None))
 
 
-def _safe(errors: list[dict]) -> list[dict]:
+def _safe(errors: Sequence[dict]) -> list[dict]:
     # Drop the raw input: it may be large, or hold a secret the caller mistyped.
     return [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in errors[:10]]
