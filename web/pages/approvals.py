@@ -16,7 +16,7 @@ from registry.promotions.schemas import Decision
 from registry.request_session import RequestSession, discard
 from web.pages.versions import version_view
 from web.rendering import PageRoute, page, see_other
-from web.session import Visit, check_csrf, viewer
+from web.session import SignedInVisit, check_csrf, viewer
 
 router = APIRouter(route_class=PageRoute)
 PromotionId = Path(ge=1, le=2**31 - 1)
@@ -29,19 +29,19 @@ def home() -> Response:
 
 
 @router.get("/ui/approvals")
-def queue(request: Request, visit: Visit = Depends(viewer),
+def queue(request: Request, visit: SignedInVisit = Depends(viewer),
           session: Session = RequestSession) -> Response:
     return page(request, visit, "approvals.html", **_queue(session, visit))
 
 
 @router.get("/ui/approvals/live")
-def queue_live(request: Request, visit: Visit = Depends(viewer),
+def queue_live(request: Request, visit: SignedInVisit = Depends(viewer),
                session: Session = RequestSession) -> Response:
     """The queue alone, for the page's periodic refresh."""
     return page(request, visit, "_queue.html", **_queue(session, visit))
 
 
-def _queue(session: Session, visit: Visit) -> dict:
+def _queue(session: Session, visit: SignedInVisit) -> dict:
     waiting, more = promotions.list_page(session, visit.principal, pool=None, state=AWAITING,
                                          tenant=None, limit=QUEUE_LIMIT, cursor=None)
     return {"waiting": waiting, "more": more is not None}
@@ -49,11 +49,11 @@ def _queue(session: Session, visit: Visit) -> dict:
 
 @router.get("/ui/promotions/{promotion_id}")
 def promotion_page(request: Request, promotion_id: int = PromotionId,
-                   visit: Visit = Depends(viewer), session: Session = RequestSession) -> Response:
+                   visit: SignedInVisit = Depends(viewer), session: Session = RequestSession) -> Response:
     return _promotion_page(request, session, visit, promotion_id)
 
 
-def _promotion_page(request: Request, session: Session, visit: Visit, promotion_id: int, *,
+def _promotion_page(request: Request, session: Session, visit: SignedInVisit, promotion_id: int, *,
                     status: int = 200, error: LoraplaneError | None = None,
                     comment: str = "") -> Response:
     promotion = promotions.get(session, visit.principal, promotion_id)
@@ -68,7 +68,7 @@ def _promotion_page(request: Request, session: Session, visit: Visit, promotion_
 
 @router.post("/ui/promotions/{promotion_id}/canary")
 def steer_canary(request: Request, promotion_id: int = PromotionId, action: str = Form(..., max_length=16),
-                 csrf_token: str = Form("", max_length=128), visit: Visit = Depends(viewer),
+                 csrf_token: str = Form("", max_length=128), visit: SignedInVisit = Depends(viewer),
                  session: Session = RequestSession) -> Response:
     """Pause a canary's analysis, or resume it (also through a manual gate)."""
     check_csrf(visit, csrf_token)
@@ -85,7 +85,7 @@ def steer_canary(request: Request, promotion_id: int = PromotionId, action: str 
 @router.post("/ui/promotions/{promotion_id}/decide")
 def decide(request: Request, promotion_id: int = PromotionId, decision: str = Form(..., max_length=16),
            comment: str = Form("", max_length=20_000), csrf_token: str = Form("", max_length=128),
-           digest: str = Form("", max_length=64), visit: Visit = Depends(viewer),
+           digest: str = Form("", max_length=64), visit: SignedInVisit = Depends(viewer),
            session: Session = RequestSession) -> Response:
     check_csrf(visit, csrf_token)
     try:
