@@ -5,13 +5,15 @@ row, where the active-set answer reads it. Called when a change to the set finis
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from functools import lru_cache
 
 from sqlalchemy.orm import Session
 
 from registry.active_set import repository
 from registry.active_set.reading.snapshot import desired_digests, retiring_names
 from registry.placement import repository as traffic_reports
-from registry.placement.rules import capacity, place, replica_counts, with_draining
+from registry.placement.rules import capacity, place, with_draining
 from registry.placement.stored import as_stored, from_stored, to_stored
 from registry.rows import existing
 from registry.tables import Pool
@@ -38,31 +40,37 @@ def differs(session: Session, pool: Pool) -> bool:
     return computed(session, pool) != as_stored(pool.placement)
 
 
-# pool id -> (inputs, stored form) of the last placement this process computed. Placing costs
-# adapters × nodes hashes, and most reports (heartbeats) change none of its inputs.
-_last: dict[int, tuple[tuple, dict]] = {}
-
-
 def computed(session: Session, pool: Pool) -> dict:
     """The stored form of the placement the pool should have now."""
     nodes = repository.live_nodes(session, pool.id)
-    capacities = {n.node_id: capacity(pool.max_cpu_loras, n.limits) for n in nodes}
-    loaded = {n.node_id: frozenset(a["served_name"] for a in n.loaded) for n in nodes}
-    names = sorted(desired_digests(session, pool.id))
-    retiring = retiring_names(session, pool.id)
+    loaded = {n.node_id: tuple(sorted(a["served_name"] for a in n.loaded)) for n in nodes}
     rates = traffic_reports.recent_traffic(session, pool.id)
-    inputs = (tuple(names), tuple(sorted(retiring)), tuple(sorted(capacities.items())),
-              tuple(sorted(replica_counts(names, capacities, rates).items())),
-              # Over capacity, traffic also decides which versions wait.
-              tuple(sorted(names, key=lambda name: (-rates.get(name, 0.0), name)))
-              if len(names) > sum(capacities.values()) else (),
-              json.dumps(pool.placement, sort_keys=True),
-              tuple(sorted((node, tuple(sorted(held))) for node, held in loaded.items())))
-    last = _last.get(pool.id)
-    if last is not None and last[0] == inputs:
-        return last[1]
-    previous = from_stored(pool.placement)
-    new = to_stored(with_draining(place(names, capacities, rates, previous, retiring), previous,
-                                  capacities, loaded))
-    _last[pool.id] = (inputs, new)
-    return new
+    return _placed(Inputs(
+        names=tuple(sorted(desired_digests(session, pool.id))),
+        retiring=tuple(sorted(retiring_names(session, pool.id))),
+        capacities=tuple(sorted((n.node_id, capacity(pool.max_cpu_loras, n.limits)) for n in nodes)),
+        rates=tuple(sorted(rates.items())),
+        previous=json.dumps(pool.placement, sort_keys=True),
+        loaded=tuple(sorted(loaded.items()))))
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything a placement is computed from, hashable."""
+    names: tuple[str, ...]
+    retiring: tuple[str, ...]
+    capacities: tuple[tuple[str, int], ...]  # live node id -> adapters it keeps resident
+    rates: tuple[tuple[str, float], ...]  # served name -> requests per second
+    previous: str  # the stored placement it replaces, as JSON
+    loaded: tuple[tuple[str, tuple[str, ...]], ...]  # live node id -> what it holds
+
+
+# A pure function of its inputs, so remembered: placing costs adapters × nodes hashes, and most
+# node reports (heartbeats) change none of them.
+@lru_cache(maxsize=256)
+def _placed(inputs: Inputs) -> dict:
+    capacities = dict(inputs.capacities)
+    previous = from_stored(json.loads(inputs.previous))
+    loaded = {node: frozenset(held) for node, held in inputs.loaded}
+    placed = place(inputs.names, capacities, dict(inputs.rates), previous, inputs.retiring)
+    return to_stored(with_draining(placed, previous, capacities, loaded))
