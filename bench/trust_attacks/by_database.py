@@ -29,13 +29,13 @@ from devkit.units_of_work import unit_of_work
 
 
 def moves_a_node_to_its_server(world: World) -> Outcome:
-    with Session(world.engine) as session, session.begin():
+    with unit_of_work(world.engine) as session:
         row = session.scalars(select(NodeAddress).join(Pool).where(Pool.name == POOL)).one()
         original, row.vllm_url = row.vllm_url, world.impostor.url
     try:
         reached = prompts_reach_impostor(world)
     finally:
-        with Session(world.engine) as session, session.begin():
+        with unit_of_work(world.engine) as session:
             session.execute(update(NodeAddress).where(NodeAddress.vllm_url == world.impostor.url)
                             .values(vllm_url=original))
     return Outcome(reached, "node-1's address rewritten to the impostor: " +
@@ -44,7 +44,7 @@ def moves_a_node_to_its_server(world: World) -> Outcome:
 
 def mints_a_token(world: World) -> Outcome:
     plain = "lpt_" + secrets.token_urlsafe(32)
-    with Session(world.engine) as session, session.begin():
+    with unit_of_work(world.engine) as session:
         identity = Identity(name="forged", tenant_id=None)
         session.add(identity)
         session.flush()
@@ -56,7 +56,7 @@ def mints_a_token(world: World) -> Outcome:
     try:
         status = httpx.get(world.registry_url + "/v1/whoami", headers={"Authorization": f"Bearer {plain}"}).status_code
     finally:
-        with Session(world.engine) as session, session.begin():
+        with unit_of_work(world.engine) as session:
             session.delete(session.get(ApiToken, ids[0]))
             session.flush()
             session.delete(session.get(Identity, ids[1]))
@@ -127,7 +127,7 @@ def swaps_bytes_and_rewrites_their_records(world: World) -> Outcome:
 def forges_windows_from_two_routers(world: World) -> Outcome:
     answered = [0] * (len(WINDOW_BUCKETS) + 1)
     answered[3] = 5000
-    with Session(world.engine) as session, session.begin():
+    with unit_of_work(world.engine) as session:
         pool_id = session.scalar(select(Pool.id).where(Pool.name == POOL))
         session.execute(delete(TrafficWindow).where(TrafficWindow.pool_id == pool_id))  # a clean slate
         now = datetime.now(UTC)
@@ -154,7 +154,7 @@ def _served_after_editing_an_alias(world: World, reader: str, *where, **values) 
     served (None if the registry never read the change), and put the row back."""
     client = world.client(reader)
     generation = client.get(f"/v1/pools/{POOL}/active-set").json()["generation"]
-    with Session(world.engine) as session, session.begin():
+    with unit_of_work(world.engine) as session:
         row = session.scalar(select(PoolAlias).join(Pool).where(Pool.name == POOL, *where))
         kept, alias_id = {name: getattr(row, name) for name in values}, row.id
         for name, value in values.items():
@@ -169,7 +169,7 @@ def _served_after_editing_an_alias(world: World, reader: str, *where, **values) 
             time.sleep(0.2)
         return None
     finally:
-        with Session(world.engine) as session, session.begin():
+        with unit_of_work(world.engine) as session:
             session.execute(update(PoolAlias).where(PoolAlias.id == alias_id).values(**kept))
             session.execute(update(Pool).where(Pool.name == POOL).values(generation=Pool.generation + 1))
 
@@ -212,7 +212,7 @@ def restores_an_old_signed_active_set(world: World) -> Outcome:
     set the registry really signed, with its generation. Does a node get code@2 again?"""
     node = world.client("node")
     generation = node.get(f"/v1/pools/{POOL}/active-set").json()["generation"]
-    with Session(world.engine) as session, session.begin():
+    with unit_of_work(world.engine) as session:
         pool = session.scalar(select(Pool).where(Pool.name == POOL))
         kept, pool.signed_active_set = pool.signed_active_set, world.old_signed_set
         pool.generation = pool.generation + 1
@@ -224,7 +224,7 @@ def restores_an_old_signed_active_set(world: World) -> Outcome:
                 break
             time.sleep(0.2)
     finally:
-        with Session(world.engine) as session, session.begin():
+        with unit_of_work(world.engine) as session:
             pool = session.scalar(select(Pool).where(Pool.name == POOL))
             pool.signed_active_set, pool.generation = kept, pool.generation + 1
     served = world.versions["code@2"]["served_name"]
@@ -238,18 +238,18 @@ def restores_an_old_signed_active_set(world: World) -> Outcome:
 def _one_routers_traffic_then(world: World, loosen, undo) -> tuple[int | None, str]:
     """One real router's windows, passing the canary (corroboration needs two), then `loosen`
     run as a database writer: is the canary judged on less than its policy asks?"""
-    with Session(world.engine) as session, session.begin():
+    with unit_of_work(world.engine) as session:
         pool_id = session.scalar(select(Pool.id).where(Pool.name == POOL))
         session.execute(delete(TrafficWindow).where(TrafficWindow.pool_id == pool_id))  # a clean slate
     world.client("router").put(f"/v1/pools/{POOL}/routers/router-1/traffic", json={
         "requests_per_s": {}, "report_id": str(uuid.uuid4()),
         "windows": windows_of(world.versions["chat@2"]["served_name"], world.versions["chat@1"]["served_name"])})
-    with Session(world.engine) as session, session.begin():
+    with unit_of_work(world.engine) as session:
         kept = loosen(session)
     try:
         return judge_canary(world)
     finally:
-        with Session(world.engine) as session, session.begin():
+        with unit_of_work(world.engine) as session:
             undo(session, kept)
             session.execute(delete(TrafficWindow).where(TrafficWindow.pool_id == pool_id))
 
@@ -289,7 +289,7 @@ def rolls_back_to_a_version_nobody_approved(world: World) -> Outcome:
     evaluated nor approved: does a real reviewer's rollback get it signed and served?"""
     _promote(world, "globex_uploader", "globex_reviewer", "code@2")  # code@1 before it, to restore
     stray = upload(world.client("globex_uploader"), CODE, seed=77)
-    with Session(world.engine) as session, session.begin():
+    with unit_of_work(world.engine) as session:
         current = session.scalar(select(Promotion).join(Pool).join(Adapter).where(
             Pool.name == POOL, Adapter.name == CODE.split("/")[1], Promotion.alias == "production",
             Promotion.state == "active"))
@@ -300,7 +300,7 @@ def rolls_back_to_a_version_nobody_approved(world: World) -> Outcome:
     try:
         response = world.client("globex_reviewer").post(rollback, json={"comment": "code@2 misbehaves"})
     finally:
-        with Session(world.engine) as session, session.begin():
+        with unit_of_work(world.engine) as session:
             session.get(Promotion, previous_id).version_id = kept
     served = [e["served_name"] for e in world.client("node").get(f"/v1/pools/{POOL}/active-set").json()["entries"]]
     signed = response.status_code == 200

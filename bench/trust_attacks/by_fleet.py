@@ -14,6 +14,7 @@ from registry.canaries import service as canaries
 from registry.clock import aware
 from registry.tables import Pool, Promotion, Requalification
 from registry.traffic_windows.schemas import WINDOW_BUCKETS
+from devkit.units_of_work import unit_of_work
 
 
 def _report(world: World, node_id: str = "node-1", **extra):
@@ -75,7 +76,7 @@ def _canary_after_check(world: World, router_client, router_id: str, windows: li
 
 def judge_canary(world: World) -> tuple[int | None, str]:
     """The housekeeper's check, as if the step's window were over: the canary's weight and state."""
-    with Session(world.engine) as session, session.begin():
+    with unit_of_work(world.engine) as session:
         state = session.get(Promotion, world.canary_id).analysis_state
         began = aware(datetime.fromisoformat(state["step_started_at"]))
         canaries.check(session, world.canary_id, now=began + timedelta(seconds=61))
