@@ -39,6 +39,7 @@ from registry.db import make_engine
 from registry.promotions import service as promotions
 from registry.tokens import issuing
 from devkit.units_of_work import unit_of_work
+from registry.unit_of_work import UnitOfWork
 
 BUCKET, BASE, POOL = "bench", "bench-base", "fleet"
 
@@ -86,13 +87,16 @@ class Fleet:
 
 
 def approve_and_time(engine, admin_token: str, promotion_id: int) -> float:
-    """Approve through the registry's service; returns the moment just before the commit."""
-    with Session(engine) as session:
-        session.begin()
-        approver = tokens.authenticate(session, admin_token)
-        promotions.approve(session, approver, promotion_id, "benchmark")
+    """Approve through the registry's service, in a unit of work as a request does; returns the
+    moment just before its commit (which seals, signs, commits and announces)."""
+    work = UnitOfWork(Session(engine))
+    try:
+        approver = tokens.authenticate(work.session, admin_token)
+        promotions.approve(work.session, approver, promotion_id, "benchmark")
         started = time.monotonic()
-        session.commit()
+        work.commit()
+    finally:
+        work.close()
     return started
 
 
