@@ -73,3 +73,31 @@ def test_compose_refuses_to_run_without_its_secrets(missing):
     result = config(env)
     assert result.returncode != 0
     assert f"set {missing}" in result.stderr
+
+
+def _mounts(service: dict) -> dict[str, str]:
+    """Mount point -> source of each volume (docker-compose writes them long or short)."""
+    found = {}
+    for volume in service.get("volumes", []):
+        if isinstance(volume, dict):
+            found[volume["target"]] = volume["source"]
+        else:
+            source, target, *_ = volume.split(":")
+            found[target] = source
+    return found
+
+
+@needs_compose
+def test_every_process_that_seals_or_signs_holds_the_registrys_keys(services):
+    """The migration (it seals pools made before sets were signed), the registry, the worker (its
+    evaluations are audited, a re-qualification changes a set) and the housekeeper (a canary it
+    promotes is signed at its commit) seal with one secret and sign with one keyring: a process
+    with keys of its own writes audit events that read as altered, and signatures nodes refuse."""
+    registry = services["registry"]["environment"]
+    key_dir = registry["LORAPLANE_ATTESTATION_KEY_DIR"]
+    assert registry["LORAPLANE_SECRET_KEY"] == SECRETS["LORAPLANE_SECRET_KEY"]
+    for name in ("migrate", "registry", "worker", "housekeeper"):
+        env = services[name]["environment"]
+        assert env.get("LORAPLANE_SECRET_KEY") == registry["LORAPLANE_SECRET_KEY"], name
+        assert env.get("LORAPLANE_ATTESTATION_KEY_DIR") == key_dir, name
+        assert _mounts(services[name]).get(key_dir) == "attestation-keys", name
