@@ -132,6 +132,8 @@ def worker(
     from workers.app import app as celery_app
     from workers.settings import get_worker_settings
 
+    _require_the_registrys_keys("worker")
+
     queue = evaluation_queue(get_worker_settings().engine_base_model)
     argv = ["worker", "-Q", queue, "--pool=solo", "--concurrency=1", f"--loglevel={loglevel}"]
     if hostname:
@@ -149,9 +151,23 @@ def housekeeper(
     from registry.task_queue import HOUSEKEEPING_QUEUE
     from workers.housekeeping import app as celery_app
 
+    _require_the_registrys_keys("housekeeper")
+
     celery_app.worker_main(["worker", "-Q", HOUSEKEEPING_QUEUE, "--pool=threads",
                             f"--concurrency={concurrency}", f"--loglevel={loglevel}",
                             "--hostname=housekeeping@%h"])
+
+
+def _require_the_registrys_keys(process: str) -> None:
+    """A worker or housekeeper seals audit events and signs: with the registry's keys only."""
+    from registry.db import plain_transaction
+    from registry.deployment_keys import service as deployment_keys
+
+    def check() -> None:
+        with plain_transaction() as session:
+            deployment_keys.require_the_registrys(session, process)
+
+    _call(check)
 
 
 @app.command()

@@ -27,6 +27,7 @@ from registry.attestations.endpoints import router as attestations
 from registry.audit.endpoints import router as audit
 from registry.base_models.endpoints import router as base_models
 from registry.canaries.endpoints import router as canaries
+from registry.deployment_keys import service as deployment_keys
 from registry.errors import LoraplaneError
 from registry.eval_suites.endpoints import router as eval_suites
 from registry.evaluation_policies.endpoints import router as evaluation_policies
@@ -57,6 +58,9 @@ async def lifespan(app: FastAPI):
     get_store().presigned_url("warm-up", 60)
     # What a key rotated out since signed (here, or before a redeploy with another key).
     await run_in_threadpool(_resign_on_start)
+    # The fingerprints of the keys this registry seals and signs with, for workers and
+    # housekeepers to compare theirs with before they start (registry/deployment_keys/).
+    await run_in_threadpool(_publish_keys)
     await long_poll_state.of(app).start(poll_s=get_settings().active_set_poll_s)
     # Everything loaded so far lives as long as the process: keep the collector from walking it
     # again and again, which pauses every open long-poll at once.
@@ -73,6 +77,11 @@ def _resign_on_start() -> None:
         resigned = attestation_upkeep.resign_active(session)
     if resigned:
         log.info("re-signed %d active attestations with the current key", resigned)
+
+
+def _publish_keys() -> None:
+    with transaction() as session:
+        deployment_keys.publish(session, actor="registry (start)")
 
 
 def create_app() -> FastAPI:

@@ -23,6 +23,7 @@ class Purpose(StrEnum):
     API_TOKENS = "api-tokens"
     TRAFFIC_WINDOWS = "traffic-windows"
     CANARY_ANALYSIS = "canary-analysis"
+    KEY_FINGERPRINT = "key-fingerprint"  # published, so derived for that alone
 
 
 def key_for(purpose: Purpose) -> bytes:

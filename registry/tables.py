@@ -273,6 +273,16 @@ class EvaluationExample(Base):
     parity_tokens_match: Mapped[bool | None]
 
 
+class DeploymentKey(Base):
+    """A fingerprint of a key the registry seals or signs with, published as it starts: each
+    worker and housekeeper compares its own before it starts (registry/deployment_keys/)."""
+
+    __tablename__ = "deployment_keys"
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(128))
+    published_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class AuditEvent(Base):
     """Append-only and hash-chained: each row carries the hash of the one before it, so an
     edited or removed row breaks the chain (`loraplane audit verify`). Rows are sealed at commit
