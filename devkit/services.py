@@ -259,12 +259,16 @@ def stop_group(service: Service, sig: int = 15) -> None:
             service.process.wait()
 
 
-def start_worker(folder: Path, env: dict[str, str], name: str = "eval") -> Service:
-    """An evaluation worker, exactly as `loraplane worker` runs it."""
+def start_worker(folder: Path, env: dict[str, str], name: str = "eval", *,
+                 inherit_settings: bool = True) -> Service:
+    """An evaluation worker, exactly as `loraplane worker` runs it. `inherit_settings=False`: with
+    none of this process's LORAPLANE_* settings, as `loraplane up` starts one beside its registry
+    (the data folder holds the rest)."""
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / f"{name}.log"
     start = log.stat().st_size if log.exists() else 0  # a restart appends to the same log
-    full_env = {**os.environ, **S3_CREDENTIALS, "LORAPLANE_DATA_DIR": str(folder), **env}
+    inherited = {k: v for k, v in os.environ.items() if inherit_settings or not k.startswith("LORAPLANE_")}
+    full_env = {**inherited, **S3_CREDENTIALS, "LORAPLANE_DATA_DIR": str(folder), **env}
     process = subprocess.Popen(
         [str(VENV_BIN / "loraplane"), "worker", "--hostname", f"{name}@%h"],
         stdout=log.open("ab"), stderr=subprocess.STDOUT, env=full_env, start_new_session=True)

@@ -20,16 +20,16 @@ LEASE_S, VISIBILITY_TIMEOUT_S = 6, 8
 class Worker:
     """An evaluation worker process that a test may kill and start again."""
 
-    def __init__(self, folder: Path, env: dict[str, str], name: str) -> None:
-        self.folder, self.env, self.name = folder, env, name
-        self.service = services.start_worker(folder, env, name)
+    def __init__(self, folder: Path, env: dict[str, str], name: str, *, inherit_settings: bool = True) -> None:
+        self.folder, self.env, self.name, self.inherit = folder, env, name, inherit_settings
+        self.service = services.start_worker(folder, env, name, inherit_settings=inherit_settings)
 
     def kill(self) -> None:
         services.stop_group(self.service, sig=9)
 
     def restart(self) -> None:
         self.kill()
-        self.service = services.start_worker(self.folder, self.env, self.name)
+        self.service = services.start_worker(self.folder, self.env, self.name, inherit_settings=self.inherit)
 
     def stop(self) -> None:
         services.stop_group(self.service)

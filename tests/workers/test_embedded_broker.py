@@ -37,10 +37,13 @@ def test_an_evaluation_runs_end_to_end_on_the_embedded_default(task_kit, eval_en
                                   json={"suite": "digits-embedded"})
         assert requested.status_code == 202, requested.text
 
-        # Only the data folder is shared: no LORAPLANE_DATABASE_URL, storage or broker settings.
+        # Only the data folder is shared, as `loraplane up` shares it: no database, storage or
+        # broker settings, and the secret and attestation keys are the data folder's (a worker
+        # with others would refuse to start: registry/deployment_keys/).
         env = {"LORAPLANE_ENGINE_URL": eval_engine.url, "LORAPLANE_ENGINE_BASE_MODEL": KIT_BASE}
         assert not any(key in os.environ for key in ("LORAPLANE_BROKER_URL", "LORAPLANE_DATABASE_URL"))
-        worker = Worker(data_dir, env, "embedded")  # started after the request: the folder queue kept it
+        # Started after the request: the folder queue kept it.
+        worker = Worker(data_dir, env, "embedded", inherit_settings=False)
         result = wait_finished(uploader, requested.json()["id"], timeout_s=120)
         assert result["state"] == "passed", result
         assert result["served_name"] == version["served_name"]
