@@ -246,6 +246,7 @@ def db_seal_active_sets(
 def _seal_active_sets(pool: str | None, actor: str) -> None:
     from registry import upgrade_seals
 
+    _require_the_registrys_keys(actor)  # it seals audit events and signs sets
     pools, canaries = _call(lambda: upgrade_seals.seal_in_transaction(actor=actor, pool_name=pool))
     for name in pools:
         typer.echo(f"pool {name}: active set signed from its rows")

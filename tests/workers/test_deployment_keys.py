@@ -76,3 +76,13 @@ def test_a_housekeeper_with_attestation_keys_of_its_own_refuses_to_start_naming_
     assert "this housekeeper does not hold the registry's attestation key" in printed
     assert f"LORAPLANE_ATTESTATION_KEY_DIR={own_keys}" in printed
     assert "Give it the registry's keys" in printed
+
+
+def test_a_migration_with_another_secret_seals_and_signs_nothing(registry, tmp_path):
+    env = _env(registry, tmp_path / "data", LORAPLANE_SECRET_KEY="another-secret-" + "y" * 32)
+    sealed = subprocess.run([str(VENV_BIN / "loraplane"), "db", "seal-active-sets"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert sealed.returncode == 1, sealed.stdout + sealed.stderr
+    assert ("this loraplane db seal-active-sets does not hold the registry's LORAPLANE_SECRET_KEY "
+            "(it is set here, to another value)") in sealed.stdout + sealed.stderr
+    assert "active set signed" not in sealed.stdout
