@@ -35,8 +35,11 @@ class KeysDiffer(Unavailable):
 
 def own() -> dict[str, str]:
     """This process's fingerprints."""
-    secret = hashlib.sha256(key_for(Purpose.KEY_FINGERPRINT)).hexdigest()[:32]
-    return {SECRET: secret, ATTESTATION: get_keyring().signing_key_id()}
+    return {SECRET: _secret_fingerprint(), ATTESTATION: get_keyring().signing_key_id()}
+
+
+def _secret_fingerprint() -> str:
+    return hashlib.sha256(key_for(Purpose.KEY_FINGERPRINT)).hexdigest()[:32]
 
 
 def publish(session: Session, *, actor: str) -> None:
@@ -69,7 +72,7 @@ def require_the_registrys(session: Session, process: str) -> None:
                     process)
         return
     settings = get_settings()
-    if published.get(SECRET) not in (None, own()[SECRET]):
+    if published.get(SECRET) not in (None, _secret_fingerprint()):
         where = ("it is set here, to another value" if settings.secret_key is not None else
                  f"it is not set here, so this process made its own in {settings.data_dir / 'secret.key'}")
         raise KeysDiffer(
