@@ -143,4 +143,7 @@ def verify():
              "kept. If every keyed event shows as altered, check that LORAPLANE_SECRET_KEY is the "
              "registry's.")
     typer.echo(f"audit chain intact: {report.events} events, head {report.head}")
+    if report.keyed_by_previous_secret:
+        typer.echo(f"{report.keyed_by_previous_secret} of them keyed with a previous secret "
+                   "(LORAPLANE_PREVIOUS_SECRET_KEYS): keep it there while they must verify")
     typer.echo(report.anchor)

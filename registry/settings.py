@@ -7,10 +7,10 @@ import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, IPvAnyNetwork, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, IPvAnyNetwork, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MiB = 1024 * 1024
 MAX_PRESIGN_TTL_S = 7 * 24 * 3600  # a download link never lives longer, whatever it says
@@ -30,8 +30,15 @@ class RegistrySettings(BaseSettings):
     public_url: str = "http://127.0.0.1:8000"
     secret_key: SecretStr | None = Field(
         default=None, min_length=32,
-        description="Signs local download URLs. Generated into data_dir if unset.",
+        description=(
+            "The deployment's secret: every HMAC key (audit chain, token hashes, sessions, "
+            "download links, seals) is derived from it. Generated into data_dir if unset."),
     )
+    previous_secret_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list, description=(
+            "Secrets this one replaced, newest first, comma-separated: what they keyed still "
+            "verifies (audit events, tokens, sessions, seals) while everything new is keyed with "
+            "LORAPLANE_SECRET_KEY. Keep one here as long as the audit events it keyed must verify."))
     attestation_key_dir: Path | None = Field(default=None, description=(
         "Where the attestation signing keys live (Ed25519, one PEM per key, rotated through the "
         "API). Empty means data_dir/attestation-keys, generated on first use."))
@@ -123,6 +130,21 @@ class RegistrySettings(BaseSettings):
         "file per database under data_dir/audit-heads. Put it where the database's owners cannot "
         "write."))
 
+    @field_validator("previous_secret_keys", mode="before")
+    @classmethod
+    def _split_secrets(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part for part in value.replace("\n", ",").split(",") if part.strip()]
+        return value
+
+    @field_validator("previous_secret_keys")
+    @classmethod
+    def _long_enough(cls, value: list[SecretStr]) -> list[SecretStr]:
+        for position, secret in enumerate(value, 1):
+            if len(secret.get_secret_value().strip()) < 32:
+                raise ValueError(f"previous secret {position} is shorter than 32 characters")
+        return value
+
     @model_validator(mode="after")
     def _fill_defaults(self) -> RegistrySettings:
         if not self.database_url:
@@ -150,8 +172,12 @@ class RegistrySettings(BaseSettings):
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def previous_secrets(self) -> list[bytes]:
+        return [secret.get_secret_value().strip().encode() for secret in self.previous_secret_keys]
+
     def signing_key(self) -> bytes:
-        """The key for local download URLs; persisted so every process and restart agrees."""
+        """The deployment's current secret; persisted when generated, so every process and
+        restart agrees."""
         if self.secret_key is not None:
             return self.secret_key.get_secret_value().encode()
         key_file = self.data_dir / "secret.key"

@@ -26,7 +26,7 @@ from registry.auth import repository, tokens
 from registry.auth.principal import Principal, Role
 from registry.clock import aware
 from registry.errors import Forbidden, Unauthorized
-from registry.keys import Purpose, key_for
+from registry.keys import Purpose, keys_for
 from registry.request_session import RequestSession
 from registry.tables import DashboardSession
 
@@ -50,8 +50,14 @@ class Visit:
 
     @property
     def csrf_token(self) -> str:
+        return self.csrf_tokens()[0]
+
+    def csrf_tokens(self) -> list[str]:
+        """Under the current secret first, then under the previous ones (a form opened before a
+        rotation still submits)."""
         scope = b"session:" if self.principal else b"anonymous:"
-        return hmac.new(key_for(Purpose.CSRF), scope + self.nonce.encode(), hashlib.sha256).hexdigest()
+        return [hmac.new(key, scope + self.nonce.encode(), hashlib.sha256).hexdigest()
+                for key in keys_for(Purpose.CSRF)]
 
 
 @dataclass(frozen=True)
@@ -61,14 +67,17 @@ class SignedInVisit(Visit):
 
 
 def check_csrf(visit: Visit, submitted: str | None) -> None:
-    if not visit.nonce or not submitted or not hmac.compare_digest(
-            submitted.encode(errors="replace"), visit.csrf_token.encode()):
+    if not visit.nonce or not submitted or not any(
+            hmac.compare_digest(submitted.encode(errors="replace"), expected.encode())
+            for expected in visit.csrf_tokens()):
         raise Forbidden("this form's CSRF token is missing or does not match your session",
                         code="csrf_failed", hint="Reload the page and submit the form again.")
 
 
 def _serializer(kind: str) -> URLSafeTimedSerializer:
-    return URLSafeTimedSerializer(key_for(Purpose.DASHBOARD_SESSIONS), salt=f"loraplane-{kind}")
+    # itsdangerous signs with the last key and accepts each: the previous secrets', oldest first.
+    keys = list(reversed(keys_for(Purpose.DASHBOARD_SESSIONS)))
+    return URLSafeTimedSerializer(keys, salt=f"loraplane-{kind}")
 
 
 def _unsigned(request: Request, cookie: str, kind: str, max_age: int) -> str | None:

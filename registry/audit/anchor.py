@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import hmac
 import json
 import logging
 import os
@@ -18,7 +17,8 @@ from typing import Any
 
 from sqlalchemy.engine import URL, make_url
 
-from registry.keys import Purpose, key_for
+from registry import keys
+from registry.keys import Purpose
 from registry.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -50,15 +50,18 @@ def from_signed(document: Any) -> Head:
             and isinstance(body["last_hash"], str) and isinstance(body["at"], str)
             and isinstance(document["signature"], str)):
         raise UntrustedHead("it is not a signed audit head")
-    if not hmac.compare_digest(document["signature"], _signature(body)):
+    if not keys.verifies(Purpose.AUDIT_HEAD, _message(body), document["signature"]):
         raise UntrustedHead("its signature does not match this deployment's audit-head key "
                             "(LORAPLANE_SECRET_KEY): it was forged or comes from another deployment")
     return Head(**body)
 
 
 def _signature(body: dict[str, Any]) -> str:
-    message = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    return hmac.new(key_for(Purpose.AUDIT_HEAD), message, hashlib.sha256).hexdigest()
+    return keys.sign(Purpose.AUDIT_HEAD, _message(body))
+
+
+def _message(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
 def head_path(database_url: URL | str) -> Path:

@@ -9,9 +9,10 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from registry.audit import anchor, repository
+from registry.audit.sealed import hash_under
 from registry.audit.anchor import Head
-from registry.audit.chain import GENESIS, HMAC_SHA256, SHA256, event_hash
-from registry.keys import Purpose, key_for
+from registry.audit.chain import GENESIS, HMAC_SHA256, SHA256
+from registry.keys import Purpose, keys_for
 from registry.tables import AuditEvent
 
 BATCH = 2000
@@ -31,6 +32,7 @@ class ChainReport:
     problems: list[Problem] = field(default_factory=list)
     anchor: str = ""  # what became of the head kept outside the database, in words
     external_head: Head | None = None  # (in this class, `anchor` is the field above)
+    keyed_by_previous_secret: int = 0  # events keyed before LORAPLANE_SECRET_KEY was rotated
 
     @property
     def intact(self) -> bool:
@@ -54,7 +56,8 @@ def verify_chain(session: Session, *, head_file: Path | None = None,
                                                             f"trusted: {problem}"))
         external = None
     report.external_head = external
-    keys = {SHA256: None, HMAC_SHA256: key_for(Purpose.AUDIT_CHAIN)}
+    keys: dict[str, tuple[bytes | None, ...]] = {SHA256: (None,),
+                                                  HMAC_SHA256: keys_for(Purpose.AUDIT_CHAIN)}
     expected_prev, last_id, keyed = GENESIS, 0, False
     while True:
         rows = repository.events_after(session, last_id, BATCH)
@@ -99,13 +102,17 @@ def _check_row(row: AuditEvent, expected_prev: str, last_id: int, keys: dict, ke
         report.problems.append(Problem(row.id, "unkeyed", (
             f"event {row.id} ({row.action} {row.subject}) is hashed without the audit key after "
             "keyed events: it was written or rewritten by someone who does not hold the key")))
-    recomputed = event_hash(row.prev_hash, at=row.at, actor=row.actor, action=row.action,
-                            subject=row.subject, tenant_id=row.tenant_id, before=row.before,
-                            after=row.after, key=keys[row.hash_scheme])
-    if recomputed != row.hash:
+    matching = next((position for position, key in enumerate(keys[row.hash_scheme])
+                     if hash_under(row, key) == row.hash), None)
+    if matching is None:
+        unheld = ("" if row.hash_scheme == SHA256 else
+                  ", or keyed with a secret that is neither LORAPLANE_SECRET_KEY nor in "
+                  "LORAPLANE_PREVIOUS_SECRET_KEYS here")
         report.problems.append(Problem(row.id, "altered", (
-            f"event {row.id} ({row.action} {row.subject}) does not match its hash: "
-            "it was edited after it was written")))
+            f"event {row.id} ({row.action} {row.subject}) does not match its hash: it was edited "
+            f"after it was written{unheld}")))
+    elif matching > 0:
+        report.keyed_by_previous_secret += 1
 
 
 def _check_head(row: AuditEvent, external: anchor.Head, report: ChainReport) -> None:

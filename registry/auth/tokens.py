@@ -3,9 +3,11 @@
 registry.tokens' job.
 
 Keyed, because whoever can write to the database must not be able to mint a token by inserting
-the hash of a secret of their choosing. Tokens issued before hashes were keyed are stored as
-plain sha256: with LORAPLANE_LEGACY_TOKEN_HASHES=upgrade (an upgrade window), such a token is
-accepted once and its row rehashed, keyed; by default it is refused."""
+the hash of a secret of their choosing. After LORAPLANE_SECRET_KEY is rotated, a token stored
+under a previous secret's key is accepted, and its row rehashed under the current one. Tokens
+issued before hashes were keyed are stored as plain sha256: with
+LORAPLANE_LEGACY_TOKEN_HASHES=upgrade (an upgrade window), such a token is accepted once and its
+row rehashed, keyed; by default it is refused."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from registry.auth import repository
 from registry.auth.principal import Principal, Role
 from registry.clock import aware
 from registry.errors import Unauthorized
-from registry.keys import Purpose, key_for
+from registry.keys import Purpose, key_for, keys_for
 from registry.rows import existing
 from registry.settings import get_settings
 from registry.tables import ApiToken, Pool, Tenant
@@ -47,18 +49,31 @@ def authenticate(session: Session, plain: str | None) -> Principal:
             "missing bearer token", hint="Send 'Authorization: Bearer <token>' (loraplane token create)."
         )
     row = repository.token_by_hash(session, hash_token(plain))
-    if row is None and get_settings().legacy_token_hashes == "upgrade":
-        row = rehash_legacy(session, plain)
+    if row is None:
+        row = rehashed(session, plain, _older_hashes(plain))
     return _principal(session, row)
 
 
-def rehash_legacy(session: Session, plain: str) -> ApiToken | None:
-    """The token's row if it is stored under its unkeyed hash, now stored keyed."""
-    row = repository.token_by_hash(session, legacy_hash(plain))
-    if row is not None:
-        row.token_hash = hash_token(plain)
-        session.flush()
-    return row
+def _older_hashes(plain: str) -> list[str]:
+    """How the token may still be stored: under a previous secret's key, or (in an upgrade
+    window) unkeyed."""
+    older = [hmac.new(key, plain.encode(), hashlib.sha256).hexdigest()
+             for key in keys_for(Purpose.API_TOKENS)[1:]]
+    if get_settings().legacy_token_hashes == "upgrade":
+        older.append(legacy_hash(plain))
+    return older
+
+
+def rehashed(session: Session, plain: str, older_hashes: list[str]) -> ApiToken | None:
+    """The token's row if it is stored under one of `older_hashes`, now stored under the current
+    key. (A read-only caller's change is simply not committed; the next use rehashes it.)"""
+    for older in older_hashes:
+        row = repository.token_by_hash(session, older)
+        if row is not None:
+            row.token_hash = hash_token(plain)
+            session.flush()
+            return row
+    return None
 
 
 def principal_by_id(session: Session, token_id: int) -> Principal:

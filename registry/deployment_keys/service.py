@@ -11,7 +11,6 @@ keys by whether this process holds the key the registry signs with."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from datetime import UTC, datetime
 
@@ -21,7 +20,7 @@ from registry import audit
 from registry.attestation_keys.keyring import get_keyring
 from registry.deployment_keys import repository
 from registry.errors import Unavailable
-from registry.keys import Purpose, key_for
+from registry import keys
 from registry.settings import get_settings
 from registry.tables import DeploymentKey
 
@@ -39,7 +38,11 @@ def own() -> dict[str, str]:
 
 
 def _secret_fingerprint() -> str:
-    return hashlib.sha256(key_for(Purpose.KEY_FINGERPRINT)).hexdigest()[:32]
+    return keys.fingerprint(get_settings().signing_key())
+
+
+def _previous_fingerprints() -> set[str]:
+    return {keys.fingerprint(secret) for secret in get_settings().previous_secrets()}
 
 
 def publish(session: Session, *, actor: str) -> None:
@@ -47,10 +50,16 @@ def publish(session: Session, *, actor: str) -> None:
     before, mine = repository.published(session), own()
     if before == mine:
         return
-    if before.get(SECRET) not in (None, mine[SECRET]):  # a new attestation key is a rotation
-        log.error("this registry's LORAPLANE_SECRET_KEY differs from the one published before: the "
-                  "audit events sealed before read as altered, and every worker and housekeeper "
-                  "with the old secret now refuses to start until it gets this one")
+    # (A new attestation key is a rotation of its own, audited there.)
+    if before.get(SECRET) in _previous_fingerprints():
+        log.warning("LORAPLANE_SECRET_KEY was rotated: what the previous secret keyed still "
+                    "verifies; every worker and housekeeper now refuses to start until it has "
+                    "the new secret")
+    elif before.get(SECRET) not in (None, mine[SECRET]):
+        log.error("this registry's LORAPLANE_SECRET_KEY differs from the one published before, "
+                  "which is not in LORAPLANE_PREVIOUS_SECRET_KEYS: the audit events sealed before "
+                  "read as altered, and every worker and housekeeper with the old secret now "
+                  "refuses to start until it gets this one")
     now = datetime.now(UTC)
     for name, fingerprint in mine.items():
         row = session.get(DeploymentKey, name)
@@ -75,11 +84,13 @@ def require_the_registrys(session: Session, process: str) -> None:
     if published.get(SECRET) not in (None, _secret_fingerprint()):
         where = ("it is set here, to another value" if settings.secret_key is not None else
                  f"it is not set here, so this process made its own in {settings.data_dir / 'secret.key'}")
+
         raise KeysDiffer(
             f"this {process} does not hold the registry's LORAPLANE_SECRET_KEY ({where}): the audit "
             "events it wrote would read as altered",
             hint="Set LORAPLANE_SECRET_KEY to the registry's value on every registry, worker, "
-                 "housekeeper and migration (compose.yaml gives it to each).")
+                 "housekeeper and migration (compose.yaml gives it to each). After a rotation, "
+                 "each gets the new secret, and the old one in LORAPLANE_PREVIOUS_SECRET_KEYS.")
     signing = published.get(ATTESTATION)
     held = {key.key_id for key in get_keyring().held()[1]}
     if signing is not None and signing not in held:

@@ -11,8 +11,6 @@ admin binds it again."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
 
@@ -20,10 +18,10 @@ from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from registry import audit
+from registry import audit, keys
 from registry.audit import sealed
 from registry.errors import Unprocessable
-from registry.keys import Purpose, key_for
+from registry.keys import Purpose
 from registry.nodes import repository
 from registry.nodes.schemas import NodeAddressUrl
 from registry.tables import NodeAddress, Pool
@@ -35,8 +33,11 @@ BOUND = "node.bind_address"
 
 
 def seal(pool: str, node_id: str, url: str) -> str:
-    message = json.dumps([pool, node_id, url]).encode()
-    return hmac.new(key_for(Purpose.NODE_ADDRESSES), message, hashlib.sha256).hexdigest()
+    return keys.sign(Purpose.NODE_ADDRESSES, _message(pool, node_id, url))
+
+
+def _message(pool: str, node_id: str, url: str) -> bytes:
+    return json.dumps([pool, node_id, url]).encode()
 
 
 def bind(session: Session, pool: Pool, node_id: str, url: str, *, actor: str) -> NodeAddress:
@@ -96,7 +97,8 @@ def _state(pool: str, row: NodeAddress, newest_binding) -> tuple[str, str | None
     """The row counts while its seal holds and it is the binding the newest sealed `node.bind_address`
     event names: an older sealed row put back (an address since reassigned) does not."""
     fresh = newest_binding is not None and sealed.recorded(newest_binding, "vllm_url") == row.vllm_url
-    if fresh and hmac.compare_digest(row.seal, seal(pool, row.node_id, row.vllm_url)):
+    if fresh and keys.verifies(Purpose.NODE_ADDRESSES, _message(pool, row.node_id, row.vllm_url),
+                               row.seal):
         return "bound", row.vllm_url
     key = (pool, row.node_id, row.vllm_url)
     if key not in _reported_broken and len(_reported_broken) < 10_000:

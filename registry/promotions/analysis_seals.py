@@ -9,14 +9,12 @@ acted on, and refuses pauses and resumes (which would seal what was written). Ro
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 
 from sqlalchemy.orm import Session
 
-from registry import audit
-from registry.keys import Purpose, key_for
+from registry import audit, keys
+from registry.keys import Purpose
 from registry.promotions import repository
 from registry.tables import Promotion
 
@@ -28,14 +26,18 @@ def put(promotion: Promotion, state: dict) -> None:
 
 
 def holds(promotion: Promotion) -> bool:
-    return promotion.analysis_seal is not None and hmac.compare_digest(promotion.analysis_seal, seal(promotion))
+    return promotion.analysis_seal is not None and keys.verifies(
+        Purpose.CANARY_ANALYSIS, _message(promotion), promotion.analysis_seal)
 
 
 def seal(promotion: Promotion) -> str:
-    message = json.dumps([promotion.id, promotion.pool_id, promotion.adapter_id, promotion.version_id,
-                          promotion.analysis, promotion.analysis_state],
-                         sort_keys=True, separators=(",", ":")).encode()
-    return hmac.new(key_for(Purpose.CANARY_ANALYSIS), message, hashlib.sha256).hexdigest()
+    return keys.sign(Purpose.CANARY_ANALYSIS, _message(promotion))
+
+
+def _message(promotion: Promotion) -> bytes:
+    return json.dumps([promotion.id, promotion.pool_id, promotion.adapter_id, promotion.version_id,
+                       promotion.analysis, promotion.analysis_state],
+                      sort_keys=True, separators=(",", ":")).encode()
 
 
 def seal_unsealed(session: Session, *, actor: str) -> list[int]:

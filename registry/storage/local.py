@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 import re
 import shutil
@@ -13,7 +11,8 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from registry.errors import Forbidden, NotFound, Unavailable
-from registry.keys import Purpose, key_for
+from registry import keys
+from registry.keys import Purpose
 from registry.settings import MAX_PRESIGN_TTL_S, RegistrySettings
 
 DOWNLOAD_ROUTE = "/v1/artifacts/"
@@ -25,7 +24,6 @@ class LocalStore:
     def __init__(self, settings: RegistrySettings) -> None:
         self.root = settings.artifacts_dir
         self.public_url = settings.public_url.rstrip("/")
-        self._key = key_for(Purpose.DOWNLOAD_LINKS)
 
     def has(self, key: str) -> bool:
         return self.path_of(key).is_file()
@@ -82,7 +80,7 @@ class LocalStore:
     def open_signed(self, key: str, expires: int, signature: str) -> Path:
         now = time.time()
         if (not DOWNLOADABLE_KEY.fullmatch(key) or not now <= expires <= now + MAX_PRESIGN_TTL_S
-                or not hmac.compare_digest(signature, self._sign(key, expires))):
+                or not keys.verifies(Purpose.DOWNLOAD_LINKS, _link(key, expires), signature)):
             raise Forbidden("the download link is invalid or has expired", code="bad_signature",
                             hint="Ask the registry for a new download URL.")
         return self._existing(key)
@@ -99,4 +97,8 @@ class LocalStore:
         return path
 
     def _sign(self, key: str, expires: int) -> str:
-        return hmac.new(self._key, f"{key}\n{expires}".encode(), hashlib.sha256).hexdigest()
+        return keys.sign(Purpose.DOWNLOAD_LINKS, _link(key, expires))
+
+
+def _link(key: str, expires: int) -> bytes:
+    return f"{key}\n{expires}".encode()

@@ -6,13 +6,12 @@ that agree, say) and move a canary: without the key, they cannot seal what they 
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from datetime import UTC
 
 from registry.clock import aware
-from registry.keys import Purpose, key_for
+from registry import keys
+from registry.keys import Purpose
 from registry.tables import TrafficWindow
 
 FIELDS = ("pool_id", "router_id", "report_id", "served_name", "alias", "requests", "errors",
@@ -21,11 +20,15 @@ FIELDS = ("pool_id", "router_id", "report_id", "served_name", "alias", "requests
 
 
 def seal(window: TrafficWindow) -> str:
-    at = aware(window.at).astimezone(UTC).isoformat(timespec="microseconds")
-    message = json.dumps([at, *(getattr(window, name) for name in FIELDS)],
-                         sort_keys=True, separators=(",", ":")).encode()
-    return hmac.new(key_for(Purpose.TRAFFIC_WINDOWS), message, hashlib.sha256).hexdigest()
+    return keys.sign(Purpose.TRAFFIC_WINDOWS, _message(window))
 
 
 def holds(window: TrafficWindow) -> bool:
-    return window.seal is not None and hmac.compare_digest(window.seal, seal(window))
+    return window.seal is not None and keys.verifies(Purpose.TRAFFIC_WINDOWS, _message(window),
+                                                     window.seal)
+
+
+def _message(window: TrafficWindow) -> bytes:
+    at = aware(window.at).astimezone(UTC).isoformat(timespec="microseconds")
+    return json.dumps([at, *(getattr(window, name) for name in FIELDS)],
+                      sort_keys=True, separators=(",", ":")).encode()

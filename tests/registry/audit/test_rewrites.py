@@ -94,7 +94,8 @@ ATTACKS: dict[Callable, tuple[int, list[tuple[int, str, str]]]] = {
     edit_and_recompute: (6, [(6, "head_mismatch", "event 6 " + REWRITTEN)]),
     edit_and_recompute_keeping_the_keyed_label: (6, [
         *[(i, "altered", f"event {i} (demo.event thing/{i - 1}) does not match its hash: it was "
-                         "edited after it was written") for i in range(3, 7)],
+                         "edited after it was written, or keyed with a secret that is neither "
+                         "LORAPLANE_SECRET_KEY nor in LORAPLANE_PREVIOUS_SECRET_KEYS here") for i in range(3, 7)],
         (6, "head_mismatch", "event 6 " + REWRITTEN)]),
     truncate_and_rebuild_longer: (8, [(6, "head_mismatch", "event 6 " + REWRITTEN)]),
     truncate_and_rebuild_shorter: (3, [(6, "head_missing", (
