@@ -179,20 +179,27 @@ def s3_client(endpoint_url: str):
 # --- registry -----------------------------------------------------------------------------------
 
 
-def start_registry(folder: Path, env: dict[str, str], *args: str, port: int | None = None) -> Service:
-    """Run the registry as its own process, exactly as `loraplane serve` does."""
+def start_registry(folder: Path, env: dict[str, str | None], *args: str, port: int | None = None) -> Service:
+    """Run the registry as its own process, exactly as `loraplane serve` does. A variable set to
+    None in `env` is left out."""
     folder.mkdir(parents=True, exist_ok=True)
     port, log = port or free_port(), folder / "registry.log"
     url = f"http://127.0.0.1:{port}"
-    full_env = {**os.environ, **S3_CREDENTIALS, "LORAPLANE_DATA_DIR": str(folder),
-                "LORAPLANE_PUBLIC_URL": url, **env}
+    full_env = {name: value for name, value in {
+        **os.environ, **S3_CREDENTIALS, "LORAPLANE_DATA_DIR": str(folder), "LORAPLANE_PUBLIC_URL": url,
+        **env}.items() if value is not None}
     process = subprocess.Popen(
         [str(VENV_BIN / "loraplane"), "serve", "--host", "127.0.0.1", "--port", str(port), *args],
         stdout=log.open("wb"), stderr=subprocess.STDOUT, env=full_env,
     )
     service = Service(process, url, log, env=full_env)
-    wait_until(lambda: httpx.get(url + "/healthz").status_code == 200, timeout_s=60,
-               what="registry", log=log)
+
+    def answers() -> bool:
+        if process.poll() is not None:  # it refused to start: say why at once
+            raise RuntimeError(f"the registry exited with {process.returncode}\n{log.read_text()[-3000:]}")
+        return httpx.get(url + "/healthz").status_code == 200
+
+    wait_until(answers, timeout_s=60, what="registry", log=log)
     return service
 
 

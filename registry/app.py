@@ -27,6 +27,7 @@ from registry.attestations.endpoints import router as attestations
 from registry.audit.endpoints import router as audit
 from registry.base_models.endpoints import router as base_models
 from registry.canaries.endpoints import router as canaries
+from registry.attestation_keys import ledger as key_ledger
 from registry.deployment_keys import service as deployment_keys
 from registry.errors import LoraplaneError
 from registry.eval_suites.endpoints import router as eval_suites
@@ -56,6 +57,8 @@ log = logging.getLogger(__name__)
 async def lifespan(app: FastAPI):
     # Build the store's client and sign once now, not on the first node's long-poll.
     get_store().presigned_url("warm-up", 60)
+    # Attestation keys from the environment: a new one is a rotation, recorded once.
+    await run_in_threadpool(_adopt_key_ledger)
     # What a key rotated out since signed (here, or before a redeploy with another key).
     await run_in_threadpool(_resign_on_start)
     # The fingerprints of the keys this registry seals and signs with, for workers and
@@ -70,6 +73,11 @@ async def lifespan(app: FastAPI):
         yield
     finally:
         await long_poll_state.of(app).stop()
+
+
+def _adopt_key_ledger() -> None:
+    with transaction() as session:
+        key_ledger.adopt(session, actor="registry (start)")
 
 
 def _resign_on_start() -> None:

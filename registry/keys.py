@@ -29,6 +29,7 @@ class Purpose(StrEnum):
     TRAFFIC_WINDOWS = "traffic-windows"
     CANARY_ANALYSIS = "canary-analysis"
     SSO_STATE = "sso-state"
+    ATTESTATION_KEY_LEDGER = "attestation-key-ledger"
     KEY_FINGERPRINT = "key-fingerprint"  # published, so derived for that alone
 
 

@@ -44,7 +44,12 @@ class RegistrySettings(BaseSettings):
         "API). Empty means data_dir/attestation-keys, generated on first use."))
     attestation_private_key: SecretStr | None = Field(default=None, description=(
         "One Ed25519 private key (PEM) to sign attestations with, instead of the key folder. "
-        "Rotate it by deploying a new one; the API cannot."))
+        "Rotate it by deploying a new one, with this one in "
+        "LORAPLANE_ATTESTATION_PREVIOUS_PRIVATE_KEYS; the API cannot."))
+    attestation_previous_private_keys: SecretStr | None = Field(default=None, max_length=64 * 1024, description=(
+        "The Ed25519 keys (PEM blocks, newest first) LORAPLANE_ATTESTATION_PRIVATE_KEY replaced. "
+        "Each stays trusted for LORAPLANE_ATTESTATION_KEY_OVERLAP_S after the registry first "
+        "starts without it, and signs the trust bundle meanwhile, so nodes follow the rotation."))
     attestation_keyring: str | None = Field(default=None, pattern=r"^[\w.]+:[\w]+$", description=(
         "module:factory of a keyring plug-in (a KMS, say) instead of either; see "
         "registry/attestation_keys/keyring.py for the interface."))

@@ -283,6 +283,20 @@ class DeploymentKey(Base):
     published_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class AttestationKeyLedger(Base):
+    """Attestation keys from the environment: the bundle's version, the signing key, and when each
+    key it replaced stops being trusted (registry/attestation_keys/ledger.py). Sealed with the
+    deployment's secret, so that a database writer cannot extend a replaced key's trust."""
+
+    __tablename__ = "attestation_key_ledger"
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    current_key_id: Mapped[str] = mapped_column(String(128))
+    trust_ends: Mapped[dict[str, str]] = mapped_column(JSON)
+    seal: Mapped[str] = mapped_column(String(64))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class AuditEvent(Base):
     """Append-only and hash-chained: each row carries the hash of the one before it, so an
     edited or removed row breaks the chain (`loraplane audit verify`). Rows are sealed at commit

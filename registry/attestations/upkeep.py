@@ -17,7 +17,8 @@ from registry.active_set.writing.change import new_generation
 from registry.active_set.signed_set import Untrusted
 from registry.attestations import evaluated, evidence, issuing, repository
 from registry.attestation_keys.bundle import own_keys
-from registry.attestation_keys.keyring import RotationUnsupported, get_keyring
+from registry.attestation_keys.keyring import get_keyring
+from registry.attestation_keys.published import RotationUnsupported
 from registry.attestations.schemas import RotationOut
 from registry.auth.principal import Principal
 from registry.errors import Conflict, Unprocessable

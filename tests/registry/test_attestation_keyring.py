@@ -11,7 +11,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from registry.attestation_keys import keyring
+from registry.attestation_keys import environment, keyring, published
+from registry.attestation_keys.folder import FolderKeyring
 from registry.settings import RegistrySettings
 
 pytestmark = pytest.mark.fast
@@ -23,7 +24,7 @@ def pem(private) -> str:
 
 
 def test_a_key_folder_generates_its_key_and_rotates_with_an_overlap(tmp_path):
-    folder = keyring.FolderKeyring(tmp_path / "keys")
+    folder = FolderKeyring(tmp_path / "keys")
     first = folder.signing_key_id()
     assert stat.S_IMODE((tmp_path / "keys" / f"{first}.pem").stat().st_mode) == 0o600
     assert folder.held()[0] == 1
@@ -37,13 +38,13 @@ def test_a_key_folder_generates_its_key_and_rotates_with_an_overlap(tmp_path):
     message = b"statement"
     public = {key.key_id: key.public_key for key in held}
     _public(public[first]).verify(folder.sign(first, message), message)  # signs through its overlap
-    assert keyring.FolderKeyring(tmp_path / "keys").signing_key_id() == second  # another process agrees
+    assert FolderKeyring(tmp_path / "keys").signing_key_id() == second  # another process agrees
 
 
 def test_a_retired_keys_private_half_is_destroyed_once_its_trust_ends(tmp_path):
     import time
 
-    folder = keyring.FolderKeyring(tmp_path / "keys")
+    folder = FolderKeyring(tmp_path / "keys")
     first = folder.signing_key_id()
     second = folder.rotate(timedelta(seconds=1))
     assert (tmp_path / "keys" / f"{first}.pem").exists()
@@ -59,7 +60,7 @@ def test_a_retired_keys_private_half_is_destroyed_once_its_trust_ends(tmp_path):
 
 
 def test_an_emergency_rotation_ends_trust_at_once_and_announces_it(tmp_path):
-    folder = keyring.FolderKeyring(tmp_path / "keys")
+    folder = FolderKeyring(tmp_path / "keys")
     first = folder.signing_key_id()
     folder.rotate(timedelta(0))
 
@@ -67,7 +68,7 @@ def test_an_emergency_rotation_ends_trust_at_once_and_announces_it(tmp_path):
 
     assert retired.emergency and retired.not_after <= datetime.now(UTC)
     assert retired.announced_at(datetime.now(UTC))  # named, with its end, for the notice period
-    assert not retired.announced_at(datetime.now(UTC) + keyring.EMERGENCY_NOTICE)
+    assert not retired.announced_at(datetime.now(UTC) + published.EMERGENCY_NOTICE)
     assert (tmp_path / "keys" / f"{first}.pem").exists()  # it signs that announcement
 
 
@@ -84,10 +85,10 @@ def test_a_key_from_the_environment_signs_and_is_never_rotated_by_the_api():
     private = Ed25519PrivateKey.generate()
     single = keyring._build(RegistrySettings(attestation_private_key=pem(private), attestation_key_dir=None))
 
-    assert isinstance(single, keyring.SingleKey)
-    assert single.held() == (1, [keyring.PublishedKey(
+    assert isinstance(single, environment.EnvironmentKeyring)
+    assert single.held() == (1, [published.PublishedKey(
         single.signing_key_id(), private.public_key().public_bytes_raw(), None)])
-    with pytest.raises(keyring.RotationUnsupported, match="LORAPLANE_ATTESTATION_PRIVATE_KEY"):
+    with pytest.raises(published.RotationUnsupported, match="LORAPLANE_ATTESTATION_PRIVATE_KEY"):
         single.rotate(timedelta(days=1))
 
 
@@ -99,14 +100,14 @@ def test_a_key_from_the_environment_must_be_ed25519():
 
 def test_a_plug_in_is_loaded_by_its_module_and_factory(tmp_path):
     built = keyring._build(RegistrySettings(attestation_keyring=f"{__name__}:plug_in", attestation_key_dir=None))
-    assert isinstance(built, keyring.FolderKeyring) and built.folder.name == "plugged"
+    assert isinstance(built, FolderKeyring) and built.folder.name == "plugged"
 
 
-def plug_in() -> keyring.FolderKeyring:  # any object with the Keyring methods will do
+def plug_in() -> FolderKeyring:  # any object with the Keyring methods will do
     import tempfile
     from pathlib import Path
 
-    return keyring.FolderKeyring(Path(tempfile.mkdtemp()) / "plugged")
+    return FolderKeyring(Path(tempfile.mkdtemp()) / "plugged")
 
 
 def test_two_sources_of_keys_at_once_are_refused(tmp_path):
@@ -114,3 +115,22 @@ def test_two_sources_of_keys_at_once_are_refused(tmp_path):
                                          "LORAPLANE_ATTESTATION_KEY_DIR, not several"):
         keyring._build(RegistrySettings(attestation_private_key=pem(Ed25519PrivateKey.generate()),
                                         attestation_key_dir=tmp_path))
+
+
+def test_previous_keys_from_the_environment_are_held_but_not_announced_until_the_ledger_says():
+    current, old = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    built = keyring._build(RegistrySettings(attestation_private_key=pem(current),
+                                            attestation_previous_private_keys=pem(old), attestation_key_dir=None))
+    version, held = built.held()
+    assert version == 1 and [key.key_id for key in held] == [built.signing_key_id(), built.previous_key_ids()[0]]
+    assert not held[1].announced_at(datetime.now(UTC))  # no ledger adopted: its trust is not extended
+
+
+def test_previous_keys_without_a_current_one_or_without_a_key_are_refused_naming_the_setting(tmp_path):
+    with pytest.raises(ValueError, match="LORAPLANE_ATTESTATION_PREVIOUS_PRIVATE_KEYS is set without "
+                                         "LORAPLANE_ATTESTATION_PRIVATE_KEY"):
+        keyring._build(RegistrySettings(attestation_previous_private_keys=pem(Ed25519PrivateKey.generate()),
+                                        attestation_key_dir=tmp_path))
+    with pytest.raises(ValueError, match="holds no PKCS#8 PEM private key"):
+        keyring._build(RegistrySettings(attestation_private_key=pem(Ed25519PrivateKey.generate()),
+                                        attestation_previous_private_keys="not a key", attestation_key_dir=None))
