@@ -153,6 +153,25 @@ def create_database(server_url: str, name: str) -> str:
     return f"{server_url}/{name}"
 
 
+# --- an OpenID Connect provider ----------------------------------------------------------------
+
+
+def start_oidc_provider(folder: Path, *args: str) -> Service:
+    """A real OpenID provider process (oidc-provider-mock): discovery, keys, the authorization
+    form and the token endpoint. Its issuer is the returned URL; PUT /users/{sub} sets a person's
+    claims (groups, say)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    port, log = free_port(), folder / "oidc-provider.log"
+    process = subprocess.Popen([str(VENV_BIN / "oidc-provider-mock"), "--host", "127.0.0.1",
+                                "--port", str(port), *args],
+                               stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    service = Service(process, url, log)
+    wait_until(lambda: httpx.get(url + "/.well-known/openid-configuration").status_code == 200,
+               timeout_s=30, what="the OpenID provider", log=log)
+    return service
+
+
 # --- S3 -----------------------------------------------------------------------------------------
 
 

@@ -13,10 +13,14 @@ from loraplane.cli_support import console
 from loraplane.cli_support import fail as _fail
 from loraplane.cli_support import settings_or_fail
 from loraplane.cli_support import print_json as _print_json
+from loraplane.login_cli import login as login_command
+from loraplane.login_cli import logout as logout_command
 from loraplane.policy_cli import policy_app
 from loraplane.promotion_cli import audit_app, promotion_app
 from loraplane.signing_key_cli import signing_key_app
+from loraplane.tenant_cli import tenant_app
 from loraplane.verify_cli import verify as verify_command
+from loraplane_client import credentials
 from loraplane_client.connection import ClientSettings, checked, connect
 from registry.names import NAME_PATTERN
 
@@ -40,7 +44,10 @@ app.add_typer(token_app, name="token")
 app.add_typer(base_app, name="base-model")
 app.add_typer(pool_app, name="pool")
 app.command("verify")(verify_command)
+app.command("login")(login_command)
+app.command("logout")(logout_command)
 app.add_typer(signing_key_app, name="signing-key")
+app.add_typer(tenant_app, name="tenant")
 # --- server side --------------------------------------------------------------------------------
 
 
@@ -297,13 +304,17 @@ def token_create(
     ttl_days: int | None = typer.Option(
         None, "--ttl-days", help="Lifetime in days (default LORAPLANE_TOKEN_TTL_DAYS, 90)."),
 ):
-    """Create a token. It is printed once; only its hash is stored."""
+    """Create a token in the registry's database (LORAPLANE_DATA_DIR or LORAPLANE_DATABASE_URL,
+    said on stderr). It is printed once; only its hash is stored."""
+    from loraplane import operator_database
     from loraplane.tokens import create_token
 
-    _call(lambda: typer.echo(create_token(subject=subject, role=role, tenant=tenant, pool=pool,
-                                          tier=tier, instance_id=instance_id,
-                                          identity_id=identity_id, ttl_days=ttl_days,
-                                          vllm_url=vllm_url)))
+    database = _call(operator_database.checked)
+    plain = _call(lambda: create_token(subject=subject, role=role, tenant=tenant, pool=pool, tier=tier,
+                                       instance_id=instance_id, identity_id=identity_id,
+                                       ttl_days=ttl_days, vllm_url=vllm_url))
+    typer.echo(f"made the {role} token of {subject} in {database}", err=True)
+    typer.echo(plain)
 
 
 @token_app.command("list")
@@ -315,9 +326,12 @@ def token_list(
     from rich.console import Console
     from rich.table import Table
 
+    from loraplane import operator_database
     from loraplane.tokens import list_tokens
 
+    database = _call(operator_database.checked)
     rows = _call(lambda: list_tokens(tenant=tenant, include_revoked=include_revoked))
+    typer.echo(f"tokens in {database}", err=True)
     table = Table("id", "subject", "identity", "role", "scope", "issued by", "expires", "revoked")
     for row in rows:
         scope = (f"pool {row['pool']}/{row['instance_id']}" if row["pool"] else row["tenant"] or "*")
@@ -332,9 +346,12 @@ def token_revoke(token_id: int = typer.Argument(..., help="The token's id."),
                  with_issued: bool = typer.Option(False, "--with-issued", help=(
                      "Also revoke every token it issued, and theirs (e.g. a departed admin's)."))):
     """Revoke a token at once."""
+    from loraplane import operator_database
     from loraplane.tokens import revoke_token
 
+    database = _call(operator_database.checked)
     _call(lambda: revoke_token(token_id, with_issued=with_issued))
+    typer.echo(f"in {database}:", err=True)
     typer.echo(f"token {token_id} revoked" + (", with every token it issued" if with_issued else ""))
 
 
@@ -442,10 +459,11 @@ def plan(
 
 @app.command()
 def whoami():
-    """Show who the configured token (LORAPLANE_TOKEN) belongs to."""
+    """Show who the configured token (LORAPLANE_TOKEN, else `loraplane login`'s) belongs to."""
     settings = ClientSettings()
-    if settings.token is None:
-        _fail("LORAPLANE_TOKEN is not set", "export LORAPLANE_TOKEN=<token>")
+    if settings.token is None and credentials.saved_token(settings.url) is None:
+        _fail(f"LORAPLANE_TOKEN is not set, and no unexpired `loraplane login` is kept for {settings.url}",
+              "export LORAPLANE_TOKEN=<token>, or run `loraplane login`.")
     with connect(settings) as client:
         _print_json(_call(lambda: checked(client.get("/v1/whoami"))))
 

@@ -8,6 +8,8 @@ import httpx
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from loraplane_client import credentials
+
 
 class ClientSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LORAPLANE_", extra="ignore")
@@ -25,8 +27,10 @@ class RegistryError(Exception):
 def connect(settings: ClientSettings | None = None) -> httpx.Client:
     settings = settings or ClientSettings()
     headers = {}
-    if settings.token is not None:
-        headers["Authorization"] = f"Bearer {settings.token.get_secret_value()}"
+    token = settings.token.get_secret_value() if settings.token is not None else \
+        credentials.saved_token(settings.url)  # from `loraplane login`
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     return httpx.Client(base_url=settings.url, headers=headers, timeout=settings.timeout_s)
 
 

@@ -43,8 +43,10 @@ from registry.promotions.endpoints import router as promotions
 from registry.settings import get_settings
 from registry.signing_keys.endpoints import router as signing_keys
 from registry.sizing.endpoints import router as sizing
+from registry.sso.endpoints import router as sso
 from registry.storage import get_store
 from registry.storage.endpoints import router as artifacts
+from registry.tenants.endpoints import router as tenants
 from registry.tokens.endpoints import router as auth
 from registry.unit_of_work import UnitOfWork, transaction
 from registry.uploads.endpoints import router as uploads
@@ -103,7 +105,7 @@ def create_app() -> FastAPI:
     app.state.long_polls = long_polls = LongPolls(auth_cache_s=get_settings().auth_cache_s)
     # Each unit of work this process commits wakes its own long-polls at once (unit_of_work.py).
     app.state.begin_work = partial(UnitOfWork.begin, wake=long_polls.wake)
-    for router in (auth, signing_keys, base_models, pools, eval_suites, adapters, evaluation_policies,
+    for router in (auth, sso, tenants, signing_keys, base_models, pools, eval_suites, adapters, evaluation_policies,
                    uploads, evaluations, promotions, canaries, active_set, nodes, placement, sizing, webhooks, audit,
                    attestations, artifacts, ops):
         app.include_router(router)

@@ -8,12 +8,30 @@ import secrets
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, IPvAnyNetwork, SecretStr, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, IPvAnyNetwork, SecretStr, field_validator,
+                      model_validator)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MiB = 1024 * 1024
 MAX_PRESIGN_TTL_S = 7 * 24 * 3600  # a download link never lives longer, whatever it says
+
+
+class SsoRoleMapping(BaseModel):
+    """One rule of LORAPLANE_SSO_ROLE_MAPPINGS."""
+    model_config = ConfigDict(extra="forbid")
+    claim: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_:/.-]+$")
+    value: str = Field(min_length=1, max_length=256)
+    role: Literal["admin", "reviewer", "uploader"]
+    tenant: str | None = Field(default=None, max_length=64)
+
+    @model_validator(mode="after")
+    def _global_only_for_admins(self) -> SsoRoleMapping:
+        if self.tenant is None and self.role != "admin":
+            raise ValueError(f"the mapping of {self.claim}={self.value!r} to {self.role} names no "
+                             "tenant: only an admin may be global (tenant null)")
+        return self
 
 
 class RegistrySettings(BaseSettings):
@@ -130,6 +148,32 @@ class RegistrySettings(BaseSettings):
         "Internal networks webhooks may reach anyway, e.g. [\"10.1.0.0/16\"]; by default every "
         "address that is not globally routable is refused (loopback, private, link-local, "
         "100.64.0.0/10, multicast, reserved, and IPv6 forms that embed such an address)."))
+    sso_issuer: str | None = Field(default=None, max_length=500, description=(
+        "The OpenID Connect issuer people sign in with (e.g. https://acme.okta.com): the "
+        "dashboard's 'Sign in with ...' and `loraplane login`. Unset: bearer tokens only. "
+        "https, or http on a loopback address."))
+    sso_client_id: str = Field(default="", max_length=300, description=(
+        "This registry's client id at the identity provider."))
+    sso_client_secret: SecretStr | None = Field(default=None, max_length=2000, description=(
+        "The client's secret (a confidential web client). Unset: a public client, with PKCE only."))
+    sso_provider_name: str = Field(default="your identity provider", max_length=64, description=(
+        "What the sign-in button calls the provider."))
+    sso_scopes: str = Field(default="openid email profile", max_length=300, pattern=r"^[\x21-\x7e ]+$",
+                            description="Scopes asked for; add the one that carries groups if needed.")
+    sso_name_claim: str = Field(default="email", max_length=64, description=(
+        "The claim shown as a person's name. Only shown: identities are compared by issuer and "
+        "subject, never by names."))
+    sso_role_mappings: list[SsoRoleMapping] = Field(default_factory=list, max_length=200, description=(
+        "Which claims give which role in which tenant, as a JSON list of {claim, value, role, "
+        "tenant}; the first that matches wins. A claim is a name or a dotted path "
+        "(realm_access.roles); it matches when it equals `value` or is a list holding it. "
+        "tenant null (with role admin) is a global admin."))
+    sso_clock_skew_s: int = Field(default=60, ge=0, le=600, description=(
+        "How far the provider's clock may be from this one when an ID token's times are checked."))
+    sso_sign_in_ttl_s: int = Field(default=600, ge=30, le=3600, description=(
+        "How long a started sign-in may take, from the redirect to the provider to its answer."))
+    sso_cli_token_ttl_s: int = Field(default=12 * 3600, ge=300, le=30 * 86400, description=(
+        "Lifetime of the token `loraplane login` gets."))
     audit_head_file: Path | None = Field(default=None, description=(
         "Where the signed head of the audit chain is kept, outside the database. Unset means a "
         "file per database under data_dir/audit-heads. Put it where the database's owners cannot "
@@ -159,9 +203,29 @@ class RegistrySettings(BaseSettings):
         if not self.result_backend:
             self.result_backend = (self.broker_url if self.broker_url.startswith("redis")
                                    else f"db+sqlite:///{self.data_dir / 'task-results.db'}")
+        if self.sso_issuer is not None:
+            self._check_sso()
         if self.storage == "s3" and not self.s3_bucket:
             raise ValueError("LORAPLANE_S3_BUCKET must be set when LORAPLANE_STORAGE=s3")
         return self
+
+    def _check_sso(self) -> None:
+        issuer = urlsplit(self.sso_issuer or "")
+        loopback = issuer.hostname in ("localhost", "127.0.0.1", "::1")
+        if issuer.scheme != "https" and not (issuer.scheme == "http" and loopback):
+            raise ValueError("LORAPLANE_SSO_ISSUER must be an https URL (http only on a loopback "
+                             "address, for a provider on this machine)")
+        if issuer.query or issuer.fragment or not issuer.hostname:
+            raise ValueError("LORAPLANE_SSO_ISSUER must be the issuer's URL, with no query or fragment")
+        if not self.sso_client_id:
+            raise ValueError("LORAPLANE_SSO_CLIENT_ID must be set with LORAPLANE_SSO_ISSUER: the "
+                             "client id the identity provider gave this registry")
+        if "openid" not in self.sso_scopes.split():
+            raise ValueError("LORAPLANE_SSO_SCOPES must include openid")
+
+    @property
+    def sso_enabled(self) -> bool:
+        return self.sso_issuer is not None
 
     @property
     def artifacts_dir(self) -> Path:

@@ -26,6 +26,14 @@ class Tenant(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     # Uploads must carry a model-signing signature by one of the tenant's signing keys.
     require_signed_uploads: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    # What people read; it may change. `name` is the slug in served names, signed active sets,
+    # attestations and audit subjects, and never changes.
+    display_name: Mapped[str | None] = mapped_column(String(128))
+    # When set, every token of the tenant is refused and no new one is issued.
+    disabled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The tenant's own quotas; null means the deployment default from settings.
+    max_waiting_evaluations: Mapped[int | None] = mapped_column(Integer)
+    max_suites: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = created_at_column()
 
 
@@ -54,6 +62,9 @@ class Identity(Base):
     name: Mapped[str] = mapped_column(String(128))
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"), index=True)
     created_at: Mapped[datetime] = created_at_column()
+    # Another identity of the same person (old tokens, linked to a sign-on): four-eyes treats
+    # every identity linked this way as one person (registry/sso/linking.py).
+    same_as_id: Mapped[int | None] = mapped_column(ForeignKey("identities.id", name="fk_identities_same_as"))
 
 
 class ApiToken(Base):
@@ -76,6 +87,44 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = created_at_column()
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # "issued" by a person or an operator, or "sso": made at a sign-on (never shown, for a
+    # dashboard session; short-lived, for `loraplane login`).
+    origin: Mapped[str] = mapped_column(String(16), server_default="issued")
+
+
+class SsoIdentity(Base):
+    """A person as their identity provider names them: issuer and subject, never a name."""
+
+    __tablename__ = "sso_identities"
+    __table_args__ = (UniqueConstraint("issuer", "subject", name="uq_sso_identities_issuer_subject"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    issuer: Mapped[str] = mapped_column(String(500))
+    subject: Mapped[str] = mapped_column(String(255))
+    identity_id: Mapped[int] = mapped_column(
+        ForeignKey("identities.id", name="fk_sso_identities_identity"), index=True)
+    created_at: Mapped[datetime] = created_at_column()
+    last_sign_in_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class SsoSignIn(Base):
+    """A sign-in in progress: its state is used once. A CLI's sign-in keeps what the provider's
+    answer granted until the CLI exchanges it, once, for a token."""
+
+    __tablename__ = "sso_sign_ins"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    state_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    purpose: Mapped[str] = mapped_column(String(16))  # dashboard | cli
+    cli_port: Mapped[int | None] = mapped_column(Integer)
+    cli_challenge: Mapped[str | None] = mapped_column(String(128))
+    created_at: Mapped[datetime] = created_at_column()
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    exchange_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    identity_id: Mapped[int | None] = mapped_column(ForeignKey("identities.id", name="fk_sso_sign_ins_identity"))
+    role: Mapped[str | None] = mapped_column(String(16))
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", name="fk_sso_sign_ins_tenant"))
+    display_name: Mapped[str | None] = mapped_column(String(128))
+    exchanged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class DashboardSession(Base):

@@ -23,6 +23,7 @@ from registry.tokens import issuing as token_service
 from tests.support.eval_stack import eval_engine, eval_worker  # noqa: F401
 from tests.support import head_start, lanes
 from tests.support.names import BUCKET, KIT_BASE
+from tests.support.sso import sso_env
 from devkit.units_of_work import unit_of_work
 
 # Every process of one deployment shares LORAPLANE_SECRET_KEY (docs/operations.md): the audit chain
@@ -128,6 +129,26 @@ def registry(service_dir: Path, database_url: str, s3: services.Service,
         "LORAPLANE_MAX_ARCHIVE_FILES": "16",
         **REGISTRY_TIMINGS,
     })
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def oidc_provider(service_dir: Path) -> Iterator[services.Service]:
+    provider = services.start_oidc_provider(service_dir / "oidc-provider")
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture(scope="session")
+def sso_registry(service_dir: Path, registry: services.Service, oidc_provider: services.Service,
+                 tokens: dict[str, str]) -> Iterator[services.Service]:
+    """Another registry of the same deployment, whose people sign on through `oidc_provider`
+    (tests/support/sso.py has its role mappings)."""
+    env = {key: value for key, value in registry.env.items() if key.startswith("LORAPLANE_")}
+    env.pop("LORAPLANE_PUBLIC_URL", None)
+    env.pop("LORAPLANE_DATA_DIR", None)
+    server = services.start_registry(service_dir / "registry-sso", {**env, **sso_env(oidc_provider.url)})
     yield server
     server.stop()
 

@@ -28,7 +28,7 @@ from registry.clock import aware
 from registry.errors import Forbidden, Unauthorized
 from registry.keys import Purpose, keys_for
 from registry.request_session import RequestSession
-from registry.tables import DashboardSession
+from registry.tables import ApiToken, DashboardSession
 
 SESSION_COOKIE, ANONYMOUS_COOKIE = "loraplane_session", "loraplane_visit"
 SESSION_MAX_AGE_S = 12 * 3600
@@ -157,6 +157,9 @@ def end_session(session: Session, visit: Visit, response: Response) -> None:
         row = repository.lock_dashboard_session(session, _hash(visit.nonce))
         if row is not None and row.ended_at is None:
             row.ended_at = datetime.now(UTC)
+            token = session.get(ApiToken, row.token_id)
+            if token is not None and token.origin == "sso" and token.revoked_at is None:
+                token.revoked_at = row.ended_at  # made for this session alone, and never shown
             session.flush()
     response.delete_cookie(SESSION_COOKIE, path="/ui")
 

@@ -15,6 +15,7 @@ from registry.canaries import service as canaries
 from registry.unit_of_work import transaction
 from registry.traffic_windows import service as traffic_windows
 from registry.settings import get_settings
+from registry.sso import sign_ins
 from registry.task_queue import DELIVER_WEBHOOK, celery_config, enqueue_webhook_deliveries
 from registry.webhooks import deliveries, sending
 
@@ -56,7 +57,8 @@ def start_sweeping(**_) -> None:
 
 def _judge_canaries_forever() -> None:
     """Judge every canary under analysis, each in a transaction of its own, so that one that
-    fails to be judged does not hold back the others; and forget old traffic windows."""
+    fails to be judged does not hold back the others; and forget old traffic windows and the
+    sign-ons that can no longer be used."""
     settings = get_settings()
     pruned_at = 0.0
     while True:
@@ -74,6 +76,7 @@ def _judge_canaries_forever() -> None:
             if time.monotonic() - pruned_at > 3600:
                 with transaction() as session:
                     traffic_windows.prune(session, keep_s=settings.traffic_window_keep_s)
+                    sign_ins.forget_expired(session)
                 pruned_at = time.monotonic()
         except Exception:  # the database is away: try again next round
             log.exception("canary analysis round failed")

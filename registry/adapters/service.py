@@ -212,7 +212,7 @@ def _tenant(session: Session, name: str) -> Tenant:
     row = repository.tenant_by_name(session, check_name(name, "tenant"))
     if row is None:
         raise NotFound(f"tenant {name!r} does not exist", code="tenant_not_found",
-                       hint="Tenants are created with their first token (loraplane token create).")
+                       hint="A global admin creates it: loraplane tenant create NAME.")
     return row
 
 

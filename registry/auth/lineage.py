@@ -2,7 +2,8 @@
 token's secret for a moment, so it could have acted as that identity; so could whoever issued
 the issuer's tokens. Four-eyes refuses any pair where one side is in the other's lineage, or
 where both sides share an issuer below the global admins (the root of trust, who can act as
-anyone in any case)."""
+anyone in any case). Identities linked as one person (old tokens and a sign-on, say) are one side
+together: each holds what the others hold."""
 
 from __future__ import annotations
 
@@ -14,12 +15,18 @@ from registry.tables import Identity
 MAX_DEPTH = 64  # lineages are a few links long; the bound only guards against a cycle
 
 
-def issuers(session: Session, identity_id: int) -> set[int]:
-    """Every identity that issued a token of `identity_id`, directly or through others."""
+def person(session: Session, identity_id: int) -> set[int]:
+    """Every identity of the person behind `identity_id`."""
+    return repository.linked_identities(session, identity_id)
+
+
+def issuers(session: Session, identity_ids: set[int]) -> set[int]:
+    """Every identity that issued a token of one of `identity_ids` (one person's), directly or
+    through others."""
     found: set[int] = set()
-    frontier = {identity_id}
+    frontier = set(identity_ids)
     for _ in range(MAX_DEPTH):
-        step = repository.issuers_of(session, frontier) - found - {identity_id}
+        step = repository.issuers_of(session, frontier) - found - identity_ids
         if not step:
             break
         found |= step
@@ -52,11 +59,15 @@ def could_act_as(session: Session, approver_id: int, party_id: int, deed: str) -
     if party_id == approver_id:
         return f"{me} {deed} and may not approve it", SECOND_PERSON
     them = describe(session, party_id)
-    my_issuers = issuers(session, approver_id)
-    if party_id in my_issuers:
+    mine, theirs = person(session, approver_id), person(session, party_id)
+    if mine & theirs:
+        return (f"{me} is linked as one person with {them}, who {deed}, and may not approve it",
+                SECOND_PERSON)
+    my_issuers = issuers(session, mine)
+    if theirs & my_issuers:
         return f"{me} holds a token issued through {them}, who {deed}, and may not approve it", SECOND_PERSON
-    their_issuers = issuers(session, party_id)
-    if approver_id in their_issuers:
+    their_issuers = issuers(session, theirs)
+    if mine & their_issuers:
         return f"{me} issued a token of {them}, who {deed}, and may not approve it", SECOND_PERSON
     shared = (my_issuers & their_issuers) - global_admins(session, my_issuers & their_issuers)
     if shared:

@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session, aliased
 
 from registry.auth.principal import Role
 from registry.pagination import fetch_page
-from registry.tables import ApiToken, DashboardSession, Tenant
+from registry.tables import ApiToken, DashboardSession, Identity, Tenant
 
 
 def find_tenant(session: Session, name: str) -> Tenant | None:
@@ -87,3 +87,10 @@ def dashboard_session(session: Session, secret_hash: str) -> DashboardSession | 
 def lock_dashboard_session(session: Session, secret_hash: str) -> DashboardSession | None:
     return session.scalar(select(DashboardSession).where(
         DashboardSession.secret_hash == secret_hash).with_for_update())
+
+
+def linked_identities(session: Session, identity_id: int) -> set[int]:
+    """The identity and every identity linked with it as the same person: links always point at
+    one root (registry/sso/linking.py), so one step finds them all."""
+    root = session.scalar(select(Identity.same_as_id).where(Identity.id == identity_id)) or identity_id
+    return {root, *session.scalars(select(Identity.id).where(Identity.same_as_id == root))}

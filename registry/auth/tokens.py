@@ -100,7 +100,14 @@ def _principal(session: Session, row: ApiToken | None) -> Principal:
     if row.expires_at is not None and aware(row.expires_at) <= datetime.now(UTC):
         raise Unauthorized("this token has expired", code="token_expired",
                            hint="Ask an admin for a new token (loraplane token create).")
-    tenant = existing(session, Tenant, row.tenant_id).name if row.tenant_id else None
+    tenant_row = existing(session, Tenant, row.tenant_id) if row.tenant_id else None
+    if tenant_row is not None and tenant_row.disabled_at is not None:
+        # Checked at every use, as revocation is: the dashboard's sessions and the long-polls'
+        # rechecks come through here too. The tokens are kept: enabling the tenant restores them.
+        raise Unauthorized(f"tenant {tenant_row.name!r} is disabled", code="tenant_disabled",
+                           hint="A global admin enables it again (loraplane tenant enable "
+                                f"{tenant_row.name}); its tokens then work again.")
+    tenant = tenant_row.name if tenant_row else None
     pool = existing(session, Pool, row.pool_id).name if row.pool_id else None
     return Principal(token_id=row.id, subject=row.subject, role=Role(row.role), tenant=tenant,
                      pool=pool, tier=row.tier, identity_id=row.identity_id,

@@ -20,8 +20,8 @@ from registry.auth.principal import Principal, Role
 from registry.auth.repository import find_tenant
 from registry.rows import existing
 from registry.storage.base import ArtifactStore
-from registry.settings import get_settings
 from registry.tables import BaseModel, EvalSuite, Tenant
+from registry.tenants import quotas as tenant_quotas
 
 RECREATE = "Recreate the suite under a new name."
 OWNERS = {Role.ADMIN, Role.UPLOADER}  # who may create a tenant's suite
@@ -44,7 +44,7 @@ def create(session: Session, store: ArtifactStore, spec: SuiteCreate, principal:
         tenant = find_tenant(session, spec.tenant)
         if tenant is None:
             raise NotFound(f"tenant {spec.tenant!r} does not exist", code="tenant_not_found",
-                           hint="Tenants are created with their first token (loraplane token create).")
+                           hint="A global admin creates it: loraplane tenant create NAME.")
         _check_quota(session, tenant)
     ref = spec.name if tenant is None else f"{tenant.name}/{spec.name}"
     base = base_models.get(session, spec.base_model)
@@ -69,12 +69,12 @@ def create(session: Session, store: ArtifactStore, spec: SuiteCreate, principal:
 
 def _check_quota(session: Session, tenant: Tenant) -> None:
     """A tenant owns a bounded number of suites: each one is work the shared workers may be asked for."""
-    limit = get_settings().tenant_max_suites
+    quota = tenant_quotas.suites(tenant)
     owned = repository.suites_of_tenant(session, tenant.id)
-    if owned >= limit:
+    if owned >= quota.limit:
         raise Conflict(f"tenant {tenant.name!r} owns {owned} eval suites, its quota "
-                       f"(LORAPLANE_TENANT_MAX_SUITES is {limit})", code="quota_exceeded",
-                       hint="Reuse one of its suites, or ask the operators for a larger quota.")
+                       f"({quota.source} is {quota.limit})", code="quota_exceeded",
+                       hint=f"Reuse one of its suites, or {quota.more}.")
 
 
 def get(session: Session, principal: Principal, ref: str) -> SuiteOut:

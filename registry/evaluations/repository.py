@@ -175,8 +175,10 @@ def aliased_version_ids(session: Session, adapter_id: int, pool_ids: list[int], 
         .order_by(PoolAlias.id))))
 
 
-def lock_tenant(session: Session, tenant_id: int) -> None:
-    session.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update())
+def lock_tenant(session: Session, tenant_id: int) -> Tenant:
+    """The tenant's row under FOR UPDATE, as committed (its quota may have just changed)."""
+    return session.execute(select(Tenant).where(Tenant.id == tenant_id).with_for_update()
+                           .execution_options(populate_existing=True)).scalar_one()
 
 
 def waiting_of_tenant(session: Session, tenant_id: int) -> int:

@@ -123,7 +123,7 @@ def _tenant_for(session: Session, principal: Principal, tenant: str, *, lock: bo
     row = tenants.lock_tenant(session, tenant) if lock else tenants.find_tenant(session, tenant)
     if row is None:
         raise NotFound(f"tenant {tenant!r} does not exist", code="tenant_not_found",
-                       hint="Tenants are created with their first token (loraplane token create).")
+                       hint="A global admin creates it: loraplane tenant create NAME.")
     return row
 
 

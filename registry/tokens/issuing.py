@@ -15,22 +15,22 @@ from registry.auth import repository
 from registry.auth.principal import POOL_ROLES, TIERS, Principal, Role
 from registry.auth.tokens import TOKEN_PREFIX, hash_token
 from registry.clock import aware
-from registry.errors import Forbidden, NotFound, Unprocessable
+from registry.errors import Conflict, Forbidden, NotFound, Unprocessable
 from registry.names import check_name
 from registry.nodes import addresses
 from registry.pool_lookup import pool_by_name
 from registry.settings import get_settings
 from registry.tables import ApiToken, Identity, Pool, Tenant
+from registry.tenants import service as tenants
 from registry.tokens.schemas import SUBJECT_PATTERN
 
 
-def ensure_tenant(session: Session, name: str) -> Tenant:
+def ensure_tenant(session: Session, name: str, *, actor: str = "operator") -> Tenant:
+    """The tenant, made (and audited as tenant.created) when this is its first token."""
     check_name(name, "tenant")
     tenant = repository.find_tenant(session, name)
     if tenant is None:
-        tenant = Tenant(name=name)
-        session.add(tenant)
-        session.flush()
+        tenant = tenants.create_for_token(session, name, actor=actor)
     return tenant
 
 
@@ -56,7 +56,11 @@ def create_token(
     if tenant is None and role not in (Role.ADMIN, *POOL_ROLES):
         raise Unprocessable(f"a '{role}' token needs a tenant", hint="Pass --tenant NAME.")
     tier = _tier(role, tier)
-    tenant_row = ensure_tenant(session, tenant) if tenant is not None else None
+    tenant_row = ensure_tenant(session, tenant, actor=actor) if tenant is not None else None
+    if tenant_row is not None and tenant_row.disabled_at is not None:
+        raise Conflict(f"tenant {tenant!r} is disabled, so no token is issued for it",
+                       code="tenant_disabled",
+                       hint=f"A global admin enables it first (loraplane tenant enable {tenant}).")
     identity = _identity(session, identity_id, subject.strip(), tenant_row, issued_by)
     plain = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = ApiToken(

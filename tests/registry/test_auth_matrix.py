@@ -79,6 +79,14 @@ ENDPOINTS = {
     # A real rotation for the global admin, with the usual overlap: every key stays trusted.
     "POST /v1/attestation-keys/rotate": [(lambda w: ("POST", "/v1/attestation-keys/rotate", {
         "json": {"overlap_s": 7 * 86400}}), expect(403, global_admin=200))],
+    "POST /v1/tenants": [(lambda w: ("POST", "/v1/tenants", {"json": {"name": unique("matrix-tenant")}}),
+                          GLOBAL_ADMIN_ONLY)],
+    "GET /v1/tenants": [(lambda w: ("GET", "/v1/tenants", {}),
+                         expect(403, global_admin=200, acme_admin=200, globex_admin=200))],
+    "GET /v1/tenants/{tenant}": [(lambda w: ("GET", "/v1/tenants/acme", {}), TENANT_ADMINS)],
+    # An empty change: acme is never disabled or renamed here.
+    "PATCH /v1/tenants/{tenant}": [(lambda w: ("PATCH", "/v1/tenants/acme", {"json": {}}),
+                                    expect(403, global_admin=200))],
     "GET /v1/tenants/{tenant}/signing-keys": [
         (lambda w: ("GET", "/v1/tenants/acme/signing-keys", {}), TENANT_ADMINS)],
     "POST /v1/tenants/{tenant}/signing-keys": [
@@ -104,6 +112,13 @@ ENDPOINTS = {
     "POST /v1/attestations/backfill": [(lambda w: ("POST", "/v1/attestations/backfill", {}),
                                          expect(403, global_admin=200))],
     "GET /v1/whoami": [(lambda w: ("GET", "/v1/whoami", {}), expect(200, acme_app=200))],
+    # Single sign-on: whether it is on is public; a login code proves itself (none is valid here).
+    "GET /v1/sso": [(lambda w: ("GET", "/v1/sso", {}), {p: 200 for p in ALL})],
+    "POST /v1/sso/token": [(lambda w: ("POST", "/v1/sso/token", {"json": {
+        "exchange_code": "c" * 43, "code_verifier": "v" * 43}}), {p: 401 for p in ALL})],
+    # People only; the token to link is no one's, so a person's call gets as far as refusing it.
+    "POST /v1/identities/link": [(lambda w: ("POST", "/v1/identities/link", {"json": {"token": "lpt_wrong"}}),
+                                  expect(401, serving_node=403, other_pool_node=403))],
     "POST /v1/tokens": [(lambda w: ("POST", "/v1/tokens", {"json": {
         "subject": unique("person"), "role": "reviewer", "tenant": "acme"}}),
         expect(403, global_admin=201, acme_admin=201))],

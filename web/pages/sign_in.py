@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 
 from registry.errors import LoraplaneError
 from registry.request_session import RequestSession, discard
+from registry.settings import get_settings
 from web.rendering import PageRoute, page, see_other
 from web.session import (Visit, check_csrf, end_session, remember_nonce, sign_in, start_session,
                          visitor, with_nonce)
@@ -22,9 +23,16 @@ def safe_next(target: str | None) -> str:
     return "/ui/approvals"
 
 
+def sso_offer() -> dict[str, str] | None:
+    """The sign-on button's provider, when people sign on here."""
+    settings = get_settings()
+    return {"provider": settings.sso_provider_name} if settings.sso_enabled else None
+
+
 def _form(request: Request, visit: Visit, next: str | None, *, status: int = 200,
           error: LoraplaneError | None = None) -> Response:
-    response = page(request, visit, "sign_in.html", status=status, next=safe_next(next), error=error)
+    response = page(request, visit, "sign_in.html", status=status, next=safe_next(next), error=error,
+                    sso=sso_offer())
     remember_nonce(request, response, visit)
     return response
 

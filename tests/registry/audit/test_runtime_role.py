@@ -96,18 +96,19 @@ def test_the_registry_runs_as_a_role_that_can_append_but_not_rewrite(roles, serv
         created = client.post("/v1/tokens", json={"subject": "role-reviewer", "role": "reviewer",
                                                   "tenant": "acme"})
         assert created.status_code == 201, created.text
-        # The admin's token, the registry's key fingerprints published as it started, the reviewer's.
-        assert event_count(roles["app"]) == 3
+        # The admin's token, the registry's key fingerprints published as it started, the
+        # reviewer's tenant (made with its first token) and the reviewer's token.
+        assert event_count(roles["app"]) == 4
 
         for statement, message in REFUSED_TO_THE_APP:
             assert message in refusal(roles["app"], statement), statement
         # The owner may run the migrations, but the triggers refuse even the owner.
         assert "audit events are append-only" in refusal(roles["owner"], "TRUNCATE audit_events")
 
-        assert event_count(roles["app"]) == 3
+        assert event_count(roles["app"]) == 4
         report = client.get("/v1/audit/verify").json()
-        assert report["intact"] and report["events"] == 3 and report["problems"] == []
-        assert report["external_head"]["last_id"] == 3 and report["external_head"]["count"] == 3
+        assert report["intact"] and report["events"] == 4 and report["problems"] == []
+        assert report["external_head"]["last_id"] == 4 and report["external_head"]["count"] == 4
         assert client.get("/readyz").status_code == 200
         client.close()
     finally:

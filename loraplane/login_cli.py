@@ -1,0 +1,108 @@
+"""`loraplane login` and `logout`: sign on through the registry's identity provider in a browser,
+and keep the short-lived token it gives (loraplane_client/credentials.py).
+
+The browser goes to the registry's /ui/sso/start with this command's loopback port and a PKCE
+challenge; after the provider, the registry sends the browser to the loopback address with a
+one-time code, which only this command, holding the verifier, can exchange for a token."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+import threading
+import webbrowser
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import typer
+
+from loraplane.cli_support import call, console, fail
+from loraplane_client import credentials
+from loraplane_client.connection import ClientSettings, checked, connect
+
+DONE_PAGE = (b"<!doctype html><title>loraplane</title><p>You are signed in to loraplane. "
+             b"You can close this tab.</p>")
+
+
+def login(
+    no_browser: bool = typer.Option(False, "--no-browser",
+                                    help="Print the sign-in address instead of opening a browser."),
+    timeout_s: float = typer.Option(300, min=10, max=3600, help="How long to wait for the sign-in."),
+):
+    """Sign on through your company's identity provider, and keep the token it gives for this
+    registry (LORAPLANE_URL) in ~/.config/loraplane/credentials.json. Commands use it while
+    LORAPLANE_TOKEN is unset."""
+    settings = ClientSettings()
+    with connect(ClientSettings(url=settings.url, token=None)) as client:
+        offer = call(lambda: checked(client.get("/v1/sso")))
+    if not offer["enabled"]:
+        fail(f"single sign-on is not configured on {settings.url}",
+             "Use a token (LORAPLANE_TOKEN), or ask the registry's operators to set LORAPLANE_SSO_ISSUER.")
+    verifier = secrets.token_urlsafe(64)
+    receiver = _Loopback()
+    address = f"{settings.url.rstrip('/')}{offer['start_path']}?" + urlencode(
+        {"cli_port": receiver.port, "cli_challenge": _s256(verifier)})
+    typer.echo(f"Sign in with {offer['provider']} at:\n{address}", err=True)
+    if not no_browser:
+        webbrowser.open(address)
+    with console.status("waiting for the sign-in in the browser ..."):
+        code = receiver.wait(timeout_s)
+    if code is None:
+        fail(f"no sign-in arrived within {timeout_s:.0f} s", "Run `loraplane login` again.")
+    with connect(ClientSettings(url=settings.url, token=None)) as client:
+        login = call(lambda: checked(client.post("/v1/sso/token",
+                                                 json={"exchange_code": code, "code_verifier": verifier})))
+    who = f"{login['subject']} ({login['role']}@{login['tenant'] or '*'}, identity {login['identity_id']})"
+    saved = credentials.save(settings.url, login["token"], login["expires_at"], who)
+    console.print(f"signed in to {settings.url} as {who} until {login['expires_at']} (token kept in {saved})")
+
+
+def logout():
+    """Forget the token `loraplane login` kept for this registry (LORAPLANE_URL)."""
+    url = ClientSettings().url
+    if credentials.forget(url):
+        console.print(f"signed out of {url}: its token is forgotten here (it expires on its own)")
+    else:
+        console.print(f"no sign-in was kept for {url}")
+
+
+class _Loopback:
+    """One request to 127.0.0.1 on a free port: the registry's redirect with the login code."""
+
+    def __init__(self) -> None:
+        self.code: str | None = None
+        self._arrived = threading.Event()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
+                parts = urlsplit(self.path)
+                code = parse_qs(parts.query).get("code", [""])[0]
+                if parts.path != "/callback" or not code or len(code) > 128:
+                    self.send_error(404)
+                    return
+                receiver.code = code
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.end_headers()
+                self.wfile.write(DONE_PAGE)
+                receiver._arrived.set()
+
+            def log_message(self, *args) -> None:  # the code is a secret: never printed
+                return
+
+        self._server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def wait(self, timeout_s: float) -> str | None:
+        try:
+            self._arrived.wait(timeout_s)
+            return self.code
+        finally:
+            self._server.shutdown()
+
+
+def _s256(verifier: str) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
