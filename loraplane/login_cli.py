@@ -94,7 +94,8 @@ class _Loopback:
 
         self._server = HTTPServer(("127.0.0.1", 0), Handler)
         self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        # A short poll, so the wait ends as soon as the code arrives (the default is half a second).
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
 
     def wait(self, timeout_s: float) -> str | None:
         try:
