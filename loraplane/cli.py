@@ -14,6 +14,7 @@ from loraplane.cli_support import fail as _fail
 from loraplane.cli_support import settings_or_fail
 from loraplane.cli_support import print_json as _print_json
 from loraplane.login_cli import login as login_command
+from loraplane.login_cli import link_identity as link_identity_command
 from loraplane.login_cli import logout as logout_command
 from loraplane.policy_cli import policy_app
 from loraplane.promotion_cli import audit_app, promotion_app
@@ -46,6 +47,7 @@ app.add_typer(pool_app, name="pool")
 app.command("verify")(verify_command)
 app.command("login")(login_command)
 app.command("logout")(logout_command)
+app.command("link-identity")(link_identity_command)
 app.add_typer(signing_key_app, name="signing-key")
 app.add_typer(tenant_app, name="tenant")
 # --- server side --------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import secrets
 import threading
 import webbrowser
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import typer
@@ -67,6 +68,20 @@ def logout():
         console.print(f"no sign-in was kept for {url}")
 
 
+def link_identity(
+    other_token_file: Path | None = typer.Option(
+        None, "--other-token-file", help="A file holding the other token; without it, you are asked for it."),
+):
+    """Link your identity (the token in use: LORAPLANE_TOKEN, else `loraplane login`'s) with the
+    identity of another token you hold, such as one from before single sign-on. Four-eyes then
+    treats them as one person. Links only ever join."""
+    other = (call(other_token_file.read_text) if other_token_file is not None
+             else typer.prompt("The other token", hide_input=True)).strip()
+    with connect() as client:
+        linked = call(lambda: checked(client.post("/v1/identities/link", json={"token": other})))
+    console.print(f"linked as one person: identities {', '.join(map(str, linked['identities']))}")
+
+
 class _Loopback:
     """One request to 127.0.0.1 on a free port: the registry's redirect with the login code."""
 
@@ -107,3 +122,4 @@ class _Loopback:
 
 def _s256(verifier: str) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+

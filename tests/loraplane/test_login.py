@@ -67,3 +67,22 @@ def test_login_on_a_registry_without_sign_on_says_so(registry, tmp_path):
     said = " ".join((refused.stdout + refused.stderr).split())
     assert f"single sign-on is not configured on {registry.url}" in said
     assert not (tmp_path / "loraplane" / "credentials.json").exists()
+
+
+def test_link_identity_joins_an_old_token_to_the_sign_on_as_one_person(sso_registry, oidc_provider, admin, tmp_path):
+    from tests.support.nodes import issue_token
+    from tests.support.sso import login_token
+
+    person(oidc_provider.url, "noa", email="noa@example.com", groups=["acme-reviewers"])
+    old = issue_token(admin, "noa-laptop", role="uploader", tenant="acme")
+    (tmp_path / "old.token").write_text(old + "\n")
+    env = {**cli_env(sso_registry.url, tmp_path), "LORAPLANE_TOKEN": login_token(sso_registry.url, "noa")}
+
+    linked = subprocess.run([str(LORAPLANE), "link-identity", "--other-token-file", str(tmp_path / "old.token")],
+                            env=env, capture_output=True, text=True, timeout=60)
+
+    assert linked.returncode == 0, linked.stderr
+    mine = httpx.get(sso_registry.url + "/v1/whoami", headers={"Authorization": f"Bearer {env['LORAPLANE_TOKEN']}"})
+    theirs = httpx.get(sso_registry.url + "/v1/whoami", headers={"Authorization": f"Bearer {old}"})
+    ids = sorted([mine.json()["identity_id"], theirs.json()["identity_id"]])
+    assert f"linked as one person: identities {ids[0]}, {ids[1]}" in " ".join((linked.stdout + linked.stderr).split())

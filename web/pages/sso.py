@@ -19,7 +19,7 @@ from registry.request_session import RequestSession, commit_so_far, discard
 from registry.settings import get_settings
 from registry.sso import provider, sign_ins
 from web.pages.sign_in import safe_next, sso_offer
-from web.rendering import PageRoute, page, see_other
+from web.rendering import SECURITY_HEADERS, PageRoute, page, see_other
 from web.session import (LOOPBACK_HOSTS, SESSION_MAX_AGE_S, Visit, remember_nonce, start_session, visitor,
                          with_nonce)
 
@@ -86,7 +86,7 @@ def _signed_in(request: Request, session: Session, signed_on: sign_ins.SignedOn,
     target = html.escape(next_path, quote=True)
     response = HTMLResponse(
         f'<!doctype html><meta http-equiv="refresh" content="0;url={target}">'
-        f'<title>Signed in</title><p>Signed in. <a href="{target}">Continue</a></p>')
+        f'<title>Signed in</title><p>Signed in. <a href="{target}">Continue</a></p>', headers=SECURITY_HEADERS)
     start_session(session, request, response, tokens.principal_by_id(session, row.id))
     return response
 
