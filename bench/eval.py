@@ -12,7 +12,8 @@ worker driving a real vLLM on CPU (--max-loras 4). The suite is the kit's held-o
 - (b) one after another, same engine: each is requested once the previous finished. Time: the sum
   of claim-to-outcome times.
 - direct: the requests the harness sends for (a), replayed with a bare HTTP client straight to
-  the same engine, adapters loaded by hand. overhead_ratio_vs_direct = direct / (a).
+  the same engine, adapters loaded by hand: the generations, the serving metric's bursts and the
+  scoring requests. overhead_ratio_vs_direct = direct / (a).
 - (c) one engine per version serving its merged weights (peft merge_and_unload, saved, vLLM
   started without LoRA), engine start included, as a team without multi-LoRA would do: merge,
   start, send the suite's requests, stop.
@@ -53,6 +54,7 @@ METRICS = {"exact_match": {"min": 0.8}, "contains": {"min": 0.8},
            "reference_loglik": {"min_margin": 5.0}, "parity": {"max_logprob_diff": 1e-3},
            "serving": {"min_throughput_ratio": 0.05}}
 QUALITY = ("exact_match", "contains", "reference_loglik", "parity")
+SERVING_PROMPTS = 16  # the serving metric's default burst
 
 
 def seconds(start: str, end: str) -> float:
@@ -117,6 +119,15 @@ async def replay(url: str, base: str, models: list[str], rows: list[dict], max_t
         outputs = await asyncio.gather(*(asyncio.gather(*(generate(m, ids) for ids in prompt_ids))
                                          for m in models))
         phases["adapter_generation_s"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        # The serving metric's bursts, in the harness's order: the base, every adapter, every
+        # adapter again in reverse, the base; each burst the first SERVING_PROMPTS prompts at once.
+        for model in [base, *models, *reversed(models), base]:
+            await asyncio.gather(*(post("/v1/completions", {
+                "model": model, "prompt": ids, "max_tokens": max_tokens, "temperature": 0, "logprobs": 0,
+                "return_tokens_as_token_ids": True, "ignore_eos": True, "stream": False})
+                for ids in prompt_ids[:SERVING_PROMPTS]))
+        phases["serving_s"] = time.perf_counter() - mark
         mark = time.perf_counter()
         for model in ([base] if base else []) + models:
             for full in fulls:

@@ -130,6 +130,7 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
         claimed = [e for e in claimed if e.suite_id not in unreadable]
         if not claimed:
             return outcomes
+        prepare_started = time.perf_counter()  # the engine described, each adapter fetched and loaded
         info = await client.describe()
         halves = {e.id for e in claimed if e.incumbent_half}
         store, loaded, references, digests = get_store(), {}, {}, {}
@@ -151,9 +152,11 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
             loaded[evaluation.id] = (evaluation.served_name, evaluation.suite_id)
             digests[evaluation.id] = evaluation.digest
             references[evaluation.id] = reference  # what parity compares the engine's tokens with
+        prepare_s, batch = time.perf_counter() - prepare_started, None
         try:
             batch = await runner.generate(client, info.served_base, works, loaded,
                                           settings.engine_max_in_flight)
+            batch.timings["prepare_s"] = prepare_s
             # Before the parity reference starts: the bursts' timings must not share the CPU.
             serving = await _measure_serving(client, info.served_base, batch, works, specs, loaded, halves,
                                              settings)
@@ -167,10 +170,15 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
                 await runner.score(client, info.served_base, {s: works[s] for s in scored},
                                    {e: v for e, v in loaded.items() if v[1] in scored}, batch)
             finally:
+                waited = time.perf_counter()
                 checks = await checking
+                batch.timings["parity_wait_s"] = time.perf_counter() - waited  # after the scoring
         finally:
+            unloading = time.perf_counter()
             for served_name, _ in loaded.values():
                 await client.unload_adapter(served_name)
+            if batch is not None:
+                batch.timings["unload_s"] = time.perf_counter() - unloading
     finally:
         await client.aclose()
     for evaluation_id, (_, suite_id) in loaded.items():
@@ -189,21 +197,22 @@ async def _measure_serving(client: EngineClient, served_base: str, batch: BatchR
                            works: dict[int, SuiteWork], specs: dict[int, dict],
                            loaded: dict[int, tuple[str, int]], halves: set[int],
                            settings: WorkerSettings) -> dict[int, serving_cost.ServingCost]:
-    """The like-for-like serving cost of each adapter whose suite measures it."""
-    costs = {}
-    for evaluation_id, (served_name, suite_id) in loaded.items():
-        limits = specs[suite_id].get("serving")
-        if limits is None or evaluation_id in halves or batch.adapters[evaluation_id].rejected:
+    """The like-for-like serving cost of each adapter whose suite measures it: the adapters of one
+    suite together, sharing the base's bursts (serving_cost.py)."""
+    costs: dict[int, serving_cost.ServingCost] = {}
+    started = time.perf_counter()
+    for suite_id, limits in ((s, specs[s].get("serving")) for s in works):
+        adapters = {e: name for e, (name, s) in loaded.items()
+                    if s == suite_id and e not in halves and not batch.adapters[e].rejected}
+        if limits is None or not adapters:
             continue
-        started = time.perf_counter()
-        try:
-            costs[evaluation_id] = await serving_cost.measure(
-                client, served_base, served_name, works[suite_id],
-                max_in_flight=settings.engine_max_in_flight, rounds=limits.get("rounds", 1),
-                prompts=limits.get("prompts", 16))
-        except AdapterRejected as rejected:
-            batch.adapters[evaluation_id].rejected = str(rejected)
-        batch.timings[f"serving_s.{evaluation_id}"] = time.perf_counter() - started
+        measured, refused = await serving_cost.measure(
+            client, served_base, adapters, works[suite_id], max_in_flight=settings.engine_max_in_flight,
+            rounds=limits.get("rounds", 1), prompts=limits.get("prompts", 16))
+        costs.update(measured)
+        for evaluation_id, reason in refused.items():
+            batch.adapters[evaluation_id].rejected = reason
+    batch.timings["serving_s"] = time.perf_counter() - started
     return costs
 
 
@@ -229,16 +238,20 @@ def _load_suites(suite_ids: set[int]) -> tuple[dict[int, SuiteWork], dict[int, d
 def _parity_all(batch: BatchRun, works: dict[int, SuiteWork], specs: dict[int, dict],
                 loaded: dict[int, tuple[str, int]], halves: set[int], references: dict[int, Path],
                 info: EngineInfo, settings: WorkerSettings) -> dict[int, list[parity.ParityExample]]:
-    checks, reference = {}, None
+    checks, reference, all_started = {}, None, time.perf_counter()
     for evaluation_id, (_, suite_id) in loaded.items():
         side, work = batch.adapters[evaluation_id], works[suite_id]
         if "parity" not in specs[suite_id] or evaluation_id in halves or side.rejected:
             continue
         started = time.perf_counter()
-        reference = reference or parity.Reference(settings.engine_model_dir or Path(info.model_dir))
+        reference = reference or parity.Reference(
+            settings.engine_model_dir or Path(info.model_dir), dtype=settings.engine_dtype,
+            device=None if settings.parity_device == "auto" else settings.parity_device,
+            threads=settings.parity_threads)
         checks[evaluation_id] = reference.compare(references[evaluation_id], [
             (t.prompt_ids, g.token_ids, g.logprobs) for t, g in zip(work.tokenized, side.generations, strict=False)])
         batch.timings[f"parity_s.{evaluation_id}"] = time.perf_counter() - started
+    batch.timings["parity_s"] = time.perf_counter() - all_started  # beside the scoring, in its thread
     return checks
 
 
@@ -259,9 +272,8 @@ def _judge(batch: BatchRun, evaluation_id: int, work: SuiteWork, spec: dict,
     if rejected:
         return _failed(rejected, info, settings)
     timings = {k: v for k, v in batch.timings.items() if "." not in k}  # the batch's own phases
-    for own in ("parity_s", "serving_s"):  # and this evaluation's
-        if f"{own}.{evaluation_id}" in batch.timings:
-            timings[own] = batch.timings[f"{own}.{evaluation_id}"]
+    if f"parity_s.{evaluation_id}" in batch.timings:  # and this evaluation's
+        timings["own_parity_s"] = batch.timings[f"parity_s.{evaluation_id}"]
     metrics, failing = scoring.judge(spec, work, side, base, checks, serving)
     exact, contained = scoring.exact_matches(side, work), scoring.contains(side, work)
     examples = [{

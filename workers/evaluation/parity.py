@@ -1,6 +1,10 @@
 """The merged-weights reference: what the adapter's tokens should be, computed without vLLM.
 
-peft merges the adapter into a float32 copy of the base on the CPU (merge_and_unload), then one
+The base is loaded once per batch, in the engine's dtype, on the worker's accelerator when it has
+one (else the CPU, with every core this process may use). Each adapter is merged into it in place
+(peft's merge_adapter, the same merge as merge_and_unload) and the weights the merge changed are
+put back bit for bit afterwards: no copy of the base per adapter, so the reference holds the base
+once plus the LoRA-targeted weights of one adapter (docs/evaluation.md has the sizes). One
 teacher-forced forward pass over all examples scores the engine's own greedy tokens. If the
 engine's token is the reference's argmax at every step, greedy decoding with the reference would
 give the same sequence; the log-probability gap measures kernel or format drift.
@@ -8,9 +12,14 @@ give the same sequence; the log-probability gap measures kernel or format drift.
 
 from __future__ import annotations
 
-import copy
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
@@ -25,16 +34,31 @@ def warm_up() -> None:
     import transformers  # noqa: F401
 
 
-class Reference:
-    """The base, loaded once per batch; each adapter is merged into a copy of it."""
+def default_device() -> str:
+    import torch
 
-    def __init__(self, model_dir: Path) -> None:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+class Reference:
+    """The base, loaded once; each adapter is merged into it in place, then taken out exactly."""
+
+    def __init__(self, model_dir: Path, *, dtype: str = "float32", device: str | None = None,
+                 threads: int | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
-        torch.set_num_threads(1)  # the eval engine shares these cores, and is the one being timed
-        self.base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
-                                                         device_map="cpu").eval()
+        if dtype not in DTYPES:
+            raise ValueError(f"the parity reference runs in {', '.join(DTYPES)}, not {dtype!r}")
+        self.device = device or default_device()
+        if self.device == "cpu":
+            torch.set_num_threads(threads or usable_cores())
+        self.base = AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=getattr(torch, dtype), device_map=self.device).eval()
 
     def compare(self, adapter_dir: Path, items: list[tuple[list[int], list[int], list[float]]], *,
                 merge: bool = True) -> list[ParityExample]:
@@ -42,29 +66,62 @@ class Reference:
         merge=False compares with peft's own forward pass instead of merged weights: they differ
         where merging changes more than the adapter does (an embedding LoRA merged into an
         embedding that the output layer shares)."""
-        import torch
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(copy.deepcopy(self.base), adapter_dir)
-        if merge:
-            model = model.merge_and_unload()
-        scored = [(i, item) for i, item in enumerate(items) if item[1]]
-        results = [ParityExample(0.0, True)] * len(items)
-        if not scored:
-            return results
-        width = max(len(prompt) + len(output) for _, (prompt, output, _) in scored)
-        ids = torch.zeros((len(scored), width), dtype=torch.long)
-        mask = torch.zeros((len(scored), width), dtype=torch.long)
-        for row, (_, (prompt, output, _)) in enumerate(scored):
-            sequence = prompt + output
-            ids[row, :len(sequence)] = torch.tensor(sequence)
-            mask[row, :len(sequence)] = 1  # right padding: positions and causal context are unchanged
-        with torch.inference_mode():
-            logprobs = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
-        for row, (index, (prompt, output, engine_logprobs)) in enumerate(scored):
-            steps = logprobs[row, len(prompt) - 1: len(prompt) + len(output) - 1]
-            wanted = torch.tensor(output)
-            chosen = steps.gather(1, wanted[:, None])[:, 0]
-            gap = (chosen - torch.tensor(engine_logprobs, dtype=torch.float32)).abs().max().item()
-            results[index] = ParityExample(gap, bool((steps.argmax(-1) == wanted).all()))
+        model = PeftModel.from_pretrained(self.base, adapter_dir, torch_device=self.device)
+        try:
+            with _merged(model) if merge else _as_is():
+                return _score(model, items, self.device)
+        finally:
+            self.base = model.unload()  # the LoRA layers out again: the base as it was
+
+
+def _score(model: Any, items: list[tuple[list[int], list[int], list[float]]], device: str) -> list[ParityExample]:
+    import torch
+
+    scored = [(i, item) for i, item in enumerate(items) if item[1]]
+    results = [ParityExample(0.0, True)] * len(items)
+    if not scored:
         return results
+    width = max(len(prompt) + len(output) for _, (prompt, output, _) in scored)
+    ids = torch.zeros((len(scored), width), dtype=torch.long)
+    mask = torch.zeros((len(scored), width), dtype=torch.long)
+    for row, (_, (prompt, output, _)) in enumerate(scored):
+        sequence = prompt + output
+        ids[row, :len(sequence)] = torch.tensor(sequence)
+        mask[row, :len(sequence)] = 1  # right padding: positions and causal context are unchanged
+    with torch.inference_mode():
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+        logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
+    for row, (index, (prompt, output, engine_logprobs)) in enumerate(scored):
+        steps = logprobs[row, len(prompt) - 1: len(prompt) + len(output) - 1]
+        wanted = torch.tensor(output)
+        chosen = steps.gather(1, wanted[:, None])[:, 0]
+        gap = (chosen - torch.tensor(engine_logprobs, dtype=torch.float32)).abs().max().item()
+        results[index] = ParityExample(gap, bool((steps.argmax(-1) == wanted).all()))
+    return results
+
+
+@contextmanager
+def _merged(model: Any) -> Iterator[None]:
+    """The adapter merged into the base's weights, and those weights put back exactly after: an
+    unmerge would subtract the delta again, leaving rounding behind in every later adapter."""
+    from peft.tuners.lora import LoraLayer
+
+    layers: list[Any] = [module for module in model.modules() if isinstance(module, LoraLayer)]
+    saved = [layer.get_base_layer().weight.detach().clone() for layer in layers]
+    try:
+        model.merge_adapter()
+        yield
+    finally:
+        import torch
+
+        with torch.no_grad():
+            for layer, weight in zip(layers, saved, strict=True):
+                layer.get_base_layer().weight.copy_(weight)
+                layer.merged_adapters.clear()
+
+
+@contextmanager
+def _as_is() -> Iterator[None]:
+    yield

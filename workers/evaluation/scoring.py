@@ -56,7 +56,7 @@ def judge(spec: dict, work: SuiteWork, adapter: SideRun, base: SideRun,
             "passed": worst <= tolerance["max_logprob_diff"]
             and mismatch_rate <= tolerance["max_token_mismatch_rate"],
             "detail": f"max |logprob diff| {worst:.2e}; greedy tokens differ in "
-                      f"{mismatch_rate:.1%} of examples (merged-weights reference, float32)"}
+                      f"{mismatch_rate:.1%} of examples (merged-weights reference)"}
     if "serving" in spec:
         metrics["serving"] = _serving(spec["serving"], serving)
     failing = sorted(name for name, metric in metrics.items() if not metric["passed"])

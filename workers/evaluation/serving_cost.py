@@ -3,11 +3,13 @@
 The adapter and the base each run the same bursts: the suite's first prompts (the metric's
 `prompts`), all sent at once (up to the worker's in-flight limit), each generating exactly
 max_tokens (ignore_eos), so both sides see the same batch shape, concurrency and output length on
-the same engine. Bursts alternate
-base, adapter, adapter, base (ABBA, repeated `rounds` times), so a drift in the machine's speed
-during the measurement weighs on both sides alike. Throughput is output tokens over the bursts'
-wall time, and the ratio the median of the rounds' ratios; TTFT is the median of every request's
-time to first token, queueing included.
+the same engine. The adapters of a batch that share a suite share the base's bursts, and each
+round runs in mirror order: the base, every adapter, every adapter again in reverse, the base
+(ABBA for one adapter; A B1 B2 B2 B1 A for two). Every side's two bursts of a round sit
+symmetrically about the round's middle, so a drift in the machine's speed during the measurement
+weighs on all sides alike, and the base runs two bursts a round whatever the batch's size.
+Throughput is output tokens over the bursts' wall time, and the ratio the median of the rounds'
+ratios; TTFT is the median of every request's time to first token, queueing included.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from statistics import median
 
-from workers.evaluation.engine import EngineClient
+from workers.evaluation.engine import AdapterRejected, EngineClient
 from workers.evaluation.runner import Bounded, SuiteWork, Tokenized
 
 
@@ -49,13 +51,13 @@ class ServingCost:
     prompts: int
     concurrency: int
     max_tokens: int
-    order: str  # e.g. "ABBA": A the base, B the adapter
+    order: str  # e.g. "ABBA": A the base, B this adapter, o another adapter of the batch
 
     @property
     def round_ratios(self) -> list[float]:
-        """Each ABBA round's adapter tokens/s over its base tokens/s."""
+        """Each round's adapter tokens/s over its base tokens/s."""
         ratios = []
-        for r in range(len(self.order) // 4):  # each round adds two bursts to either side
+        for r in range(len(self.base.bursts) // 2):  # each round adds two bursts to either side
             base = _rate(self.base.bursts[2 * r:2 * r + 2])
             ratios.append(_rate(self.adapter.bursts[2 * r:2 * r + 2]) / base if base else 0.0)
         return ratios
@@ -68,15 +70,31 @@ class ServingCost:
         return median(self.round_ratios) if self.round_ratios else 0.0
 
 
-async def measure(client: EngineClient, served_base: str, adapter: str, work: SuiteWork, *,
-                  max_in_flight: int, rounds: int, prompts: int) -> ServingCost:
-    order, burst = "ABBA" * rounds, work.tokenized[:prompts]
-    sides = {"A": Side(), "B": Side()}
-    for turn in order:
-        model = served_base if turn == "A" else adapter
-        sides[turn].bursts.append(await _burst(client, model, burst, work.max_tokens, Bounded(max_in_flight)))
-    return ServingCost(adapter=sides["B"], base=sides["A"], prompts=len(burst),
-                       concurrency=min(len(burst), max_in_flight), max_tokens=work.max_tokens, order=order)
+async def measure(client: EngineClient, served_base: str, adapters: dict[int, str], work: SuiteWork, *,
+                  max_in_flight: int, rounds: int, prompts: int) -> tuple[dict[int, ServingCost], dict[int, str]]:
+    """The serving cost of each of `adapters` (key: served name) on one suite's bursts, with the
+    base's bursts shared; and the adapters the engine refused meanwhile, with why."""
+    burst, bounded = work.tokenized[:prompts], Bounded(max_in_flight)
+    base, sides, refused = Side(), {key: Side() for key in adapters}, dict[int, str]()
+    sequence: list[int | None] = []  # None: the base
+    for _ in range(rounds):
+        sequence += [None, *adapters, *reversed(adapters), None]
+    for key in sequence:
+        if key in refused:
+            continue
+        side = base if key is None else sides[key]
+        try:
+            side.bursts.append(await _burst(client, served_base if key is None else adapters[key], burst,
+                                            work.max_tokens, bounded))
+        except AdapterRejected as rejected:
+            if key is None:  # the base itself: nothing to compare with
+                raise
+            refused[key] = str(rejected)
+    costs = {key: ServingCost(adapter=sides[key], base=base, prompts=len(burst),
+                              concurrency=min(len(burst), max_in_flight), max_tokens=work.max_tokens,
+                              order="".join("A" if k is None else "B" if k == key else "o" for k in sequence))
+             for key in adapters if key not in refused}
+    return costs, refused
 
 
 async def _burst(client: EngineClient, model: str, burst: list[Tokenized], max_tokens: int,
