@@ -11,7 +11,8 @@ OpenID provider: discovery, keys, its authorization form, its token endpoint).
   redirect, the provider's form posted, and the callback (which exchanges the code with the
   provider and checks the ID token). Each in a fresh browser.
 - cli_login_ms_p50: the same with `loraplane login`'s loopback receiver (loraplane/login_cli.py),
-  through the exchange of the one-time code for a token; without the interpreter's start.
+  the confirmation page's form posted, through the exchange of the one-time code for a token;
+  without the interpreter's start.
 - authenticated_request_added_ms_p50: authenticating a request by an SSO dashboard session
   (cookie, session row, its token) minus by a bearer token (its keyed hash), both with the
   registry's own code on the same database, alternating, N each. Beside it, over HTTP: the
@@ -22,10 +23,9 @@ OpenID provider: discovery, keys, its authorization form, its token endpoint).
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
 import json
 import os
+import re
 import secrets
 import statistics
 import tempfile
@@ -43,6 +43,7 @@ from loraplane.login_cli import _Loopback
 from registry.auth import tokens
 from registry.auth.principal import Role
 from registry.db import make_engine, plain_transaction
+from registry.sso import pkce
 from registry.settings import get_settings
 from registry.tokens import issuing
 from web.session import SESSION_COOKIE, visit_of
@@ -106,10 +107,12 @@ def _sign_on(registry_url: str, subject: str) -> tuple[float, httpx.Client]:
 def _login(registry_url: str, subject: str) -> tuple[float, str]:
     started_at = time.perf_counter()
     verifier = secrets.token_urlsafe(64)
-    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    challenge = pkce.s256(verifier)
     receiver = _Loopback()
     with httpx.Client(base_url=registry_url, timeout=30) as browser:
-        started = browser.get("/ui/sso/start", params={"cli_port": receiver.port, "cli_challenge": challenge})
+        confirmation = browser.get("/ui/sso/start", params={"cli_port": receiver.port, "cli_challenge": challenge})
+        form = dict(re.findall(r'name="(csrf_token|cli_port|cli_challenge)" value="([^"]*)"', confirmation.text))
+        started = browser.post("/ui/sso/start", data=form)  # the person confirms the code
         answer = httpx.post(started.headers["location"], data={"sub": subject}).headers["location"]
         handed = browser.get(answer)
         httpx.get(handed.headers["location"])  # the browser lands on the CLI's loopback address

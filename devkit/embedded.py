@@ -79,7 +79,7 @@ def _rekey_saved_tokens(data_dir: Path) -> None:
         saved += list(json.loads((data_dir / "demo.json").read_text()).get("tokens", {}).values())
     with transaction() as session:
         for plain in saved:
-            tokens.rehashed(session, plain, [tokens.legacy_hash(plain)])
+            tokens.rehashed(session, plain, [(None, tokens.legacy_hash(plain))])
 
 
 def bootstrap_admin() -> str | None:

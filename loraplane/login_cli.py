@@ -7,8 +7,6 @@ one-time code, which only this command, holding the verifier, can exchange for a
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import secrets
 import threading
 import webbrowser
@@ -21,6 +19,7 @@ import typer
 from loraplane.cli_support import call, console, fail
 from loraplane_client import credentials
 from loraplane_client.connection import ClientSettings, checked, connect
+from registry.sso import pkce
 
 DONE_PAGE = (b"<!doctype html><title>loraplane</title><p>You are signed in to loraplane. "
              b"You can close this tab.</p>")
@@ -41,10 +40,12 @@ def login(
         fail(f"single sign-on is not configured on {settings.url}",
              "Use a token (LORAPLANE_TOKEN), or ask the registry's operators to set LORAPLANE_SSO_ISSUER.")
     verifier = secrets.token_urlsafe(64)
+    challenge = pkce.s256(verifier)
     receiver = _Loopback()
     address = f"{settings.url.rstrip('/')}{offer['start_path']}?" + urlencode(
-        {"cli_port": receiver.port, "cli_challenge": _s256(verifier)})
+        {"cli_port": receiver.port, "cli_challenge": challenge})
     typer.echo(f"Sign in with {offer['provider']} at:\n{address}", err=True)
+    typer.echo(f"Continue only if the page shows the code {pkce.confirmation_code(challenge)}.", err=True)
     if not no_browser:
         webbrowser.open(address)
     with console.status("waiting for the sign-in in the browser ..."):
@@ -118,8 +119,4 @@ class _Loopback:
             return self.code
         finally:
             self._server.shutdown()
-
-
-def _s256(verifier: str) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
 

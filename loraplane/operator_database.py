@@ -4,7 +4,8 @@ Those commands talk to the database directly. Without LORAPLANE_DATA_DIR or
 LORAPLANE_DATABASE_URL they would use ~/.loraplane/loraplane.db, while `loraplane up` keeps its
 state in ./.loraplane: a token made there would land, silently, in a database no registry reads.
 So a missing or never-migrated embedded database is refused (and not created), a ./.loraplane
-this command would not use is refused naming the setting, and every write says where it went."""
+this command would not use is refused naming the setting, and every write says where it went.
+A secret that is not the registry's is refused too: a token hashed under it would never work."""
 
 from __future__ import annotations
 
@@ -21,11 +22,17 @@ UP_DATA_DIR = Path(".loraplane")  # `loraplane up`'s default
 
 
 def checked() -> str:
-    """The database the command will use, shown without its password; refuses the ones above."""
+    """The database the command will use, shown without its password; refuses the ones above,
+    and a secret that is not the registry's (token hashes and audit events are keyed with it)."""
+    from registry.db import plain_transaction
+    from registry.deployment_keys import service as deployment_keys
+
     settings = get_settings()
     url = make_url(settings.database_url)
     if url.get_backend_name() == "sqlite":
         _check_embedded(settings, Path(url.database or ""))
+    with plain_transaction() as session:
+        deployment_keys.require_the_registrys(session, "token command", signs=False)
     return url.render_as_string(hide_password=True)
 
 

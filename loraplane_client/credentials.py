@@ -48,7 +48,8 @@ def _write(entries: dict[str, Any]) -> Path:
     target = path()
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     staging = target.with_name(f".credentials.{os.getpid()}")
-    descriptor = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    staging.unlink(missing_ok=True)  # a leftover (or planted) file must not lend us its mode
+    descriptor = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(descriptor, "w") as file:
         json.dump(entries, file, indent=2)
     os.replace(staging, target)  # whole or not at all

@@ -59,13 +59,14 @@ log = logging.getLogger(__name__)
 async def lifespan(app: FastAPI):
     # Build the store's client and sign once now, not on the first node's long-poll.
     get_store().presigned_url("warm-up", 60)
+    # The fingerprints of the keys this registry seals and signs with, for workers and
+    # housekeepers to compare theirs with before they start (registry/deployment_keys/); first,
+    # since a rotated secret's rows are sealed again there, the key ledger's among them.
+    await run_in_threadpool(_publish_keys)
     # Attestation keys from the environment: a new one is a rotation, recorded once.
     await run_in_threadpool(_adopt_key_ledger)
     # What a key rotated out since signed (here, or before a redeploy with another key).
     await run_in_threadpool(_resign_on_start)
-    # The fingerprints of the keys this registry seals and signs with, for workers and
-    # housekeepers to compare theirs with before they start (registry/deployment_keys/).
-    await run_in_threadpool(_publish_keys)
     await long_poll_state.of(app).start(poll_s=get_settings().active_set_poll_s)
     # Everything loaded so far lives as long as the process: keep the collector from walking it
     # again and again, which pauses every open long-poll at once.

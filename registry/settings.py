@@ -168,6 +168,11 @@ class RegistrySettings(BaseSettings):
         "tenant}; the first that matches wins. A claim is a name or a dotted path "
         "(realm_access.roles); it matches when it equals `value` or is a list holding it. "
         "tenant null (with role admin) is a global admin."))
+    sso_required_for_people: bool = Field(default=False, description=(
+        "Tenants' people (uploaders, reviewers, tenant admins) act only signed on: a token issued "
+        "to one by hand works only once its identity is linked to a sign-on (loraplane "
+        "link-identity), so nobody keeps an unlinked second identity to approve their own work "
+        "with. Global admins, nodes, routers and apps are not affected."))
     sso_clock_skew_s: int = Field(default=60, ge=0, le=600, description=(
         "How far the provider's clock may be from this one when an ID token's times are checked."))
     sso_sign_in_ttl_s: int = Field(default=600, ge=30, le=3600, description=(

@@ -87,8 +87,8 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = created_at_column()
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # "issued" by a person or an operator, or "sso": made at a sign-on (never shown, for a
-    # dashboard session; short-lived, for `loraplane login`).
+    # "issued" by a person or an operator; "sso-session", made at a dashboard sign-on for that
+    # session alone (never shown, revoked at its sign-out); "sso-login", `loraplane login`'s.
     origin: Mapped[str] = mapped_column(String(16), server_default="issued")
 
 
@@ -124,6 +124,7 @@ class SsoSignIn(Base):
     role: Mapped[str | None] = mapped_column(String(16))
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", name="fk_sso_sign_ins_tenant"))
     display_name: Mapped[str | None] = mapped_column(String(128))
+    grant_seal: Mapped[str | None] = mapped_column(String(64))  # keyed: see registry/sso/sign_ins.py
     exchanged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
@@ -330,6 +331,21 @@ class DeploymentKey(Base):
     name: Mapped[str] = mapped_column(String(32), primary_key=True)
     fingerprint: Mapped[str] = mapped_column(String(128))
     published_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class SecretCheckpoint(Base):
+    """A rotated-out LORAPLANE_SECRET_KEY and the last audit event and token made before it was
+    rotated out: it verifies nothing after (registry/secret_checkpoints/). Sealed with the
+    secret that replaced it."""
+
+    __tablename__ = "secret_checkpoints"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    previous: Mapped[str] = mapped_column(String(32), unique=True)
+    current: Mapped[str] = mapped_column(String(32))
+    through_event: Mapped[int] = mapped_column(BigInteger)
+    through_token: Mapped[int] = mapped_column(BigInteger)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    seal: Mapped[str] = mapped_column(String(64))
 
 
 class AttestationKeyLedger(Base):

@@ -158,7 +158,7 @@ def end_session(session: Session, visit: Visit, response: Response) -> None:
         if row is not None and row.ended_at is None:
             row.ended_at = datetime.now(UTC)
             token = session.get(ApiToken, row.token_id)
-            if token is not None and token.origin == "sso" and token.revoked_at is None:
+            if token is not None and token.origin == "sso-session" and token.revoked_at is None:
                 token.revoked_at = row.ended_at  # made for this session alone, and never shown
             session.flush()
     response.delete_cookie(SESSION_COOKIE, path="/ui")

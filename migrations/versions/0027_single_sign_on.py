@@ -47,6 +47,8 @@ def upgrade() -> None:
         sa.Column('tenant_id', sa.Integer(), sa.ForeignKey('tenants.id', name='fk_sso_sign_ins_tenant'),
                   nullable=True),
         sa.Column('display_name', sa.String(length=128), nullable=True),
+        # HMAC of the grant under a key the database never sees: a row written there grants nothing.
+        sa.Column('grant_seal', sa.String(length=64), nullable=True),
         sa.Column('exchanged_at', sa.DateTime(timezone=True), nullable=True),
     )
     with op.batch_alter_table('identities') as batch:

@@ -76,13 +76,28 @@ def _next(stored: Ledger | None, keyring: EnvironmentKeyring, now: datetime) -> 
 def _trusted(row: AttestationKeyLedger) -> Ledger:
     ledger = Ledger(row.version, row.current_key_id,
                     {kid: datetime.fromisoformat(end) for kid, end in row.trust_ends.items()})
-    if not keys.verifies(Purpose.ATTESTATION_KEY_LEDGER, _message(ledger), row.seal):
+    if not keys.verifies_current(Purpose.ATTESTATION_KEY_LEDGER, _message(ledger), row.seal):
         raise LedgerUntrusted(
             "the attestation key ledger in the database does not hold its seal: it was changed "
             "outside the registry, or this registry does not hold the deployment's "
             "LORAPLANE_SECRET_KEY", hint="Check LORAPLANE_SECRET_KEY first; then compare the "
             "attestation_key_ledger row with a backup and the attestation_key.rotated audit events.")
     return ledger
+
+
+def reseal(session: Session) -> int:
+    """After LORAPLANE_SECRET_KEY is rotated: the ledger, sealed under the previous secret, sealed
+    under the new one. 1 when it was, else 0."""
+    row = repository.ledger_for_update(session)
+    if row is None:
+        return 0
+    ledger = Ledger(row.version, row.current_key_id,
+                    {kid: datetime.fromisoformat(end) for kid, end in row.trust_ends.items()})
+    secret = keys.matching(Purpose.ATTESTATION_KEY_LEDGER, _message(ledger), row.seal)
+    if secret is None or secret == keys.current_fingerprint():
+        return 0
+    _store(session, row, ledger)
+    return 1
 
 
 def _store(session: Session, row: AttestationKeyLedger | None, ledger: Ledger) -> None:

@@ -9,10 +9,11 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from registry.audit import anchor, repository
-from registry.audit.sealed import hash_under
+from registry.audit.sealed import hash_under, keyed_with
 from registry.audit.anchor import Head
 from registry.audit.chain import GENESIS, HMAC_SHA256, SHA256
-from registry.keys import Purpose, keys_for
+from registry.keys import current_fingerprint
+from registry.secret_checkpoints import service as secret_checkpoints
 from registry.tables import AuditEvent
 
 BATCH = 2000
@@ -21,7 +22,7 @@ BATCH = 2000
 @dataclass
 class Problem:
     id: int
-    kind: str  # altered | removed_before | unkeyed | head_untrusted | head_mismatch | head_missing
+    kind: str  # altered | removed_before | unkeyed | retired_secret | head_untrusted | head_mismatch | head_missing
     detail: str
 
 
@@ -56,8 +57,7 @@ def verify_chain(session: Session, *, head_file: Path | None = None,
                                                             f"trusted: {problem}"))
         external = None
     report.external_head = external
-    keys: dict[str, tuple[bytes | None, ...]] = {SHA256: (None,),
-                                                  HMAC_SHA256: keys_for(Purpose.AUDIT_CHAIN)}
+    checkpoints = secret_checkpoints.checkpoints(session)
     expected_prev, last_id, keyed = GENESIS, 0, False
     while True:
         rows = repository.events_after(session, last_id, BATCH)
@@ -67,7 +67,7 @@ def verify_chain(session: Session, *, head_file: Path | None = None,
             if external is not None and last_id < external.last_id < row.id:
                 report.problems.append(_head_missing(external, report.events, last_id))
             report.events += 1
-            _check_row(row, expected_prev, last_id, keys, keyed, report)
+            _check_row(row, expected_prev, last_id, checkpoints, keyed, report)
             keyed = keyed or row.hash_scheme == HMAC_SHA256
             if external is not None and row.id == external.last_id:
                 _check_head(row, external, report)
@@ -87,32 +87,41 @@ def verify_chain(session: Session, *, head_file: Path | None = None,
     return report
 
 
-def _check_row(row: AuditEvent, expected_prev: str, last_id: int, keys: dict, keyed: bool,
-               report: ChainReport) -> None:
+def _check_row(row: AuditEvent, expected_prev: str, last_id: int, checkpoints: dict[str, secret_checkpoints.Checkpoint],
+               keyed: bool, report: ChainReport) -> None:
     if row.prev_hash != expected_prev:
         report.problems.append(Problem(row.id, "removed_before", (
             f"event {row.id} follows a hash that is not event {last_id or 'genesis'}'s: "
             "an event before it was removed or reordered")))
-    if row.hash_scheme not in keys:
+    if row.hash_scheme not in (SHA256, HMAC_SHA256):
         report.problems.append(Problem(row.id, "altered", (
             f"event {row.id} names an unknown hash scheme {row.hash_scheme!r}: it was edited "
             "after it was written")))
         return
-    if keyed and row.hash_scheme == SHA256:
-        report.problems.append(Problem(row.id, "unkeyed", (
-            f"event {row.id} ({row.action} {row.subject}) is hashed without the audit key after "
-            "keyed events: it was written or rewritten by someone who does not hold the key")))
-    matching = next((position for position, key in enumerate(keys[row.hash_scheme])
-                     if hash_under(row, key) == row.hash), None)
-    if matching is None:
-        unheld = ("" if row.hash_scheme == SHA256 else
-                  ", or keyed with a secret that is neither LORAPLANE_SECRET_KEY nor in "
-                  "LORAPLANE_PREVIOUS_SECRET_KEYS here")
+    if row.hash_scheme == SHA256:
+        if keyed:
+            report.problems.append(Problem(row.id, "unkeyed", (
+                f"event {row.id} ({row.action} {row.subject}) is hashed without the audit key after "
+                "keyed events: it was written or rewritten by someone who does not hold the key")))
+        if hash_under(row, None) != row.hash:
+            report.problems.append(Problem(row.id, "altered", (
+                f"event {row.id} ({row.action} {row.subject}) does not match its hash: it was edited "
+                "after it was written")))
+        return
+    secret = keyed_with(row)
+    if secret is None:
         report.problems.append(Problem(row.id, "altered", (
             f"event {row.id} ({row.action} {row.subject}) does not match its hash: it was edited "
-            f"after it was written{unheld}")))
-    elif matching > 0:
-        report.keyed_by_previous_secret += 1
+            "after it was written, or keyed with a secret that is neither LORAPLANE_SECRET_KEY nor in "
+            "LORAPLANE_PREVIOUS_SECRET_KEYS here")))
+    elif secret != current_fingerprint():
+        checkpoint = checkpoints.get(secret)
+        if checkpoint is not None and row.id > checkpoint.through_event:
+            report.problems.append(Problem(row.id, "retired_secret", (
+                f"event {row.id} ({row.action} {row.subject}) is keyed with a secret rotated out after "
+                f"event {checkpoint.through_event}: it was written by someone who still holds that secret")))
+        else:
+            report.keyed_by_previous_secret += 1
 
 
 def _check_head(row: AuditEvent, external: anchor.Head, report: ChainReport) -> None:

@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session, aliased
 
 from registry.auth.principal import Role
 from registry.pagination import fetch_page
-from registry.tables import ApiToken, DashboardSession, Identity, Tenant
+from registry.tables import ApiToken, DashboardSession, Identity, SsoIdentity, Tenant
 
 
 def find_tenant(session: Session, name: str) -> Tenant | None:
@@ -94,3 +94,9 @@ def linked_identities(session: Session, identity_id: int) -> set[int]:
     one root (registry/sso/linking.py), so one step finds them all."""
     root = session.scalar(select(Identity.same_as_id).where(Identity.id == identity_id)) or identity_id
     return {root, *session.scalars(select(Identity.id).where(Identity.same_as_id == root))}
+
+
+def signed_on(session: Session, identity_id: int) -> bool:
+    """Whether the person behind `identity_id` has a sign-on (an identity of the provider's)."""
+    return session.scalar(select(SsoIdentity.id).where(
+        SsoIdentity.identity_id.in_(linked_identities(session, identity_id))).limit(1)) is not None

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.attestation_keys.keyring import get_keyring
-from registry.deployment_keys import repository
+from registry.deployment_keys import repository, rotation
 from registry.errors import Unavailable
 from registry import keys
 from registry.settings import get_settings
@@ -46,7 +46,9 @@ def _previous_fingerprints() -> set[str]:
 
 
 def publish(session: Session, *, actor: str) -> None:
-    """The registry's, as it starts: audited when they change."""
+    """The registry's, as it starts: audited when they change. A secret rotated out since is
+    carried over first (rotation.py)."""
+    rotation.carry_over(session, actor=actor)
     before, mine = repository.published(session), own()
     if before == mine:
         return
@@ -72,9 +74,10 @@ def publish(session: Session, *, actor: str) -> None:
                  before=before or None, after=mine)
 
 
-def require_the_registrys(session: Session, process: str) -> None:
-    """Refuse (KeysDiffer) when this process's keys are not the registry's. Before any registry
-    has published (a first start), there is nothing to compare with yet."""
+def require_the_registrys(session: Session, process: str, *, signs: bool = True) -> None:
+    """Refuse (KeysDiffer) when this process's keys are not the registry's: its secret, and its
+    attestation keys when it `signs`. Before any registry has published (a first start), there
+    is nothing to compare with yet."""
     published = repository.published(session)
     if not published:
         log.warning("no registry has published its key fingerprints yet: the %s starts unchecked",
@@ -91,6 +94,8 @@ def require_the_registrys(session: Session, process: str) -> None:
             hint="Set LORAPLANE_SECRET_KEY to the registry's value on every registry, worker, "
                  "housekeeper and migration (compose.yaml gives it to each). After a rotation, "
                  "each gets the new secret, and the old one in LORAPLANE_PREVIOUS_SECRET_KEYS.")
+    if not signs:
+        return
     signing = published.get(ATTESTATION)
     held = {key.key_id for key in get_keyring().held()[1]}
     if signing is not None and signing not in held:

@@ -97,8 +97,8 @@ def _state(pool: str, row: NodeAddress, newest_binding) -> tuple[str, str | None
     """The row counts while its seal holds and it is the binding the newest sealed `node.bind_address`
     event names: an older sealed row put back (an address since reassigned) does not."""
     fresh = newest_binding is not None and sealed.recorded(newest_binding, "vllm_url") == row.vllm_url
-    if fresh and keys.verifies(Purpose.NODE_ADDRESSES, _message(pool, row.node_id, row.vllm_url),
-                               row.seal):
+    if fresh and keys.verifies_current(Purpose.NODE_ADDRESSES, _message(pool, row.node_id, row.vllm_url),
+                                       row.seal):
         return "bound", row.vllm_url
     key = (pool, row.node_id, row.vllm_url)
     if key not in _reported_broken and len(_reported_broken) < 10_000:
@@ -107,6 +107,27 @@ def _state(pool: str, row: NodeAddress, newest_binding) -> tuple[str, str | None
                   "sealed binding name: it was changed outside the registry; the node gets no "
                   "traffic until an admin binds it again", row.node_id, pool)
     return "seal_broken", None
+
+
+def reseal(session: Session, *, actor: str) -> int:
+    """After LORAPLANE_SECRET_KEY is rotated: every binding sealed under the previous secret,
+    sealed again under the new one, with a binding event keyed with it. Those that do not hold
+    are left for an admin to bind again. Returns how many."""
+    resealed = 0
+    for pool, row in repository.all_addresses(session):
+        secret = keys.matching(Purpose.NODE_ADDRESSES, _message(pool.name, row.node_id, row.vllm_url), row.seal)
+        if secret is None or secret == keys.current_fingerprint():
+            continue
+        subject = _subject(pool.name, row.node_id)
+        newest = sealed.newest_sealed(session, BOUND, subject).get(subject)
+        if newest is None or sealed.recorded(newest, "vllm_url") != row.vllm_url:
+            continue  # not the binding in force: nothing to carry over
+        row.seal = seal(pool.name, row.node_id, row.vllm_url)
+        audit.record(session, actor=actor, action=BOUND, subject=_subject(pool.name, row.node_id),
+                     before={"vllm_url": row.vllm_url}, after={"vllm_url": row.vllm_url, "resealed": True})
+        resealed += 1
+    session.flush()
+    return resealed
 
 
 def _subject(pool: str, node_id: str) -> str:

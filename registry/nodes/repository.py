@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from registry.tables import NodeAddress, NodeStatus
+from registry.tables import NodeAddress, NodeStatus, Pool
 
 
 def status_for_update(session: Session, pool_id: int, node_id: str) -> NodeStatus | None:
@@ -26,3 +26,8 @@ def addresses_of_pool(session: Session, pool_id: int) -> list[NodeAddress]:
 def address_of(session: Session, pool_id: int, node_id: str) -> NodeAddress | None:
     return session.scalar(select(NodeAddress).where(
         NodeAddress.pool_id == pool_id, NodeAddress.node_id == node_id))
+
+
+def all_addresses(session: Session) -> list[tuple[Pool, NodeAddress]]:
+    return [(pool, row) for row, pool in session.execute(
+        select(NodeAddress, Pool).join(Pool, Pool.id == NodeAddress.pool_id).order_by(NodeAddress.id))]

@@ -26,8 +26,23 @@ def put(promotion: Promotion, state: dict) -> None:
 
 
 def holds(promotion: Promotion) -> bool:
-    return promotion.analysis_seal is not None and keys.verifies(
+    return promotion.analysis_seal is not None and keys.verifies_current(
         Purpose.CANARY_ANALYSIS, _message(promotion), promotion.analysis_seal)
+
+
+def reseal(session: Session) -> int:
+    """After LORAPLANE_SECRET_KEY is rotated: each canary's analysis sealed under the previous
+    secret, sealed under the new one (the rotation's own audit event counts them)."""
+    resealed = 0
+    for promotion in repository.analysed_canaries(session):
+        if promotion.analysis_seal is None:
+            continue
+        secret = keys.matching(Purpose.CANARY_ANALYSIS, _message(promotion), promotion.analysis_seal)
+        if secret is not None and secret != keys.current_fingerprint():
+            promotion.analysis_seal = seal(promotion)
+            resealed += 1
+    session.flush()
+    return resealed
 
 
 def seal(promotion: Promotion) -> str:

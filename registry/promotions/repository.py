@@ -53,6 +53,13 @@ def awaiting_request(session: Session, pool_id: int, adapter_id: int, alias: str
         Promotion.state == AWAITING))
 
 
+def analysed_canaries(session: Session) -> list[Promotion]:
+    """Canaries under way whose analysis is sealed."""
+    return list(session.scalars(select(Promotion).where(
+        Promotion.analysis_state.is_not(None), Promotion.analysis_seal.is_not(None),
+        Promotion.ended_at.is_(None))))
+
+
 def unsealed_canaries(session: Session) -> list[Promotion]:
     """Canaries under way whose analysis has no seal (started before analyses were sealed)."""
     return list(session.scalars(select(Promotion).where(

@@ -38,5 +38,6 @@ def identity_for(session: Session, issuer: str, subject: str, name: str,
     row.last_sign_in_at = datetime.now(UTC)
     identity = existing(session, Identity, row.identity_id)
     identity.name = name  # shown only; the provider may rename people
+    identity.tenant_id = tenant_id  # the tenant the mapping gives them now
     session.flush()
     return identity

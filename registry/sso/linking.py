@@ -21,14 +21,16 @@ PEOPLE = (Role.ADMIN, Role.REVIEWER, Role.UPLOADER)
 def link(session: Session, principal: Principal, other_token: str) -> list[int]:
     """Link the caller's identity with the identity of `other_token`; the person's identities."""
     principal.require(set(PEOPLE))
-    other = tokens.authenticate(session, other_token.strip() or None)
+    other = tokens.authenticate(session, other_token.strip() or None, unlinked_ok=True)
     if other.role not in PEOPLE:
         raise Forbidden(f"the token to link is a {other.role} token, not a person's",
                         code="not_a_person_token", hint="Link a reviewer, uploader or admin token of yours.")
+    repository.lock_identities(session, {principal.identity_id, other.identity_id})  # two links at once
     mine, theirs = person(session, principal.identity_id), person(session, other.identity_id)
     if mine & theirs:
         return sorted(mine)
     my_root, their_root = _root(session, principal.identity_id), _root(session, other.identity_id)
+    repository.lock_identities(session, {my_root, their_root})
     repository.repoint_links(session, their_root, my_root)
     session.flush()
     audit.record(session, actor=principal.label, action="identity.linked", subject=f"identity/{my_root}",

@@ -92,14 +92,18 @@ def _discover(issuer: str) -> Provider:
         raise ProviderUnavailable(
             f"the identity provider's discovery document names the issuer {str(said)[:200]!r}, not "
             f"{issuer!r}", hint="Set LORAPLANE_SSO_ISSUER to exactly the issuer the provider names.")
+    # Its endpoints over https: over http, its keys and the client secret could be swapped or read
+    # on the way (an issuer on this machine, for tests and development, may use http).
+    schemes = ("https://",) if said.startswith("https://") else ("https://", "http://")
     fields = {}
     for name in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
         value = document.get(name)
-        if not isinstance(value, str) or not value.startswith(("https://", "http://")):
-            raise ProviderUnavailable(f"the identity provider's discovery document has no {name}",
-                                      hint="Check LORAPLANE_SSO_ISSUER.")
+        if not isinstance(value, str) or not value.startswith(schemes):
+            raise ProviderUnavailable(f"the identity provider's discovery document has no {name} "
+                                      f"over {' or '.join(s[:-3] for s in schemes)}", hint="Check the provider.")
         fields[name] = value
-    return Provider(issuer=issuer, **fields)
+    # The issuer exactly as the provider names it (a trailing slash and all): ID tokens carry it so.
+    return Provider(issuer=said, **fields)
 
 
 def _key_set(jwks_uri: str) -> KeySet:

@@ -14,10 +14,6 @@ def sso_identity(session: Session, issuer: str, subject: str) -> SsoIdentity | N
                                                     SsoIdentity.subject == subject))
 
 
-def sign_in_for_update(session: Session, state_hash: str) -> SsoSignIn | None:
-    return session.scalar(select(SsoSignIn).where(SsoSignIn.state_hash == state_hash).with_for_update())
-
-
 def exchange_for_update(session: Session, exchange_hash: str) -> SsoSignIn | None:
     return session.scalar(select(SsoSignIn).where(SsoSignIn.exchange_hash == exchange_hash).with_for_update())
 
@@ -33,3 +29,9 @@ def repoint_links(session: Session, old_root: int, new_root: int) -> None:
     """Every identity linked to `old_root` (and it) now links to `new_root`."""
     session.execute(update(Identity).where(Identity.same_as_id == old_root).values(same_as_id=new_root))
     session.execute(update(Identity).where(Identity.id == old_root).values(same_as_id=new_root))
+
+
+def lock_identities(session: Session, identity_ids: set[int]) -> None:
+    """Row locks on these identities, in id order (so two lockers never wait on each other)."""
+    session.execute(select(Identity.id).where(Identity.id.in_(sorted(identity_ids)))
+                    .order_by(Identity.id).with_for_update())

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
+import logging
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -21,11 +23,11 @@ from typing import Any
 
 from authlib.integrations.base_client.errors import OAuthError
 from authlib.integrations.httpx_client import OAuth2Client
-from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from itsdangerous import BadSignature, URLSafeTimedSerializer
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from registry import audit
+from registry import audit, keys
 from registry.auth import repository as auth_repository
 from registry.auth.principal import Role
 from registry.auth.tokens import TOKEN_PREFIX, hash_token
@@ -33,11 +35,12 @@ from registry.clock import aware
 from registry.errors import Forbidden, Unauthorized
 from registry.keys import Purpose, keys_for
 from registry.settings import get_settings
-from registry.sso import grants, id_tokens, identities, provider, repository
+from registry.sso import grants, id_tokens, identities, pkce, provider, repository
 from registry.sso.grants import Grant
 from registry.sso.id_tokens import START_AGAIN, SignInRefused
 from registry.tables import ApiToken, Identity, SsoSignIn, Tenant
 
+log = logging.getLogger(__name__)
 DASHBOARD, CLI = "dashboard", "cli"
 EXCHANGE_WINDOW = timedelta(minutes=2)  # from the provider's answer to the CLI's exchange
 MAX_STATE_CHARS = 128
@@ -71,46 +74,42 @@ class SignedOn:
     subject: str
 
 
-def begin(session: Session, *, redirect_uri: str, purpose: str, next_path: str | None = None,
-          cli_port: int | None = None, cli_challenge: str | None = None) -> Begun:
-    settings = get_settings()
+def begin(*, redirect_uri: str, purpose: str, next_path: str | None = None, cli_port: int | None = None,
+          cli_challenge: str | None = None) -> Begun:
+    """A sign-in's secrets, in the cookie only: nothing is stored until the provider answers."""
     found = provider.provider()
     state, nonce = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     verifier = secrets.token_urlsafe(64)
-    session.add(SsoSignIn(state_hash=_hash(state), purpose=purpose, cli_port=cli_port,
-                          cli_challenge=cli_challenge,
-                          expires_at=datetime.now(UTC) + timedelta(seconds=settings.sso_sign_in_ttl_s)))
-    session.flush()
     with _client(redirect_uri) as client:
         url, _ = client.create_authorization_url(found.authorization_endpoint, state=state, nonce=nonce,
                                                  code_verifier=verifier)
-    cookie = _serializer().dumps({"state": state, "nonce": nonce, "verifier": verifier, "next": next_path})
+    cookie = _serializer().dumps({"state": state, "nonce": nonce, "verifier": verifier, "next": next_path,
+                                  "purpose": purpose, "cli_port": cli_port, "cli_challenge": cli_challenge})
     return Begun(url, cookie)
 
 
 def consume(session: Session, *, state: str | None, cookie: str | None) -> Answer:
     """The sign-in the provider answered, used from now on; SignInRefused when the answer is
-    not this browser's, unknown, expired or replayed."""
+    not this browser's, expired or replayed. Its state is stored here, once: a second answer
+    with it meets the stored one."""
     if not state or len(state) > MAX_STATE_CHARS:
         raise SignInRefused("the identity provider's answer carries no sign-in state", code="sso_state_missing",
                             hint=START_AGAIN)
-    started = _unsigned(cookie)
-    if started is None or not hmac.compare_digest(str(started.get("state", "")), state):
+    started, signed_at = _unsigned(cookie)
+    if started is None or not hmac.compare_digest(str(started.get("state", "")).encode(errors="replace"),
+                                                  state.encode(errors="replace")):
         raise SignInRefused("this browser did not start the sign-in this answer is for (its sign-in "
                             "cookie is missing, expired or another sign-in's)", code="sso_state_not_this_browser",
                             hint=START_AGAIN)
-    row = repository.sign_in_for_update(session, _hash(state))
-    if row is None:
-        raise SignInRefused("this sign-in's state is unknown: it expired and was forgotten",
-                            code="sso_state_unknown", hint=START_AGAIN)
-    if row.used_at is not None:
+    row = SsoSignIn(state_hash=_hash(state), purpose=started["purpose"], cli_port=started.get("cli_port"),
+                    cli_challenge=started.get("cli_challenge"), used_at=datetime.now(UTC),
+                    expires_at=signed_at + timedelta(seconds=get_settings().sso_sign_in_ttl_s))
+    try:
+        with session.begin_nested():
+            session.add(row)
+    except IntegrityError:
         raise SignInRefused("this sign-in's state was already used: the provider's answer was replayed",
-                            code="sso_state_replayed", hint=START_AGAIN)
-    row.used_at = datetime.now(UTC)
-    session.flush()
-    if aware(row.expires_at) <= row.used_at:
-        raise SignInRefused(f"this sign-in took longer than {get_settings().sso_sign_in_ttl_s} s",
-                            code="sso_state_expired", hint=START_AGAIN)
+                            code="sso_state_replayed", hint=START_AGAIN) from None
     return Answer(row.id, row.purpose, str(started["nonce"]), str(started["verifier"]),
                   started.get("next"), row.cli_port)
 
@@ -146,13 +145,16 @@ def sign_on(session: Session, answer: Answer, *, code: str | None, redirect_uri:
     return SignedOn(identity, grant, tenant, name, found.issuer, claims["sub"])
 
 
+SESSION_TOKEN, LOGIN_TOKEN = "sso-session", "sso-login"  # ApiToken.origin
+
+
 def mint(session: Session, *, identity: Identity, name: str, role: Role, tenant: Tenant | None,
-         ttl: timedelta, how: dict[str, Any]) -> tuple[ApiToken, str]:
-    """A token of the signed-on identity, with the role its claims gave: origin "sso"."""
+         ttl: timedelta, origin: str, how: dict[str, Any]) -> tuple[ApiToken, str]:
+    """A token of the signed-on identity, with the role its claims gave."""
     plain = TOKEN_PREFIX + secrets.token_urlsafe(32)
     expires_at = datetime.now(UTC) + ttl
     row = ApiToken(token_hash=hash_token(plain), subject=name, identity_id=identity.id, role=role.value,
-                   tenant_id=tenant.id if tenant else None, expires_at=expires_at, origin="sso")
+                   tenant_id=tenant.id if tenant else None, expires_at=expires_at, origin=origin)
     session.add(row)
     session.flush()
     audit.record(session, actor=f"{name} (sign-on)", action="sso.signed_on", subject=f"identity/{identity.id}",
@@ -165,7 +167,7 @@ def mint(session: Session, *, identity: Identity, name: str, role: Role, tenant:
 def mint_signed_on(session: Session, signed_on: SignedOn, ttl: timedelta) -> tuple[ApiToken, str]:
     """A dashboard session's token, never shown."""
     return mint(session, identity=signed_on.identity, name=signed_on.name, role=signed_on.grant.role,
-                tenant=signed_on.tenant, ttl=ttl,
+                tenant=signed_on.tenant, ttl=ttl, origin=SESSION_TOKEN,
                 how={"purpose": DASHBOARD, "issuer": signed_on.issuer, "subject": signed_on.subject,
                      "mapping": signed_on.grant.rule})
 
@@ -180,6 +182,7 @@ def hold_for_cli(session: Session, answer: Answer, signed_on: SignedOn) -> str:
     row.tenant_id = signed_on.tenant.id if signed_on.tenant else None
     row.display_name = signed_on.name
     row.expires_at = datetime.now(UTC) + EXCHANGE_WINDOW
+    row.grant_seal = keys.sign(Purpose.SSO_EXCHANGE, _grant(row))
     session.flush()
     return exchange_code
 
@@ -199,7 +202,11 @@ def exchange(session: Session, *, exchange_code: str, code_verifier: str) -> Log
     if row is None or row.exchanged_at is not None or aware(row.expires_at) <= datetime.now(UTC) \
             or row.cli_challenge is None or row.identity_id is None or row.role is None:
         raise refused
-    if not hmac.compare_digest(row.cli_challenge, create_s256_code_challenge(code_verifier)):
+    if row.grant_seal is None or not keys.verifies_current(Purpose.SSO_EXCHANGE, _grant(row), row.grant_seal):
+        log.error("sign-in %s holds a grant this registry did not seal: it was written outside the "
+                  "registry, and grants nothing", row.id)
+        raise refused
+    if not hmac.compare_digest(row.cli_challenge, pkce.s256(code_verifier)):
         raise refused
     row.exchanged_at = datetime.now(UTC)
     identity = session.get(Identity, row.identity_id)
@@ -211,7 +218,7 @@ def exchange(session: Session, *, exchange_code: str, code_verifier: str) -> Log
                         hint="Ask a global admin to enable it.")
     token, plain = mint(session, identity=identity, name=row.display_name or identity.name,
                         role=Role(row.role), tenant=tenant,
-                        ttl=timedelta(seconds=get_settings().sso_cli_token_ttl_s),
+                        ttl=timedelta(seconds=get_settings().sso_cli_token_ttl_s), origin=LOGIN_TOKEN,
                         how={"purpose": CLI, "sign_in": row.id})
     return Login(token, plain, tenant.name if tenant else None)
 
@@ -256,14 +263,25 @@ def _serializer() -> URLSafeTimedSerializer:
     return URLSafeTimedSerializer(list(reversed(keys_for(Purpose.SSO_STATE))), salt="loraplane-sso")
 
 
-def _unsigned(cookie: str | None) -> dict[str, Any] | None:
+def _unsigned(cookie: str | None) -> tuple[dict[str, Any] | None, datetime]:
+    """The sign-in the cookie holds, and when it was signed."""
     if not cookie or len(cookie) > 2048:
-        return None
+        return None, datetime.now(UTC)
     try:
-        value = _serializer().loads(cookie, max_age=get_settings().sso_sign_in_ttl_s)
+        value, signed_at = _serializer().loads(cookie, max_age=get_settings().sso_sign_in_ttl_s,
+                                               return_timestamp=True)
     except BadSignature:
-        return None
-    return value if isinstance(value, dict) else None
+        return None, datetime.now(UTC)
+    if not isinstance(value, dict) or value.get("purpose") not in (DASHBOARD, CLI):
+        return None, datetime.now(UTC)
+    return value, signed_at
+
+
+def _grant(row: SsoSignIn) -> bytes:
+    """What a CLI's exchange trusts, as one message for its seal."""
+    return json.dumps([row.id, row.exchange_hash, row.identity_id, row.role, row.tenant_id, row.display_name,
+                       row.cli_challenge, aware(row.expires_at).astimezone(UTC).isoformat()],
+                      separators=(",", ":")).encode()
 
 
 def _hash(value: str) -> str:

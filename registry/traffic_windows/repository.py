@@ -37,3 +37,7 @@ def prune_windows(session: Session, before: datetime) -> int:
     # A DML statement's result is a CursorResult; Session.execute is typed as Result.
     result = cast("CursorResult[Any]", session.execute(delete(TrafficWindow).where(TrafficWindow.at < before)))
     return result.rowcount
+
+
+def all_windows(session: Session) -> list[TrafficWindow]:
+    return list(session.scalars(select(TrafficWindow).order_by(TrafficWindow.id)))

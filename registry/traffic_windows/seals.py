@@ -24,8 +24,14 @@ def seal(window: TrafficWindow) -> str:
 
 
 def holds(window: TrafficWindow) -> bool:
-    return window.seal is not None and keys.verifies(Purpose.TRAFFIC_WINDOWS, _message(window),
-                                                     window.seal)
+    return window.seal is not None and keys.verifies_current(Purpose.TRAFFIC_WINDOWS, _message(window),
+                                                             window.seal)
+
+
+def sealed_before(window: TrafficWindow) -> bool:
+    """Sealed under a previous LORAPLANE_SECRET_KEY: to seal again after a rotation."""
+    secret = None if window.seal is None else keys.matching(Purpose.TRAFFIC_WINDOWS, _message(window), window.seal)
+    return secret is not None and secret != keys.current_fingerprint()
 
 
 def _message(window: TrafficWindow) -> bytes:

@@ -52,6 +52,18 @@ def sealed_since(session: Session, pool_id: int, served_names: list[str],
     return sealed, len(windows) - len(sealed)
 
 
+def reseal(session: Session) -> int:
+    """After LORAPLANE_SECRET_KEY is rotated: the windows kept for canary analysis that were
+    sealed under the previous secret, sealed under the new one. Returns how many."""
+    resealed = 0
+    for window in repository.all_windows(session):
+        if seals.sealed_before(window):
+            window.seal = seals.seal(window)
+            resealed += 1
+    session.flush()
+    return resealed
+
+
 def prune(session: Session, *, keep_s: float) -> int:
     """Forget windows older than `keep_s`."""
     return repository.prune_windows(session, datetime.fromtimestamp(datetime.now(UTC).timestamp() - keep_s, UTC))

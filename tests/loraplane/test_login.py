@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.sso import authorize, person
+from tests.support.sso import authorize, confirm_cli, person, shown_code
 
 LORAPLANE = Path(sys.executable).parent / "loraplane"
 
@@ -33,8 +33,11 @@ def test_login_keeps_a_short_lived_token_of_the_person_that_commands_use(sso_reg
     try:
         assert login.stderr.readline().startswith("Sign in with Test IdP at:")
         address = login.stderr.readline().strip()
+        printed_code = login.stderr.readline().split("the code ")[1].rstrip(".\n")
         with httpx.Client() as browser:
-            answer = authorize(browser.get(address).headers["location"], "lin")
+            confirmation = browser.get(address)
+            assert shown_code(confirmation) == printed_code  # the person checks it is their command
+            answer = authorize(confirm_cli(browser, confirmation).headers["location"], "lin")
             handed = browser.get(answer)
             assert handed.status_code == 303 and handed.headers["location"].startswith("http://127.0.0.1:")
             assert "You are signed in to loraplane" in browser.get(handed.headers["location"]).text

@@ -55,17 +55,33 @@ def sign_in_error(page: httpx.Response) -> str:
 def login_token(registry_url: str, subject: str) -> str:
     """What `loraplane login` gets for `subject`: the CLI's sign-on, with its loopback address
     read from the redirect instead of served."""
-    import base64
-    import hashlib
     import secrets
 
+    from registry.sso.pkce import s256
+
     verifier = secrets.token_urlsafe(64)
-    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    challenge = s256(verifier)
     with httpx.Client(base_url=registry_url) as browser:
-        started = browser.get("/ui/sso/start", params={"cli_port": 40000, "cli_challenge": challenge})
+        started = confirm_cli(browser, browser.get("/ui/sso/start", params={"cli_port": 40000,
+                                                                             "cli_challenge": challenge}))
         handed = browser.get(authorize(started.headers["location"], subject))
     assert handed.status_code == 303, sign_in_error(handed) or handed.text[:300]
     code = httpx.URL(handed.headers["location"]).params["code"]
     login = httpx.post(f"{registry_url}/v1/sso/token", json={"exchange_code": code, "code_verifier": verifier})
     assert login.status_code == 200, login.text
     return login.json()["token"]
+
+
+def confirm_cli(browser: httpx.Client, page: httpx.Response) -> httpx.Response:
+    """Continue on the page that shows a CLI sign-on's confirmation code: the redirect to the
+    provider."""
+    assert page.status_code == 200, page.text[:300]
+    form = dict(re.findall(r'name="(csrf_token|cli_port|cli_challenge)" value="([^"]*)"', page.text))
+    continued = browser.post(str(page.url.copy_with(query=None)), data=form)
+    assert continued.status_code == 303, continued.text[:300]
+    return continued
+
+
+def shown_code(page: httpx.Response) -> str:
+    found = re.search(r'id="confirmation-code">([^<]+)<', page.text)
+    return found.group(1) if found else ""

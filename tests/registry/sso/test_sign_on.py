@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from registry.tables import ApiToken, AuditEvent, DashboardSession, Identity, SsoIdentity
-from tests.support.sso import authorize, person, sign_in_error, sign_on
+from tests.support.sso import authorize, confirm_cli, person, shown_code, sign_in_error, sign_on
 
 counter = itertools.count()
 
@@ -49,7 +49,7 @@ def test_a_mapped_person_signs_on_to_the_dashboard_as_their_identity(browser, oi
         sso = session.scalar(select(SsoIdentity).where(SsoIdentity.subject == who))
         assert sso.issuer == oidc_provider.url
         token = session.scalars(select(ApiToken).where(ApiToken.identity_id == sso.identity_id)).one()
-        assert (token.role, token.origin, token.revoked_at) == ("reviewer", "sso", None)
+        assert (token.role, token.origin, token.revoked_at) == ("reviewer", "sso-session", None)
         event = session.scalars(select(AuditEvent).where(AuditEvent.action == "sso.signed_on",
                                                          AuditEvent.subject == f"identity/{sso.identity_id}")).one()
     assert event.after["issuer"] == oidc_provider.url and event.after["subject"] == who
@@ -209,3 +209,77 @@ def test_sign_ins_that_can_no_longer_be_used_are_forgotten_and_others_kept(engin
     with Session(engine) as session:
         left = {row.state_hash.split("-")[0] for row in session.scalars(select(SsoSignIn))}
     assert "long" not in left and {"just", "open"} <= left
+
+
+def test_a_login_grant_written_in_the_database_grants_nothing(sso_registry, engine):
+    """A database writer's own row, with a code and verifier of their choosing, for a global admin."""
+    from datetime import UTC, datetime, timedelta
+    import hashlib
+
+    from devkit.units_of_work import unit_of_work
+    from registry.sso.pkce import s256
+    from registry.tables import SsoSignIn
+
+    code, verifier = "c" * 43, "v" * 64
+    with unit_of_work(engine) as session:
+        session.add(SsoSignIn(state_hash=uuid.uuid4().hex * 2, purpose="cli", cli_port=40000,
+                              cli_challenge=s256(verifier), used_at=datetime.now(UTC),
+                              expires_at=datetime.now(UTC) + timedelta(minutes=2),
+                              exchange_hash=hashlib.sha256(code.encode()).hexdigest(), identity_id=1,
+                              role="admin", tenant_id=None, display_name="root", grant_seal="0" * 64))
+    before = stored(engine)
+
+    refused = httpx.post(sso_registry.url + "/v1/sso/token", json={"exchange_code": code, "code_verifier": verifier})
+
+    assert refused.status_code == 401
+    assert refused.json()["error"]["message"] == "this login code is unknown, used, expired, or not this CLI's"
+    assert stored(engine) == before
+
+
+def test_a_cli_sign_on_shows_its_confirmation_code_and_continues_only_by_the_form(browser, oidc_provider):
+    from registry.sso.pkce import confirmation_code, s256
+
+    challenge = s256("a-verifier-" + "x" * 50)
+    page = browser.get("/ui/sso/start", params={"cli_port": 40123, "cli_challenge": challenge})
+
+    assert page.status_code == 200 and "loraplane_sso" not in browser.cookies  # nothing started yet
+    assert shown_code(page) == confirmation_code(challenge)
+    assert f"form-action 'self' {oidc_provider.url}" in page.headers["content-security-policy"]
+    forged = browser.post("/ui/sso/start", data={"cli_port": 40123, "cli_challenge": challenge,
+                                                 "csrf_token": "0" * 64})
+    assert forged.status_code == 403 and "CSRF token" in forged.text
+    assert "loraplane_sso" not in browser.cookies
+    assert confirm_cli(browser, page).headers["location"].startswith(f"{oidc_provider.url}/oauth2/authorize?")
+
+
+def test_where_people_must_sign_on_an_unlinked_person_token_is_refused_until_linked(
+        sso_registry, oidc_provider, admin, client_with, engine, tokens, monkeypatch):
+    from devkit.units_of_work import unit_of_work
+    from registry.auth import tokens as auth_tokens
+    from registry.errors import Unauthorized
+    from registry.settings import get_settings
+    from tests.support.nodes import issue_token
+    from tests.support.sso import login_token
+
+    old = issue_token(admin, f"pat-{next(counter)}", role="reviewer", tenant="acme")
+    who = subject()
+    person(oidc_provider.url, who, email="pat@example.com", groups=["acme-reviewers"])
+    signed_on = login_token(sso_registry.url, who)
+    monkeypatch.setenv("LORAPLANE_SSO_REQUIRED_FOR_PEOPLE", "true")
+    get_settings.cache_clear()
+    try:
+        with unit_of_work(engine) as session:
+            with pytest.raises(Unauthorized) as refused:
+                auth_tokens.authenticate(session, old)
+            assert refused.value.code == "sign_on_required"
+            assert refused.value.message == ("people sign on here, and this token's identity is not linked "
+                                             "to a sign-on")
+            assert auth_tokens.authenticate(session, signed_on).role == "reviewer"
+            assert auth_tokens.authenticate(session, tokens["global_admin"]).role == "admin"  # unaffected
+        linked = client_with(signed_on).post("/v1/identities/link", json={"token": old})
+        assert linked.status_code == 200, linked.text
+        with unit_of_work(engine) as session:
+            assert auth_tokens.authenticate(session, old).role == "reviewer"
+    finally:
+        monkeypatch.delenv("LORAPLANE_SSO_REQUIRED_FOR_PEOPLE")
+        get_settings.cache_clear()

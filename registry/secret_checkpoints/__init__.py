@@ -1,0 +1,1 @@
+"""Where each rotated-out LORAPLANE_SECRET_KEY stops being believed (service.py)."""
