@@ -23,7 +23,14 @@ class WorkerSettings(RegistrySettings):
         "The engine's --max-loras: how many versions one batch evaluates together."))
     engine_max_lora_rank: int = Field(default=16, ge=1, le=512)
     engine_dtype: Literal["float16", "bfloat16", "float32"] = "float32"
-    engine_request_timeout_s: float = Field(default=120, gt=0, le=3600)
+    engine_request_timeout_s: float = Field(default=120, gt=0, le=3600, description=(
+        "Longest wait for one engine request (a generation batch, a scoring request). Raise it "
+        "for long evaluations of a large base on a slow engine."))
+    parity_device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description=(
+        "Where the merged-weights parity reference runs: auto is the worker's GPU when it has one."))
+    parity_threads: int | None = Field(default=None, ge=1, le=1024, description=(
+        "CPU threads of the parity reference on the CPU. Empty means every core this process may "
+        "use (it runs at a lower priority than the engine it shares them with)."))
     engine_max_in_flight: int = Field(default=64, ge=1, le=4096, description=(
         "Prompts in flight at the engine (an evaluation's generations go 16 to a request); "
         "continuous batching does the rest."))
