@@ -14,11 +14,12 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+import httpx
 import typer
 
 from loraplane.cli_support import call, console, fail
 from loraplane_client import credentials
-from loraplane_client.connection import ClientSettings, checked, connect
+from loraplane_client.connection import ClientSettings, RegistryError, checked, connect
 from registry.sso import pkce
 
 DONE_PAGE = (b"<!doctype html><title>loraplane</title><p>You are signed in to loraplane. "
@@ -61,12 +62,22 @@ def login(
 
 
 def logout():
-    """Forget the token `loraplane login` kept for this registry (LORAPLANE_URL)."""
+    """Revoke the token `loraplane login` kept for this registry (LORAPLANE_URL), and forget it."""
     url = ClientSettings().url
-    if credentials.forget(url):
-        console.print(f"signed out of {url}: its token is forgotten here (it expires on its own)")
-    else:
-        console.print(f"no sign-in was kept for {url}")
+    saved = credentials.saved_token(url)
+    if saved is None:
+        credentials.forget(url)
+        console.print(f"no unexpired sign-in was kept for {url}")
+        return
+    try:
+        with connect(ClientSettings(url=url, token=saved)) as client:
+            token_id = checked(client.get("/v1/whoami"))["token_id"]
+            checked(client.post(f"/v1/tokens/{token_id}/revoke"))
+        revoked = "revoked and forgotten"
+    except (RegistryError, httpx.HTTPError) as error:
+        revoked = f"forgotten here, but not revoked ({error}): it expires on its own"
+    credentials.forget(url)
+    console.print(f"signed out of {url}: its token is {revoked}")
 
 
 def link_identity(

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.orm import Session
 
 from registry import audit, keys
+from registry.audit import sealed
 from registry.attestation_keys import repository
 from registry.attestation_keys.environment import EnvironmentKeyring, Ledger
 from registry.attestation_keys.keyring import get_keyring
@@ -24,6 +25,7 @@ from registry.settings import get_settings
 from registry.tables import AttestationKeyLedger
 
 log = logging.getLogger(__name__)
+ROTATED = "attestation_key.rotated"
 
 
 class LedgerUntrusted(Unavailable):
@@ -38,18 +40,36 @@ def adopt(session: Session, *, actor: str) -> Ledger | None:
         return None
     row = repository.ledger_for_update(session)
     stored = _trusted(row) if row is not None else None
+    _refuse_rollback(session, stored)
     ledger = _next(stored, keyring, datetime.now(UTC))
     if ledger != stored:
         _store(session, row, ledger)
-        if stored is not None and stored.current != ledger.current:
-            ends = ledger.trust_ends.get(stored.current)
-            audit.record(session, actor=actor, action="attestation_key.rotated",
+        retired = stored.current if stored is not None else next(iter(ledger.trust_ends), None)
+        if retired is not None and retired != ledger.current:  # a rotation (before the ledger, if stored is None)
+            ends = ledger.trust_ends.get(retired)
+            audit.record(session, actor=actor, action=ROTATED,
                          subject=f"attestation-key/{ledger.current}",
-                         after={"retired_key_id": stored.current, "key_id": ledger.current,
+                         after={"retired_key_id": retired, "key_id": ledger.current,
                                 "retired_key_trusted_until": ends.isoformat() if ends else None,
                                 "version": ledger.version, "source": "environment"})
     keyring.adopt(ledger)
     return ledger
+
+
+def _refuse_rollback(session: Session, stored: Ledger | None) -> None:
+    """The ledger's version never goes back: not by deleting the row (a first start again, with
+    fresh overlaps for every previous key), nor by putting an older sealed row back. The sealed
+    rotation events say how far it got."""
+    recorded = [event.after.get("version") for event in
+                sealed.newest_sealed(session, ROTATED, "attestation-key/").values()
+                if isinstance(event.after, dict) and event.after.get("source") == "environment"]
+    highest = max((v for v in recorded if isinstance(v, int)), default=0)
+    if highest > (stored.version if stored else 0):
+        raise LedgerUntrusted(
+            f"the attestation key ledger in the database is at version {stored.version if stored else 'none'}, "
+            f"but the audit log records a rotation to version {highest}: it was deleted or put back "
+            "from an older copy", hint="Restore the attestation_key_ledger row from the backup taken "
+            "with the audit log, or compare it with the attestation_key.rotated events.")
 
 
 def _next(stored: Ledger | None, keyring: EnvironmentKeyring, now: datetime) -> Ledger:

@@ -56,6 +56,13 @@ def test_login_keeps_a_short_lived_token_of_the_person_that_commands_use(sso_reg
     assert whoami.returncode == 0, whoami.stderr
     assert '"role": "uploader"' in whoami.stdout and '"tenant": "acme"' in whoami.stdout
 
+    logout = subprocess.run([str(LORAPLANE), "logout"], env=env, capture_output=True, text=True, timeout=60)
+    assert logout.returncode == 0, logout.stderr
+    assert "its token is revoked and forgotten" in " ".join((logout.stdout + logout.stderr).split())
+    assert sso_registry.url not in json.loads(kept.read_text())
+    kept_token = saved["token"]
+    assert httpx.get(sso_registry.url + "/v1/whoami", headers={"Authorization": f"Bearer {kept_token}"}).status_code == 401
+
     code = httpx.URL(handed.headers["location"]).params["code"]
     replayed = httpx.post(sso_registry.url + "/v1/sso/token",
                           json={"exchange_code": code, "code_verifier": "v" * 64})

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from devkit import services
@@ -140,3 +140,18 @@ def test_going_back_to_a_replaced_key_is_refused(deployment):
 
     assert f"LORAPLANE_ATTESTATION_PRIVATE_KEY is {kid(OLD)[:16]}…, a key this deployment rotated out" \
         in str(refused.value)
+
+
+def test_a_ledger_a_database_writer_deleted_stops_the_registry_from_starting(deployment):
+    bundle_of(deployment, OLD)
+    bundle_of(deployment, NEW, OLD)
+    engine = make_engine(deployment[0], pooled=False)
+    with Session(engine) as session, session.begin():
+        session.execute(delete(AttestationKeyLedger))  # a first start again, with fresh overlaps
+    engine.dispose()
+
+    with pytest.raises(RuntimeError) as refused:
+        start(deployment, NEW, OLD)
+
+    assert ("the attestation key ledger in the database is at version none, but the audit log records a "
+            "rotation to version 2: it was deleted or put back from an older copy") in str(refused.value)
