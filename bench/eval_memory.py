@@ -2,7 +2,7 @@
 seconds per adapter, for the in-place reference (workers/evaluation/parity.py) beside the copy per
 adapter it replaced (devkit/parity_oracle.py), and whether both give the same results.
 
-    ./dev bench eval_memory [--layers 16] [--adapters 4]
+    ./dev bench eval_memory [--layers 19] [--adapters 4]
 
 The bench builds a random-weight Llama of about one billion parameters (float32, about 4 GB) and
 K LoRA adapters of rank 16 on q_proj and v_proj, then runs each reference in a process of its own,
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,7 +31,7 @@ SEQUENCE, EXAMPLES, VOCAB = 48, 8, 32000
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--layers", type=int, default=19)  # 0.99 billion parameters
     parser.add_argument("--adapters", type=int, default=4)
     parser.add_argument("--measure", choices=["in_place", "copy"], help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
@@ -39,9 +40,12 @@ def main() -> None:
         print(json.dumps(_measure(args.measure, args.work)))
         return
     work = Path(tempfile.mkdtemp(prefix="loraplane-bench-eval-memory-"))
-    base_bytes = _build_large(work, args.layers, args.adapters)
-    measured = {method: _in_child(method, work) for method in ("in_place", "copy")}
-    tiny_equal = _tiny_equal(work, args.adapters)
+    try:
+        base_bytes = _build_large(work, args.layers, args.adapters)
+        measured = {method: _in_child(method, work) for method in ("in_place", "copy")}
+        tiny_equal = _tiny_equal(work, args.adapters)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # about 4 GB
     same_large = measured["in_place"]["results"] == measured["copy"]["results"]
     metrics = {
         "parity_peak_rss_over_base_bytes": round(measured["in_place"]["peak_rss"] / base_bytes, 3),
