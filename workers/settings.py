@@ -28,6 +28,9 @@ class WorkerSettings(RegistrySettings):
         "for long evaluations of a large base on a slow engine."))
     parity_device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description=(
         "Where the merged-weights parity reference runs: auto is the worker's GPU when it has one."))
+    parity_keep_base: bool = Field(default=True, description=(
+        "Keep the parity reference's base in memory between batches (it is loaded once per worker "
+        "process, as the engine's is). Off: loaded for each batch, and freed after it."))
     parity_threads: int | None = Field(default=None, ge=1, le=1024, description=(
         "CPU threads of the parity reference on the CPU. Empty means every core this process may "
         "use (it runs at a lower priority than the engine it shares them with)."))

@@ -45,3 +45,17 @@ def test_in_place_equals_a_copy_per_adapter_and_the_base_is_left_as_loaded(tiny_
     assert after.keys() == before.keys()
     assert all(torch.equal(after[name], tensor) for name, tensor in before.items())
     assert not any("lora" in name for name in after)
+
+
+def test_a_worker_keeps_one_reference_and_loads_it_again_after_a_comparison_failed(tiny_base, tmp_path):
+    from workers.evaluation.parity import kept_reference
+
+    kept = kept_reference(tiny_base, dtype="float32", device="cpu", threads=None, keep=True)
+    assert kept_reference(tiny_base, dtype="float32", device="cpu", threads=None, keep=True) is kept
+
+    with pytest.raises(Exception):  # no adapter there: peft refuses it, part way or not
+        kept.compare(tmp_path / "no-adapter", [])
+
+    fresh = kept_reference(tiny_base, dtype="float32", device="cpu", threads=None, keep=True)
+    assert fresh is not kept and not fresh.damaged
+    assert kept_reference(tiny_base, dtype="float32", device="cpu", threads=None, keep=False) is not fresh

@@ -34,7 +34,8 @@ from workers.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 RETRYING = "retrying: "  # how a released claim's reason starts
-# One thread, kept for the parity reference alone: it runs at a lower priority (see below).
+# One thread, kept for the parity reference alone, so the lease keeper and the event loop run
+# beside it; at a lower priority (see below).
 _PARITY_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parity",
                                     initializer=lambda: _yield_cpu_to_the_engine())
 
@@ -160,19 +161,15 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
             # Before the parity reference starts: the bursts' timings must not share the CPU.
             serving = await _measure_serving(client, info.served_base, batch, works, specs, loaded, halves,
                                              settings)
-            # The parity reference runs on the worker's CPU while the engine scores.
-            checking = asyncio.get_running_loop().run_in_executor(
+            # Prompt log-probabilities go to the engine one at a time (runner's note): only for
+            # the suites that measure reference_loglik.
+            scored = {suite_id for suite_id, spec in specs.items() if "reference_loglik" in spec}
+            await runner.score(client, info.served_base, {s: works[s] for s in scored},
+                               {e: v for e, v in loaded.items() if v[1] in scored}, batch)
+            # Then the parity reference, on every core: beside the scoring, it slowed each of the
+            # scoring's one-at-a-time requests more than it saved (bench/results/eval.json).
+            checks = await asyncio.get_running_loop().run_in_executor(
                 _PARITY_THREAD, _parity_all, batch, works, specs, loaded, halves, references, info, settings)
-            try:
-                # Prompt log-probabilities go to the engine one at a time (runner's note): only
-                # for the suites that measure reference_loglik.
-                scored = {suite_id for suite_id, spec in specs.items() if "reference_loglik" in spec}
-                await runner.score(client, info.served_base, {s: works[s] for s in scored},
-                                   {e: v for e, v in loaded.items() if v[1] in scored}, batch)
-            finally:
-                waited = time.perf_counter()
-                checks = await checking
-                batch.timings["parity_wait_s"] = time.perf_counter() - waited  # after the scoring
         finally:
             unloading = time.perf_counter()
             for served_name, _ in loaded.values():
@@ -238,16 +235,16 @@ def _load_suites(suite_ids: set[int]) -> tuple[dict[int, SuiteWork], dict[int, d
 def _parity_all(batch: BatchRun, works: dict[int, SuiteWork], specs: dict[int, dict],
                 loaded: dict[int, tuple[str, int]], halves: set[int], references: dict[int, Path],
                 info: EngineInfo, settings: WorkerSettings) -> dict[int, list[parity.ParityExample]]:
-    checks, reference, all_started = {}, None, time.perf_counter()
+    checks, all_started = {}, time.perf_counter()
     for evaluation_id, (_, suite_id) in loaded.items():
         side, work = batch.adapters[evaluation_id], works[suite_id]
         if "parity" not in specs[suite_id] or evaluation_id in halves or side.rejected:
             continue
         started = time.perf_counter()
-        reference = reference or parity.Reference(
+        reference = parity.kept_reference(
             settings.engine_model_dir or Path(info.model_dir), dtype=settings.engine_dtype,
             device=None if settings.parity_device == "auto" else settings.parity_device,
-            threads=settings.parity_threads)
+            threads=settings.parity_threads, keep=settings.parity_keep_base)
         checks[evaluation_id] = reference.compare(references[evaluation_id], [
             (t.prompt_ids, g.token_ids, g.logprobs) for t, g in zip(work.tokenized, side.generations, strict=False)])
         batch.timings[f"parity_s.{evaluation_id}"] = time.perf_counter() - started

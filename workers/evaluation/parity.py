@@ -44,6 +44,23 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+_kept: dict[tuple, Reference] = {}
+
+
+def kept_reference(model_dir: Path, *, dtype: str, device: str | None, threads: int | None,
+                   keep: bool) -> Reference:
+    """The reference of this base, loaded once per worker process while `keep` (the base then
+    stays in memory between batches, as the engine's does), else once per call."""
+    key = (str(model_dir), dtype, device, threads)
+    reference = _kept.get(key) if keep else None
+    if reference is None or reference.damaged:
+        _kept.clear()  # one base at a time
+        reference = Reference(model_dir, dtype=dtype, device=device, threads=threads)
+        if keep:
+            _kept[key] = reference
+    return reference
+
+
 class Reference:
     """The base, loaded once; each adapter is merged into it in place, then taken out exactly."""
 
@@ -59,6 +76,7 @@ class Reference:
             torch.set_num_threads(threads or usable_cores())
         self.base = AutoModelForCausalLM.from_pretrained(
             model_dir, dtype=getattr(torch, dtype), device_map=self.device).eval()
+        self.damaged = False  # a comparison failed part way: the base may not be as loaded
 
     def compare(self, adapter_dir: Path, items: list[tuple[list[int], list[int], list[float]]], *,
                 merge: bool = True) -> list[ParityExample]:
@@ -68,12 +86,15 @@ class Reference:
         embedding that the output layer shares)."""
         from peft import PeftModel
 
+        self.damaged = True  # until the base is back as it was
         model = PeftModel.from_pretrained(self.base, adapter_dir, torch_device=self.device)
         try:
             with _merged(model) if merge else _as_is():
-                return _score(model, items, self.device)
+                results = _score(model, items, self.device)
         finally:
             self.base = model.unload()  # the LoRA layers out again: the base as it was
+        self.damaged = False
+        return results
 
 
 def _score(model: Any, items: list[tuple[list[int], list[int], list[float]]], device: str) -> list[ParityExample]:
