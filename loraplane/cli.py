@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import typer
 
@@ -32,6 +33,10 @@ db_app = typer.Typer(help="Database migrations (Alembic).", no_args_is_help=True
 token_app = typer.Typer(help="API tokens (run where the registry's database is reachable).",
                         no_args_is_help=True)
 base_app = typer.Typer(help="Base models.", no_args_is_help=True)
+base_alias_app = typer.Typer(help=(
+    "Other names of a base: what adapters' configs may give as base_model_name_or_path."),
+    no_args_is_help=True)
+base_app.add_typer(base_alias_app, name="alias")
 pool_app = typer.Typer(help="Serving pools.", no_args_is_help=True)
 suite_app = typer.Typer(help="Eval suites: datasets, metrics and thresholds.", no_args_is_help=True)
 eval_app = typer.Typer(help="Evaluate adapter versions on a real vLLM.", no_args_is_help=True)
@@ -401,6 +406,45 @@ def base_model_register(
     body = {"name": name, "config": _call(lambda: json.loads(config.read_text())), "aliases": alias or []}
     with connect() as client:
         _print_json(_call(lambda: checked(client.post("/v1/base-models", json=body))))
+
+
+@base_alias_app.command("add")
+def base_model_alias_add(
+    name: str = typer.Argument(..., help="The registered base's name."),
+    alias: str = typer.Argument(..., help=(
+        "Another name adapters' adapter_config.json may give as base_model_name_or_path, such as "
+        "a hub id or the path they were trained from (1-200 printable characters).")),
+):
+    """Let adapters name a base by another name too (global admins). Refused (409) when the name
+    is already another base's name or alias."""
+    with connect() as client:
+        base = _call(lambda: checked(client.post(f"/v1/base-models/{_path(name)}/aliases", json={"alias": alias})))
+    console.print(f"base model {base['name']} is also known as {alias!r}")
+    _print_json(_without_modules(base))
+
+
+@base_alias_app.command("remove")
+def base_model_alias_remove(
+    name: str = typer.Argument(..., help="The registered base's name."),
+    alias: str = typer.Argument(..., help="The alias to drop."),
+):
+    """Stop accepting an alias in uploads (global admins). Versions uploaded under it keep their
+    base."""
+    with connect() as client:
+        base = _call(lambda: checked(client.delete(f"/v1/base-models/{_path(name)}/aliases/{_path(alias)}")))
+    console.print(f"base model {base['name']} is no longer known as {alias!r}")
+    _print_json(_without_modules(base))
+
+
+def _path(text: str) -> str:
+    """A base's name or alias inside a URL path: hub ids and paths keep their '/', and nothing
+    else in them (?, #, %, spaces) is read as part of the URL."""
+    return quote(text, safe="/")
+
+
+def _without_modules(base: dict) -> dict:
+    """A base as the alias commands print it: its module table is long, and did not change."""
+    return {key: value for key, value in base.items() if key != "modules"}
 
 
 @pool_app.command("create")

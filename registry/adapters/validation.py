@@ -42,8 +42,9 @@ def resolve_base(session: Session, spec: LoraSpec, requested: str | None) -> Tar
                 f"adapter_config.json: base_model_name_or_path {spec.base_model_name!r} "
                 "is not a registered base model",
                 code="unknown_base_model",
-                hint="Register the base (POST /v1/base-models) with this name as an alias, "
-                "or pass base_model.",
+                hint="Pass base_model, or have a global admin add this name as an alias of "
+                f"the base it was trained on: loraplane base-model alias add BASE {spec.base_model_name!r} "
+                "(POST /v1/base-models/BASE/aliases).",
             )
         return _target(session, claimed)
     refuse_control_characters(requested, "base_model")
@@ -56,7 +57,9 @@ def resolve_base(session: Session, spec: LoraSpec, requested: str | None) -> Tar
             f"adapter_config.json: base_model_name_or_path {spec.base_model_name!r} does not match "
             f"the target base model {target.name!r} or its aliases",
             code="wrong_base_model",
-            hint="Upload the adapter for the base it was trained on, or add the name as an alias.",
+            hint="Upload the adapter for the base it was trained on. If it was trained on "
+            f"{target.name!r} under that name, a global admin adds it as an alias: loraplane "
+            f"base-model alias add {target.name} {spec.base_model_name!r}.",
         )
     return _target(session, target)
 

@@ -2,13 +2,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import or_, select, text
 from sqlalchemy.dialects.postgresql import insert as postgres_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from registry.pagination import fetch_page
 from registry.tables import BaseModel, BaseModelAlias, ModuleTableRow
+
+# Any constant other locks do not use: it serializes every change to the names bases are known
+# by, so a registration and an alias added at once cannot both take one name.
+NAMES_LOCK = 7_260_101
+
+
+def lock_names(session: Session) -> None:
+    """Held until the transaction ends (PostgreSQL; SQLite has one writer at a time anyway)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": NAMES_LOCK})
 
 
 def by_name(session: Session, name: str) -> BaseModel | None:
@@ -23,6 +33,11 @@ def by_name_or_alias(session: Session, name: str) -> BaseModel | None:
 def aliases_of(session: Session, base_model_id: int) -> list[str]:
     query = select(BaseModelAlias.alias).where(BaseModelAlias.base_model_id == base_model_id)
     return sorted(session.scalars(query))
+
+
+def alias_row(session: Session, base_model_id: int, alias: str) -> BaseModelAlias | None:
+    return session.scalar(select(BaseModelAlias).where(BaseModelAlias.base_model_id == base_model_id,
+                                                       BaseModelAlias.alias == alias))
 
 
 def name_taken(session: Session, names: list[str]) -> str | None:

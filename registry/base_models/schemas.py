@@ -38,3 +38,10 @@ class BaseModelOut(BaseModel):
     transformers: str = Field(description="The transformers version that derived the module table.")
     modules: list[ModuleOut] = Field(description="Every module and parameter a LoRA can target.")
     created_at: datetime
+
+
+class AliasAdd(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    alias: str = Field(min_length=1, max_length=200, description=(
+        "Another name adapters may use in base_model_name_or_path (a hub id or a path): 1-200 "
+        "printable characters, not the name or an alias of another base."))

@@ -16,9 +16,8 @@ def register(session: Session, spec: BaseModelCreate, *, actor: str) -> BaseMode
     config_checks.check(spec.config)
     aliases = sorted(set(spec.aliases) - {spec.name})
     for alias in aliases:
-        if not alias.strip() or len(alias) > 200 or not alias.isprintable():
-            raise Unprocessable(f"alias {alias!r} is not valid", code="invalid_alias",
-                                hint="Use 1-200 printable characters.")
+        check_alias(alias)
+    repository.lock_names(session)
     taken = repository.name_taken(session, [spec.name, *aliases])
     if taken is not None:
         raise Conflict(f"base model name {taken!r} is already registered", code="already_exists",
@@ -33,6 +32,75 @@ def register(session: Session, spec: BaseModelCreate, *, actor: str) -> BaseMode
     session.flush()
     return audit.record_created(session, to_out(session, row), actor=actor,
                                 action="base_model.register", subject=f"base-model/{row.name}")
+
+
+def check_alias(alias: str) -> str:
+    """An alias is what adapters' configs write in base_model_name_or_path: a hub id or a path."""
+    if not alias.strip() or len(alias) > 200 or not alias.isprintable():
+        raise Unprocessable(f"alias {alias!r} is not valid", code="invalid_alias",
+                            hint="Use 1-200 printable characters.")
+    return alias
+
+
+def add_alias(session: Session, name: str, alias: str, *, actor: str) -> tuple[BaseModelOut, bool]:
+    """Let adapters name the base `alias` too. Whether it was added: adding one the base already
+    has changes nothing. A name another base is known by is refused (409)."""
+    check_alias(alias)
+    repository.lock_names(session)
+    row = get(session, name)
+    before = repository.aliases_of(session, row.id)
+    if alias in before:
+        return to_out(session, row), False
+    if alias == row.name:
+        raise Conflict(f"{alias!r} is already the name of base model {row.name!r}", code="alias_taken",
+                       hint="Adapters may already use it in base_model_name_or_path.")
+    holder = repository.by_name_or_alias(session, alias)
+    if holder is not None:
+        what = "the name" if holder.name == alias else "an alias"
+        raise Conflict(f"{alias!r} is already {what} of base model {holder.name!r}", code="alias_taken",
+                       hint="A name may point at one base only: remove it there first "
+                            f"(loraplane base-model alias remove {holder.name} {alias}), if it "
+                            "really names this base.")
+    session.add(BaseModelAlias(alias=alias, base_model_id=row.id))
+    session.flush()
+    audit.record(session, actor=actor, action="base_model.alias.add", subject=f"base-model/{row.name}",
+                 before={"aliases": before}, after={"aliases": sorted([*before, alias])})
+    return to_out(session, row), True
+
+
+def remove_alias(session: Session, name: str, alias: str, *, actor: str) -> BaseModelOut:
+    """Stop accepting `alias` for the base. Versions already uploaded under it keep their base."""
+    repository.lock_names(session)
+    row, held = _alias_of(session, name, alias)
+    before = repository.aliases_of(session, row.id)
+    session.delete(held)
+    session.flush()
+    audit.record(session, actor=actor, action="base_model.alias.remove", subject=f"base-model/{row.name}",
+                 before={"aliases": before}, after={"aliases": [a for a in before if a != held.alias]})
+    return to_out(session, row)
+
+
+def _alias_of(session: Session, name: str, alias: str) -> tuple[BaseModel, BaseModelAlias]:
+    """The base and its alias row, named by a URL path `{name}/aliases/{alias}`. Both may hold
+    '/' (hub ids, paths), so the router's split at the last '/aliases/' may be the wrong one:
+    every split is tried, and one naming two different pairs is refused rather than guessed."""
+    path = f"{name}/aliases/{alias}"
+    found = []
+    for start in range(len(path)):
+        if path.startswith("/aliases/", start):
+            base_name, alias_name = path[:start], path[start + len("/aliases/"):]
+            base = repository.by_name(session, base_name)
+            held = None if base is None else repository.alias_row(session, base.id, alias_name)
+            if base is not None and held is not None:
+                found.append((base, held))
+    if len(found) > 1:
+        raise Conflict(f"the path names {len(found)} base models' aliases", code="ambiguous_alias",
+                       hint="Remove one of them with a base name and alias that hold no '/aliases/'.")
+    if not found:
+        get(session, name)  # 404 for a base that does not exist
+        raise NotFound(f"base model {name!r} has no alias {alias!r}", code="alias_not_found",
+                       hint=f"Its aliases are listed by GET /v1/base-models/{name}.")
+    return found[0]
 
 
 def get(session: Session, name: str) -> BaseModel:

@@ -131,6 +131,10 @@ ENDPOINTS = {
     "GET /v1/base-models/{name}": [(lambda w: ("GET", "/v1/base-models/tiny-llama", {}), ANY_TOKEN)],
     "POST /v1/base-models": [(lambda w: ("POST", "/v1/base-models", {
         "json": {"name": unique("base"), "config": w["config"]}}), GLOBAL_ADMIN_ONLY)],
+    "POST /v1/base-models/{name}/aliases": [(lambda w: ("POST", "/v1/base-models/tiny-llama/aliases", {
+        "json": {"alias": unique("matrix-alias")}}), GLOBAL_ADMIN_ONLY)],
+    "DELETE /v1/base-models/{name}/aliases/{alias}": [
+        (lambda w: ("DELETE", "/v1/base-models/tiny-llama/aliases/never-added", {}), expect(403, global_admin=404))],
     "GET /v1/pools": [(lambda w: ("GET", "/v1/pools", {}), ANY_TOKEN)],
     "GET /v1/pools/{name}": [(lambda w: ("GET", "/v1/pools/serving", {}), ANY_TOKEN)],
     "POST /v1/pools": [(lambda w: ("POST", "/v1/pools", {"json": {
