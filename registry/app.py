@@ -34,6 +34,7 @@ from registry.eval_suites.endpoints import router as eval_suites
 from registry.evaluation_policies.endpoints import router as evaluation_policies
 from registry.evaluations.endpoints import router as evaluations
 from registry.input_guard import ControlCharacterGuard
+from registry.lifecycle.endpoints import router as lifecycle
 from registry.limits import BodySizeLimitMiddleware
 from registry.metrics import MetricsMiddleware
 from registry.nodes.endpoints import router as nodes
@@ -108,7 +109,7 @@ def create_app() -> FastAPI:
     app.state.begin_work = partial(UnitOfWork.begin, wake=long_polls.wake)
     for router in (auth, sso, tenants, signing_keys, base_models, pools, eval_suites, adapters, evaluation_policies,
                    uploads, evaluations, promotions, canaries, active_set, nodes, placement, sizing, webhooks, audit,
-                   attestations, artifacts, ops):
+                   attestations, artifacts, ops, lifecycle):
         app.include_router(router)
     app.add_middleware(BodySizeLimitMiddleware, max_upload_bytes=get_settings().max_upload_bytes)
     app.add_middleware(ControlCharacterGuard)

@@ -111,6 +111,12 @@ class RegistrySettings(BaseSettings):
     retire_grace_s: float = Field(default=30.0, ge=0, le=86400, description=(
         "A version that lost its last alias stays in the active set this long after every live "
         "node applied the change, so requests already in flight finish on it."))
+    blob_gc_grace_s: float = Field(default=7 * 86400, ge=60, le=365 * 86400, description=(
+        "A stored blob that nothing names any more (its versions deleted, or an upload that "
+        "failed after storing it) is collected by the housekeeper once it has stayed unnamed, "
+        "and unwritten, this long."))
+    blob_gc_every_s: float = Field(default=3600, ge=10, le=7 * 86400, description=(
+        "How often the housekeeper looks for blobs to collect."))
     node_stale_after_s: float = Field(default=60.0, ge=1, le=86400, description=(
         "A node that has not reported for this long is shown as stale and no longer counted."))
     traffic_stale_after_s: float = Field(default=120.0, ge=1, le=86400, description=(

@@ -221,6 +221,11 @@ class Adapter(Base):
         ForeignKey("identities.id", name="fk_adapters_policy_proposer_identity"))
     policy_proposed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = created_at_column()
+    # active | retired (no new version, none promoted) | deleted (its versions' blobs released);
+    # the name is never reused (registry/adapters/rules.py, registry/lifecycle/).
+    state: Mapped[str] = mapped_column(String(16), server_default="active", index=True)
+    retired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class AdapterVersion(Base):
@@ -251,6 +256,18 @@ class AdapterVersion(Base):
     # and manifest, and the transform (scaling_fold.TRANSFORM). None: served as uploaded.
     derived_from: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = created_at_column()
+    # Set as `state` becomes retired or deleted (registry/adapters/rules.py).
+    retired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class BlobGcMark(Base):
+    """A stored blob that nothing referenced when the collector last looked, and since when: it
+    is collected once it has stayed unreferenced for the grace period (registry/blob_gc/)."""
+
+    __tablename__ = "blob_gc_marks"
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    unreferenced_since: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class EvalSuite(Base):

@@ -1,5 +1,5 @@
-"""The housekeeping worker: webhook deliveries, and canary analysis on a schedule. It needs no
-engine, only the registry's settings, and runs with `loraplane housekeeper`."""
+"""The housekeeping worker: webhook deliveries, and canary analysis and blob collection on a
+schedule. It needs no engine, only the registry's settings, and runs with `loraplane housekeeper`."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import time
 from celery import Celery
 from celery.signals import worker_ready
 
+from registry.blob_gc import service as blob_gc
 from registry.canaries import repository as canary_repository
 from registry.canaries import service as canaries
-from registry.unit_of_work import transaction
+from registry.storage import get_store
+from registry.unit_of_work import UnitOfWork, transaction
 from registry.traffic_windows import service as traffic_windows
 from registry.settings import get_settings
 from registry.sso import sign_ins
@@ -53,6 +55,7 @@ SWEEP_EVERY_S = 60
 def start_sweeping(**_) -> None:
     threading.Thread(target=_sweep_forever, name="webhook-sweep", daemon=True).start()
     threading.Thread(target=_judge_canaries_forever, name="canary-analysis", daemon=True).start()
+    threading.Thread(target=_collect_blobs_forever, name="blob-collector", daemon=True).start()
 
 
 def _judge_canaries_forever() -> None:
@@ -96,3 +99,17 @@ def _sweep_forever() -> None:
         except Exception:  # the database or broker is away: try again next round
             log.exception("webhook sweep failed")
         time.sleep(SWEEP_EVERY_S)
+
+
+def _collect_blobs_forever() -> None:
+    """Collect the blobs nothing has named for LORAPLANE_BLOB_GC_GRACE_S (registry/blob_gc). A
+    round is safe to repeat, to stop anywhere, and to run beside another housekeeper's."""
+    settings = get_settings()
+    while True:
+        try:
+            collected = blob_gc.collect(UnitOfWork.begin, get_store(), grace_s=settings.blob_gc_grace_s)
+            log.info("blob collection: %d listed, %d newly unreferenced, %d collected",
+                     collected.listed, collected.marked, len(collected.collected))
+        except Exception:  # the database or the store is away: try again next round
+            log.exception("blob collection round failed")
+        time.sleep(settings.blob_gc_every_s)

@@ -28,12 +28,18 @@ Number = Path(ge=1, le=2**31 - 1)
 def list_adapters(
     tenant: str | None = Query(None, max_length=64),
     base_model: str | None = Query(None, max_length=200),
+    q: str | None = Query(None, max_length=64, description="A substring of the adapter's name."),
+    state: str | None = Query(None, max_length=16, description="active, retired or deleted."),
+    pool: str | None = Query(None, max_length=64, description=(
+        "Only adapters a version of which the pool serves or is still retiring.")),
     page: PageRequest = Paging,
     principal: Principal = Depends(authenticated),
     session: Session = RequestSession,
 ):
+    """A tenant's people see their own tenant's adapters; a global admin every tenant's."""
     return Page.of(service.list_adapters(session, principal, tenant=tenant, base_model=base_model,
-                                         limit=page.limit, cursor=page.cursor))
+                                         limit=page.limit, cursor=page.cursor, name_contains=q,
+                                         state=state, pool=pool))
 
 
 @router.get("/{tenant}/{name}", response_model=AdapterOut)

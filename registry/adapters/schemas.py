@@ -51,6 +51,10 @@ class VersionOut(BaseModel):
     # above are what nodes serve, this is what was uploaded.
     derived_from: DerivedFromOut | None = None
     created_at: datetime
+    # Set once the version is retired or deleted (state says which it is now). A deleted
+    # version's files, derived_from files, signature and model card are no longer kept.
+    retired_at: datetime | None = None
+    deleted_at: datetime | None = None
 
 
 class AdapterOut(BaseModel):
@@ -58,7 +62,10 @@ class AdapterOut(BaseModel):
     name: str
     base_model: str
     latest_version: int | None
+    state: str = "active"  # active | retired | deleted
     created_at: datetime
+    retired_at: datetime | None = None
+    deleted_at: datetime | None = None
 
 
 class DownloadFile(ManifestFile):

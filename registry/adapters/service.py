@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from registry import audit
-from registry.adapters import artifact, model_card, repository, upload_signature, validation
+from registry.adapters import artifact, model_card, repository, rules, upload_signature, validation
 from registry.adapters.lora_layout import LoraLayout
 from registry.adapters.peft_config import LoraSpec
 from registry.adapters.receive import WEIGHTS_SHA256_FIELD, ReceivedUpload
@@ -16,7 +16,7 @@ from registry.adapters.schemas import AdapterOut, DownloadFile, DownloadOut, Ver
 from registry.adapters.upload_files import AdapterFiles
 from registry.adapters.validation import TargetBase
 from registry.auth.principal import Principal, Role
-from registry.errors import NotFound, Unprocessable
+from registry.errors import Conflict, NotFound, Unprocessable
 from registry.names import check_name
 from registry.rows import existing
 from registry.settings import RegistrySettings
@@ -47,6 +47,7 @@ def upload_target(session: Session, *, tenant: str, name: str, spec: LoraSpec,
     base = validation.resolve_base(session, spec, base_model)
     existing = repository.adapter_by_name(session, tenant_row.id, name)
     if existing is not None:
+        rules.require_open(existing, f"{tenant}/{name}")
         _check_same_base(existing, base, tenant, name)
     return UploadTarget(tenant_id=tenant_row.id, tenant=tenant, name=name, base=base,
                         signing=upload_policy(session, tenant_row))
@@ -60,8 +61,14 @@ def record_version(session: Session, principal: Principal, target: UploadTarget,
     it was derived from, if it is not the upload itself. Returns (version, created)."""
     adapter = repository.lock_or_create_adapter(session, target.tenant_id, target.name, target.base.id)
     _check_same_base(adapter, target.base, target.tenant, target.name)  # another upload may have won
+    rules.require_open(adapter, f"{target.tenant}/{target.name}")  # retired meanwhile
     digest = manifest_digest(manifest)
     same = repository.version_by_digest(session, adapter.id, digest)
+    if same is not None and same.state == rules.DELETED:
+        raise Conflict(f"these bytes were {target.tenant}/{target.name}@{same.number}, which was "
+                       "deleted", code="version_deleted",
+                       hint="A deleted version stays deleted and its name is never reused for "
+                            "other bytes; upload under a new adapter name.")
     if same is not None:
         return version_out(session, same), False
     version = AdapterVersion(
@@ -153,17 +160,26 @@ def _check_same_base(adapter: Adapter, base: TargetBase, tenant: str, name: str)
 
 
 def list_adapters(session: Session, principal: Principal, *, tenant: str | None,
-                  base_model: str | None, limit: int, cursor: str | None):
+                  base_model: str | None, limit: int, cursor: str | None,
+                  name_contains: str | None = None, state: str | None = None,
+                  pool: str | None = None):
+    """A page of adapters, oldest first: a tenant's people see their own tenant's only.
+    `name_contains` is matched literally, `state` is one of rules.ADAPTER_STATES, and `pool`
+    keeps the adapters a version of which the pool serves or is still retiring."""
     principal.require(READERS, tenant)
     tenant = tenant if principal.is_global_admin else principal.tenant
+    if state is not None and state not in rules.ADAPTER_STATES:
+        raise Unprocessable(f"state {state[:32]!r} is not an adapter state",
+                            code="invalid_state", hint=f"Use one of {', '.join(rules.ADAPTER_STATES)}.")
     rows, next_cursor = repository.page_of_adapters(
-        session, tenant=tenant, base_model=base_model, limit=limit, cursor=cursor)
-    return [_adapter_out(session, row) for row in rows], next_cursor
+        session, tenant=tenant, base_model=base_model, limit=limit, cursor=cursor,
+        name_contains=(name_contains or "").strip().lower() or None, state=state, pool=pool)
+    return [adapter_out(session, row) for row in rows], next_cursor
 
 
 def get_adapter(session: Session, principal: Principal, tenant: str, name: str) -> AdapterOut:
     principal.require(READERS, tenant)
-    return _adapter_out(session, find_adapter(session, tenant, name))
+    return adapter_out(session, find_adapter(session, tenant, name))
 
 
 def list_versions(session: Session, principal: Principal, tenant: str, name: str, *,
@@ -182,7 +198,9 @@ def get_version(session: Session, principal: Principal, tenant: str, name: str, 
 
 def card_of(session: Session, principal: Principal, tenant: str, name: str, number: int) -> str:
     principal.require(READERS, tenant)
-    card = find_version(session, tenant, name, number).model_card
+    version = find_version(session, tenant, name, number)
+    _refuse_deleted(version, f"{tenant}/{name}@{number}")
+    card = version.model_card
     if card is None:
         raise NotFound(f"{tenant}/{name}@{number} was uploaded without a model card",
                        code="model_card_not_found",
@@ -196,6 +214,7 @@ def download(session: Session, store: ArtifactStore, settings: RegistrySettings,
     was derived from its upload)."""
     principal.require(READERS, tenant)
     version = find_version(session, tenant, name, number)
+    _refuse_deleted(version, f"{tenant}/{name}@{number}")
     digest, files = version.digest, version.files
     if uploaded and version.derived_from is not None:
         digest, files = version.derived_from["digest"], version.derived_from["files"]
@@ -238,13 +257,23 @@ def find_version(session: Session, tenant: str, name: str, number: int) -> Adapt
     return row
 
 
-def _adapter_out(session: Session, row: Adapter) -> AdapterOut:
+def _refuse_deleted(version: AdapterVersion, served_name: str) -> None:
+    if version.state == rules.DELETED:
+        raise Conflict(f"{served_name} was deleted: its files are no longer kept",
+                       code="version_deleted",
+                       hint="Its record and audit trail remain (GET the version, or the audit log).")
+
+
+def adapter_out(session: Session, row: Adapter) -> AdapterOut:
     return AdapterOut(
         tenant=existing(session, Tenant, row.tenant_id).name,
         name=row.name,
         base_model=existing(session, BaseModel, row.base_model_id).name,
         latest_version=repository.latest_version_number(session, row.id),
+        state=row.state,
         created_at=row.created_at,
+        retired_at=row.retired_at,
+        deleted_at=row.deleted_at,
     )
 
 
@@ -270,6 +299,8 @@ def version_out(session: Session, row: AdapterVersion) -> VersionOut:
         upload_signature=row.upload_signature,
         derived_from=row.derived_from,
         created_at=row.created_at,
+        retired_at=row.retired_at,
+        deleted_at=row.deleted_at,
     )
 
 

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from registry import audit
 from registry.adapters.artifact import blob_key
+from registry.blob_gc import service as blob_gc
 from registry.base_models import service as base_models
 from registry.errors import Conflict, NotFound, Unprocessable
 from registry.eval_suites import repository
@@ -53,6 +54,9 @@ def create(session: Session, store: ArtifactStore, spec: SuiteCreate, principal:
                        hint="Suites are immutable; create one under a new name.")
     data = dataset_bytes(spec.examples)
     sha256 = hashlib.sha256(data).hexdigest()
+    # Under the blob's lock until commit: the collector cannot take it between the put (skipped
+    # when the same bytes are stored) and the row that names it.
+    blob_gc.hold(session, store, [sha256])
     store.put_bytes(blob_key(sha256), data)  # content-addressed: a rollback leaves a reusable blob
     row = EvalSuite(
         name=ref, tenant_id=tenant.id if tenant else None, base_model_id=base.id, dataset_sha256=sha256,

@@ -6,6 +6,8 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from registry import audit, pending_work
+from registry.adapters import repository as adapter_rows
+from registry.adapters import rules as lifecycle
 from registry.adapters import service as adapters
 from registry.auth.principal import Principal, Role
 from registry.errors import NotFound, Unprocessable
@@ -30,7 +32,7 @@ def request(session: Session, principal: Principal, tenant: str, name: str, numb
     time; with `again`, only an unfinished one is. With `against`, the incumbent version is
     evaluated beside it in one batch."""
     principal.require(REQUESTERS, tenant)
-    version = adapters.find_version(session, tenant, name, number)
+    version = _live(session, adapters.find_version(session, tenant, name, number), tenant, name)
     adapter = existing(session, Adapter, version.adapter_id)
     suite = suites.usable_for(session, suite_name, adapter.tenant_id)
     if suite.base_model_id != adapter.base_model_id:
@@ -46,12 +48,20 @@ def request(session: Session, principal: Principal, tenant: str, name: str, numb
     if against == number:
         raise Unprocessable(f"{tenant}/{name}@{number} cannot be compared with itself",
                             code="same_version", hint="Name the version it would replace in `against`.")
-    incumbent = adapters.find_version(session, tenant, name, against)
+    incumbent = _live(session, adapters.find_version(session, tenant, name, against), tenant, name)
     reused = _reusable(repository.latest_unfailed_pair(session, version.id, suite.id, incumbent.id), again)
     if reused is None:
         quotas.check_waiting(session, adapter.tenant_id, tenant, adding=2)
     row = reused or create_pair(session, version, incumbent, suite, actor=principal.label)
     return to_out(session, row), reused is None
+
+
+def _live(session: Session, version: AdapterVersion, tenant: str, name: str) -> AdapterVersion:
+    """The version under a shared lock, once it is neither retired nor deleted (retiring takes
+    the lock exclusively: registry/lifecycle)."""
+    (locked,) = adapter_rows.lock_versions(session, [version.id], shared=True)
+    lifecycle.require_live(locked, f"{tenant}/{name}@{locked.number}", "evaluated")
+    return locked
 
 
 def _reusable(existing: Evaluation | None, again: bool) -> Evaluation | None:
@@ -113,9 +123,10 @@ def create(session: Session, version: AdapterVersion, suite: EvalSuite, *, actor
 
 
 def sync_version_state(session: Session, version: AdapterVersion) -> None:
-    """A version is evaluating while any of its evaluations is unfinished, then evaluated."""
+    """A version is evaluating while any of its evaluations is unfinished, then evaluated; a
+    retired or deleted one stays so."""
     states = repository.states_of_version(session, version.id)
-    if states:
+    if states and version.state not in lifecycle.ENDED:
         version.state = VERSION_EVALUATED if states <= rules.FINISHED else VERSION_EVALUATING
 
 

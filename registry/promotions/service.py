@@ -11,6 +11,8 @@ from registry.active_set import signed_set
 from registry.active_set.writing import changes
 from registry.active_set.writing.change import ActiveSetChange
 from registry.pool_lookup import CANARY, PRODUCTION, pool_by_name
+from registry.adapters import repository as adapter_rows
+from registry.adapters import rules as lifecycle
 from registry.adapters import service as adapters
 from registry.attestations import evaluated
 from registry.auth.principal import Principal, Role
@@ -30,8 +32,8 @@ def request(session: Session, principal: Principal, pool_name: str, spec: Promot
     tenant, name = spec.adapter.split("/")
     principal.require(REQUESTERS, tenant)
     pool = pool_by_name(session, pool_name)
-    target = _target(session, pool, adapters.find_version(session, tenant, name, spec.version),
-                     spec.alias, spec.weight)
+    version = _promotable(session, adapters.find_version(session, tenant, name, spec.version))
+    target = _target(session, pool, version, spec.alias, spec.weight)
     results = gates.check(session, target)
     _refuse_if_blocked(gates.blocking(results), f"{target.served_name} cannot be promoted to "
                        f"{pool.name}:{spec.alias}")
@@ -66,7 +68,7 @@ def approve(session: Session, principal: Principal, promotion_id: int, comment: 
     _refuse_if_blocked(gates.blocking([four_eyes]),
                        f"promotion {promotion.id} cannot be approved by {principal.subject}", status=403)
     pool = existing(session, Pool, promotion.pool_id)
-    version = existing(session, AdapterVersion, promotion.version_id)
+    version = _promotable(session, existing(session, AdapterVersion, promotion.version_id))
     evaluated.check_seen(version, adapters.version_out(session, version).served_name, seen_digest)
     target = _target(session, pool, version, promotion.alias, promotion.weight)
     results = gates.check(session, target)
@@ -138,6 +140,8 @@ def _roll_back(session: Session, principal: Principal, pool: Pool, adapter: Adap
         raise Conflict(f"{alias!r} of {tenant}/{name} in pool {pool.name!r} has no earlier version to "
                        "restore", code="nothing_to_roll_back",
                        hint="Promote the version you want instead.")
+    if previous is not None:
+        _promotable(session, existing(session, AdapterVersion, previous.version_id))
     rules.transition(current, rules.ROLLED_BACK)
     current.ended_at = activation.now()
     activation.record(session, current, "promotion.rolled_back", principal.label, comment=comment)
@@ -228,6 +232,14 @@ def _target(session: Session, pool: Pool, version: AdapterVersion, alias: str,
     served = adapters.version_out(session, version).served_name
     return gates.Target(pool=pool, adapter=existing(session, Adapter, version.adapter_id), version=version,
                         served_name=served, alias=alias, weight=weight)
+
+
+def _promotable(session: Session, version: AdapterVersion) -> AdapterVersion:
+    """The version under a shared lock, once it is neither retired nor deleted: retiring takes
+    the lock exclusively and refuses while a promotion names the version (registry/lifecycle)."""
+    (locked,) = adapter_rows.lock_versions(session, [version.id], shared=True)
+    lifecycle.require_live(locked, adapters.version_out(session, locked).served_name, "promoted")
+    return locked
 
 
 def _refuse_if_blocked(blocked: list[gates.Gate], headline: str, *, status: int = 422) -> None:

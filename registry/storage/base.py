@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO, Protocol
+
+BLOB_PREFIX = "blobs/sha256/"
 
 
 class BlobWriter(Protocol):
@@ -37,3 +41,9 @@ class ArtifactStore(Protocol):
 
     def check(self) -> None:
         """Raise if the store cannot be used (for /readyz)."""
+
+    def list_blobs(self) -> Iterator[tuple[str, datetime]]:
+        """(sha256, last written) of every content-addressed blob, in no particular order."""
+
+    def delete(self, key: str) -> None:
+        """Remove the object; removing one that is not there is no error."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -14,6 +17,7 @@ from registry.errors import Forbidden, NotFound, Unavailable
 from registry import keys
 from registry.keys import Purpose
 from registry.settings import MAX_PRESIGN_TTL_S, RegistrySettings
+from registry.storage.base import BLOB_PREFIX
 
 DOWNLOAD_ROUTE = "/v1/artifacts/"
 # Only content-addressed blobs are ever downloaded: a key is never a path a caller can steer.
@@ -89,6 +93,17 @@ class LocalStore:
         self.root.mkdir(parents=True, exist_ok=True)
         if not os.access(self.root, os.W_OK):
             raise OSError(f"{self.root} is not writable")
+
+    def list_blobs(self) -> Iterator[tuple[str, datetime]]:
+        folder = self.root / BLOB_PREFIX
+        for path in folder.glob("*/*") if folder.is_dir() else ():
+            key = f"{BLOB_PREFIX}{path.parent.name}/{path.name}"
+            if DOWNLOADABLE_KEY.fullmatch(key):  # not a writer's staging file
+                with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+                    yield path.name, datetime.fromtimestamp(path.stat().st_mtime, UTC)
+
+    def delete(self, key: str) -> None:
+        self.path_of(key).unlink(missing_ok=True)
 
     def path_of(self, key: str) -> Path:
         path = (self.root / key).resolve()

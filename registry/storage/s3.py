@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -13,6 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from registry.errors import NotFound, Unavailable
 from registry.settings import MiB, RegistrySettings
+from registry.storage.base import BLOB_PREFIX
 
 PART_SIZE = 16 * MiB
 CHECKSUM = "CRC32"  # S3 checks every part, as boto3's own transfers do
@@ -102,6 +105,19 @@ class S3Store:
 
     def check(self) -> None:
         self.client.head_bucket(Bucket=self.bucket)
+
+    def list_blobs(self) -> Iterator[tuple[str, datetime]]:
+        with storage_errors():
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                    Bucket=self.bucket, Prefix=BLOB_PREFIX):
+                for item in page.get("Contents", []):
+                    sha256 = item["Key"].rsplit("/", 1)[-1]
+                    if item["Key"] == f"{BLOB_PREFIX}{sha256[:2]}/{sha256}":
+                        yield sha256, item["LastModified"]
+
+    def delete(self, key: str) -> None:
+        with storage_errors():  # S3 answers 204 for a key that is not there
+            self.client.delete_object(Bucket=self.bucket, Key=key)
 
 
 class S3MultipartWriter:

@@ -6,6 +6,7 @@ transactions rather than inside one: no database lock or pooled connection waits
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from registry.adapters.receive import BASE_MODEL_FIELD, FOLD_SCALING_FIELD, Rece
 from registry.adapters.safetensors_check import FILE as WEIGHTS_FILE
 from registry.adapters.schemas import VersionOut
 from registry.auth.principal import Principal
+from registry.blob_gc import service as blob_gc
 from registry.errors import Unprocessable
 from registry.evaluations import quotas
 from registry.evaluations import service as evaluations
@@ -50,6 +52,10 @@ def upload_version(begin_work: BeginWork, store: ArtifactStore, settings: Regist
         spec, layout = served.spec, served.layout
     with opened(begin_work) as work:
         session = work.session
+        if blob_gc.hold(session, store, _blob_digests(manifest, derived_from)):
+            # Collected since they were checked (the same bytes, unreferenced past the grace
+            # period): stored again under the blobs' locks, which the collector waits on.
+            _store_again(store, files, received, served)
         version, created = service.record_version(
             session, principal, target, spec, layout, manifest, signature,
             card=None if files.model_card is None else files.model_card.decode(),
@@ -61,6 +67,19 @@ def upload_version(begin_work: BeginWork, store: ArtifactStore, settings: Regist
     if queued:  # their tasks went to the workers as the transaction committed
         version = version.model_copy(update={"state": evaluations.VERSION_EVALUATING})
     return version, created
+
+
+def _blob_digests(manifest: list[dict], derived_from: dict | None) -> list[str]:
+    uploaded = derived_from["files"] if derived_from is not None else []
+    return [entry["sha256"] for entry in [*manifest, *uploaded]]
+
+
+def _store_again(store: ArtifactStore, files: upload_files.AdapterFiles, received: ReceivedUpload,
+                 served: served_artifact.ServedArtifact | None) -> None:
+    """Put every blob of the upload again from its spooled files; those still there are skipped."""
+    uploaded = service.store_blobs(store, files, dataclasses.replace(received, streamed=None))
+    if served is not None:
+        service.store_served(store, served.files, uploaded)
 
 
 def _fold_requested(received: ReceivedUpload) -> bool:

@@ -14,7 +14,8 @@ TABLES = {"tenants", "api_tokens", "base_models", "base_model_aliases", "pools",
           "adapter_versions", "audit_events", "eval_suites", "evaluations", "evaluation_examples",
           "promotions", "pool_aliases", "pool_retirements", "node_statuses", "router_traffic", "traffic_windows", "webhooks",
           "webhook_deliveries", "identities", "dashboard_sessions", "attestations", "tenant_signing_keys",
-          "requalifications", "module_tables", "node_addresses", "deployment_keys", "attestation_key_ledger", "sso_identities", "sso_sign_ins", "secret_checkpoints"}
+          "requalifications", "module_tables", "node_addresses", "deployment_keys", "attestation_key_ledger", "sso_identities", "sso_sign_ins", "secret_checkpoints",
+          "blob_gc_marks"}
 
 
 def tables_in(url: str) -> set[str]:

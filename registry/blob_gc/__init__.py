@@ -1,0 +1,1 @@
+"""Collect the stored blobs nothing references any more, after a grace period."""

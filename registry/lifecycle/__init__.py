@@ -1,0 +1,1 @@
+"""Retiring and deleting adapters and their versions once nothing needs them."""
