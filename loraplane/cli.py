@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -25,6 +26,12 @@ from loraplane.verify_cli import verify as verify_command
 from loraplane_client import credentials
 from loraplane_client.connection import ClientSettings, checked, connect
 from registry.names import NAME_PATTERN
+
+class RequalifyChoice(StrEnum):
+    """registry/pools/schemas.py's RequalifyPolicy."""
+    keep_serving = "keep_serving"
+    suspend = "suspend"
+
 
 app = typer.Typer(help="loraplane: validated LoRA adapters for multi-LoRA serving on vLLM.",
                   no_args_is_help=True, pretty_exceptions_show_locals=False,
@@ -455,16 +462,76 @@ def pool_create(
     max_cpu_loras: int = typer.Option(8, help="vLLM --max-cpu-loras."),
     max_lora_rank: int = typer.Option(16, help="vLLM --max-lora-rank (1, 8, 16, 32, 64, ...)."),
     dtype: str = typer.Option("bfloat16", help="float16, bfloat16 or float32."),
+    required_suites: Annotated[list[str] | None, typer.Option(
+        "--required-suites", help=(
+            "Global eval suites for the pool's base that every version must pass before it is "
+            "promoted here (repeatable, or comma-separated; at most 32). Give at least one with "
+            "the 'parity' metric: the parity gate blocks every promotion until an evaluation "
+            "measured it."))] = None,
+    requalify_policy: RequalifyChoice = typer.Option(
+        RequalifyChoice.keep_serving, "--requalify-policy", help=(
+            "What a version does after the pool's engine or base config changed, until it "
+            "passes the required suites again: keep_serving, or suspend (it leaves the active "
+            "set).")),
     canary_min_routers: int = typer.Option(
-        2, help="Routers that must each reach a canary's verdict before it acts; 1 lets a single "
-                "router token decide."),
+        2, min=1, max=16, help="Routers that must each reach a canary's verdict before it acts; 1 "
+                               "lets a single router token decide."),
 ):
     """Create a serving pool."""
     body = {"name": name, "base_model": base_model, "max_loras": max_loras,
             "max_cpu_loras": max_cpu_loras, "max_lora_rank": max_lora_rank, "dtype": dtype,
-            "canary_min_routers": canary_min_routers}
+            "required_suites": _suite_names(required_suites or []),
+            "requalify_policy": requalify_policy.value, "canary_min_routers": canary_min_routers}
     with connect() as client:
-        _print_json(_call(lambda: checked(client.post("/v1/pools", json=body))))
+        pool = _call(lambda: checked(client.post("/v1/pools", json=body)))
+    if not pool["required_suites"]:
+        console.print(f"pool {name} requires no suite: a promotion passes the parity gate only "
+                      "after an evaluation with the 'parity' metric (`loraplane pool update "
+                      f"{name} --required-suites SUITE`)")
+    _print_json(pool)
+
+
+@pool_app.command("update")
+def pool_update(
+    name: str = typer.Argument(...),
+    required_suites: Annotated[list[str] | None, typer.Option(
+        "--required-suites", help=(
+            "Replace the pool's required suites (repeatable, or comma-separated; 'none' for "
+            "none). A suite added is queued at once for every version the pool serves."))] = None,
+    requalify_policy: RequalifyChoice | None = typer.Option(
+        None, "--requalify-policy", help="keep_serving, or suspend (see `pool create --help`)."),
+    canary_min_routers: int | None = typer.Option(
+        None, min=1, max=16, help="Routers that must each reach a canary's verdict before it acts."),
+):
+    """Change a live pool's required suites, re-qualification policy or canary quorum (global
+    admins); what is not given stays as it is."""
+    body: dict[str, Any] = {}
+    if required_suites is not None:
+        body["required_suites"] = [] if required_suites == ["none"] else _suite_names(required_suites)
+    if requalify_policy is not None:
+        body["requalify_policy"] = requalify_policy.value
+    if canary_min_routers is not None:
+        body["canary_min_routers"] = canary_min_routers
+    if not body:
+        _fail("give --required-suites, --requalify-policy or --canary-min-routers",
+              f"e.g. loraplane pool update {name} --required-suites parity-smoke")
+    with connect() as client:
+        _print_json(_call(lambda: checked(client.patch(f"/v1/pools/{name}", json=body))))
+
+
+def _suite_names(given: list[str]) -> list[str]:
+    """Suite names from repeated or comma-separated options, checked as the API checks them."""
+    names = [part.strip() for item in given for part in item.split(",")]
+    if any(not part or len(part) > 200 for part in names):
+        _fail(f"--required-suites {','.join(given)!r} holds an empty or over-long name",
+              "Name each suite once, e.g. --required-suites parity-smoke,regression")
+    repeated = sorted({part for part in names if names.count(part) > 1})
+    if repeated:
+        _fail(f"--required-suites names {', '.join(map(repr, repeated))} more than once",
+              "Name each suite once.")
+    if len(names) > 32:
+        _fail(f"--required-suites names {len(names)} suites; a pool requires at most 32")
+    return names
 
 
 @app.command()
@@ -531,6 +598,8 @@ def suite_create(
         help="Metrics and thresholds, as JSON (see GET /docs, SuiteMetrics)."),
     max_tokens: int = typer.Option(32, min=1, max=512, help="Tokens generated per prompt."),
     stop: list[str] = typer.Option([], help="Stop string (repeatable)."),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help=(
+        "Always generate --max-tokens, past the end-of-sequence token (for load tests).")),
     tenant: str | None = typer.Option(None, help=(
         "Make it this tenant's suite, named TENANT/NAME, seen and used by that tenant only (its "
         "admins and uploaders create it). Default: a global suite (global admin).")),
@@ -544,7 +613,8 @@ def suite_create(
     except json.JSONDecodeError as error:
         _fail(f"--metrics is not JSON: {error.msg}", 'For example: \'{"exact_match": {"min": 0.8}}\'')
     body = {"name": name, "base_model": base_model, "examples": rows, "metrics": metric_spec,
-            "generation": {"max_tokens": max_tokens, "stop": stop}, **({"tenant": tenant} if tenant else {})}
+            "generation": {"max_tokens": max_tokens, "stop": stop, "ignore_eos": ignore_eos},
+            **({"tenant": tenant} if tenant else {})}
     with connect() as client:
         _print_json(_call(lambda: checked(client.post("/v1/eval-suites", json=body))))
 
@@ -592,11 +662,16 @@ def eval_run(
 def eval_show(
     evaluation_id: int = typer.Argument(..., min=1, help="The evaluation's id."),
     examples: int = typer.Option(0, min=0, max=200, help="Also print this many per-example results."),
+    examples_cursor: str | None = typer.Option(None, help=(
+        "With --examples: print the results after this cursor, the examples.next_cursor of the "
+        "page before.")),
 ):
     """Show an evaluation's verdict, metrics and engine."""
     from loraplane import evaluate
 
-    params = {"examples_limit": max(examples, 1)}
+    params: dict[str, Any] = {"examples_limit": max(examples, 1)}
+    if examples_cursor:
+        params["examples_cursor"] = examples_cursor
     with connect() as client:
         evaluation = _call(lambda: checked(client.get(f"/v1/evaluations/{evaluation_id}", params=params)))
     evaluate.render(evaluation, console)

@@ -12,6 +12,7 @@ from loraplane_client.connection import checked, connect
 promotion_app = typer.Typer(help="Promote versions into pools, approve, reject and roll back.",
                             no_args_is_help=True)
 audit_app = typer.Typer(help="The tamper-evident audit log.", no_args_is_help=True)
+DIGEST = re.compile(r"^[0-9a-f]{64}$")
 PINNED = re.compile(r"^([a-z0-9][a-z0-9_-]*)/([a-z0-9][a-z0-9_-]*)@([1-9][0-9]*)$")
 
 
@@ -29,8 +30,17 @@ def request(
     window_s: float = typer.Option(60, help="How long each step's analysis lasts."),
     min_requests: int = typer.Option(20, help="Canary requests a step needs before any verdict."),
     max_error_rate: float = typer.Option(0.05, help="Highest share of failed canary requests."),
-    max_latency_p95_ratio: float = typer.Option(2.0, help="Highest p95 latency of canary over production."),
-    max_ttft_p95_ratio: float = typer.Option(2.0, help="Highest p95 TTFT of canary over production."),
+    max_error_rate_increase: float | None = typer.Option(
+        None, min=0, max=1, help=(
+            "Highest excess of the canary's error rate over production's in the same window, "
+            "e.g. 0.01 (0 to 1; default: not checked). Needs --steps.")),
+    max_latency_p95_ratio: str = typer.Option("2.0", help=(
+        "Highest p95 latency of canary over production (above 0, at most 1000), or 'off'.")),
+    max_ttft_p95_ratio: str = typer.Option("2.0", help=(
+        "Highest p95 TTFT of canary over production (above 0, at most 1000), or 'off'.")),
+    min_tokens_per_s_ratio: float | None = typer.Option(
+        None, help=("Lowest completion tokens per second of a canary request over production's, "
+                    "e.g. 0.8 (above 0, at most 1000; default: not checked). Needs --steps.")),
     shadow: float = typer.Option(0.0, help="Share of canary requests also answered by production, to compare."),
 ):
     """Ask to point POOL's alias at VERSION. Every gate must pass; a reviewer then approves."""
@@ -40,14 +50,37 @@ def request(
     tenant, name, number = match.groups()
     body = {"adapter": f"{tenant}/{name}", "version": int(number), "alias": alias, "weight": weight,
             "comment": comment}
-    if steps is not None:
+    checks = {"max_error_rate_increase": max_error_rate_increase,
+              "min_tokens_per_s_ratio": _ratio("--min-tokens-per-s-ratio", min_tokens_per_s_ratio),
+              "max_latency_p95_ratio": _ratio("--max-latency-p95-ratio", max_latency_p95_ratio),
+              "max_ttft_p95_ratio": _ratio("--max-ttft-p95-ratio", max_ttft_p95_ratio)}
+    if steps is None:
+        # These judge a canary's analysis: without --steps there is none to judge.
+        given = [f"--{field.replace('_', '-')}" for field in ("max_error_rate_increase", "min_tokens_per_s_ratio")
+                 if checks[field] is not None]
+        if given:
+            fail(f"{' and '.join(given)} judge a canary's analysis, which needs --steps",
+                 "For example: --alias canary --steps 5,25*,50 " + " ".join(f"{o} ..." for o in given))
+    else:
         body["analysis"] = {"steps": _steps(steps), "window_s": window_s, "min_requests": min_requests,
-                            "max_error_rate": max_error_rate, "max_latency_p95_ratio": max_latency_p95_ratio,
-                            "max_ttft_p95_ratio": max_ttft_p95_ratio, "shadow_fraction": shadow}
+                            "max_error_rate": max_error_rate, **checks, "shadow_fraction": shadow}
     with connect() as client:
         promotion = call(lambda: checked(client.post(f"/v1/pools/{pool}/promotions", json=body)))
     console.print(f"promotion {promotion['id']} is {promotion['state']}: every gate passed")
     print_json(promotion)
+
+
+def _ratio(option: str, value: float | str | None) -> float | None:
+    """A ratio check's limit as the API takes it (above 0, at most 1000), or None: not checked."""
+    if value is None or value == "off":
+        return None
+    try:
+        ratio = float(value)
+    except ValueError:
+        fail(f"{option} {value!r} is not a number", f"For example {option} 1.5, or {option} off")
+    if not 0 < ratio <= 1000:
+        fail(f"{option} {value} must be above 0 and at most 1000", f"Or {option} off: not checked.")
+    return ratio
 
 
 def _steps(text: str) -> list[dict]:
@@ -74,19 +107,26 @@ def canary(promotion_id: int = typer.Argument(...),
     print_json(status)
 
 
-def _decide(promotion_id: int, verdict: str, comment: str) -> None:
+def _decide(promotion_id: int, verdict: str, comment: str, digest: str | None = None) -> None:
+    body = {"comment": comment, **({"digest": digest} if digest else {})}
     with connect() as client:
         promotion = call(lambda: checked(client.post(f"/v1/promotions/{promotion_id}/{verdict}",
-                                                     json={"comment": comment})))
+                                                     json=body)))
     console.print(f"promotion {promotion_id} is {promotion['state']}")
     print_json(promotion)
 
 
 @promotion_app.command("approve")
 def approve(promotion_id: int = typer.Argument(...),
-            comment: str = typer.Option(..., help="Why it may serve (kept in the audit log).")):
+            comment: str = typer.Option(..., help="Why it may serve (kept in the audit log)."),
+            digest: str | None = typer.Option(None, help=(
+                "The version digest (64 hex digits) you reviewed, from `promotion list` or the "
+                "dashboard: the approval is refused (409 evaluated_bytes_changed) if the version "
+                "no longer has it."))):
     """Approve a promotion: it becomes active and every node of the pool picks it up."""
-    _decide(promotion_id, "approve", comment)
+    if digest is not None and not DIGEST.fullmatch(digest):
+        fail(f"--digest {digest!r} is not a sha256 digest", "Give the version's 64 lowercase hex digits.")
+    _decide(promotion_id, "approve", comment, digest)
 
 
 @promotion_app.command("reject")
@@ -97,12 +137,24 @@ def reject(promotion_id: int = typer.Argument(...),
 
 
 @promotion_app.command("list")
-def list_promotions(pool: str | None = typer.Option(None), state: str | None = typer.Option(
-        None, help="e.g. awaiting_approval, active.")):
-    """Promotions you may see, oldest first."""
-    params = {k: v for k, v in {"pool": pool, "state": state, "limit": 200}.items() if v is not None}
+def list_promotions(pool: str | None = typer.Option(None, help="Only this pool's."),
+                    state: str | None = typer.Option(None, help="e.g. awaiting_approval, active."),
+                    tenant: str | None = typer.Option(None, help=(
+                        "Only this tenant's (a global admin's choice; a tenant's people see their "
+                        "own anyway)."))):
+    """Promotions you may see, oldest first: every page of them."""
+    params = {k: v for k, v in {"pool": pool, "state": state, "tenant": tenant}.items() if v is not None}
+    items: list[dict] = []
+    cursor = None
     with connect() as client:
-        print_json(call(lambda: checked(client.get("/v1/promotions", params=params)))["items"])
+        while True:
+            sent = {**params, "limit": 200, **({"cursor": cursor} if cursor else {})}
+            page = call(lambda sent=sent: checked(client.get("/v1/promotions", params=sent)))
+            items += page["items"]
+            cursor = page["next_cursor"]
+            if not cursor:
+                break
+    print_json(items)
 
 
 @promotion_app.command("rollback")
