@@ -37,6 +37,7 @@ PEOPLE = READERS | {"globex_admin": 200, "globex_uploader": 200}
 GLOBAL_ADMIN_ONLY = expect(403, global_admin=201)
 ANY_TOKEN = expect(200)
 TENANT_ADMINS = expect(403, global_admin=200, acme_admin=200)
+TENANT_UPLOADERS_404 = expect(403, global_admin=404, acme_admin=404, acme_uploader=404)
 NOT_FOUND_FOR_PEOPLE = expect(403, global_admin=404, acme_admin=404, acme_uploader=404,
                               acme_reviewer=404, globex_admin=404, globex_uploader=404)
 
@@ -157,6 +158,16 @@ ENDPOINTS = {
                                                     acme_reviewer=404))],
     "GET /v1/adapters": [(lambda w: ("GET", "/v1/adapters", {"params": {"tenant": "acme"}}), READERS)],
     "GET /v1/adapters/{tenant}/{name}": [(lambda w: ("GET", "/v1/adapters/acme/matrix", {}), READERS)],
+    # Retire and delete: the tenant's admins and uploaders; an adapter or version that does not
+    # exist shows they got past the role check (nothing here is changed).
+    "POST /v1/adapters/{tenant}/{name}/retire": [
+        (lambda w: ("POST", "/v1/adapters/acme/no-such-adapter/retire", {}), TENANT_UPLOADERS_404)],
+    "DELETE /v1/adapters/{tenant}/{name}": [
+        (lambda w: ("DELETE", "/v1/adapters/acme/no-such-adapter", {}), TENANT_UPLOADERS_404)],
+    "POST /v1/adapters/{tenant}/{name}/versions/{number}/retire": [
+        (lambda w: ("POST", "/v1/adapters/acme/matrix/versions/999/retire", {}), TENANT_UPLOADERS_404)],
+    "DELETE /v1/adapters/{tenant}/{name}/versions/{number}": [
+        (lambda w: ("DELETE", "/v1/adapters/acme/matrix/versions/999", {}), TENANT_UPLOADERS_404)],
     "GET /v1/adapters/{tenant}/{name}/evaluation-policy": [
         (lambda w: ("GET", "/v1/adapters/acme/matrix/evaluation-policy", {}), READERS)],
     # The tenant's admins and uploaders set its adapters' policies; an empty one changes nothing.
