@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -134,16 +136,45 @@ def serve(
     if settings.database_url.startswith("sqlite"):
         _call(lambda: runner.upgrade(settings.database_url))
         _seal_active_sets(None, "loraplane serve (schema brought up to date)")
+    if workers > 1 or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        _fresh_metrics_folder(settings.data_dir)
     uvicorn.run("loraplane.server:create_app", factory=True, host=host, port=port, workers=workers,
                 proxy_headers=True, access_log=access_log,
                 # uvicorn waits with asyncio's float timeout; its annotation says int.
                 timeout_graceful_shutdown=shutdown_grace_s)  # type: ignore[arg-type]
 
 
+def _fresh_metrics_folder(data_dir: Path) -> None:
+    """Several worker processes share the port: each writes its metrics to a file there, and a
+    scrape reads them all. Emptied at each start, so a past run's processes are not counted."""
+    folder = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or data_dir / "metrics")
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(mode=0o700, parents=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)  # the worker processes inherit it
+
+
+MetricsPort = Annotated[int | None, typer.Option(
+    min=0, max=65535, envvar="LORAPLANE_METRICS_PORT",
+    help="Serve /metrics on this port, for a metrics token (loraplane token create --role "
+         "metrics). Default: no metrics endpoint.")]
+MetricsHost = Annotated[str, typer.Option(envvar="LORAPLANE_METRICS_HOST",
+                                          help="The address /metrics listens on.")]
+
+
+def _serve_metrics(host: str, port: int | None) -> None:
+    if port is not None:
+        from workers import metrics_endpoint
+
+        _call(lambda: metrics_endpoint.serve(host, port))
+
+
 @app.command()
 def worker(
     loglevel: str = typer.Option("info", help="Celery log level."),
     hostname: str = typer.Option("", help="Worker name (default: eval@<host>)."),
+    metrics_port: MetricsPort = None,
+    metrics_host: MetricsHost = "0.0.0.0",
 ):
     """Run an evaluation worker for the eval engine in LORAPLANE_ENGINE_* variables.
 
@@ -154,6 +185,7 @@ def worker(
     from workers.settings import get_worker_settings
 
     _require_the_registrys_keys("worker")
+    _serve_metrics(metrics_host, metrics_port)
 
     queue = evaluation_queue(get_worker_settings().engine_base_model)
     argv = ["worker", "-Q", queue, "--pool=solo", "--concurrency=1", f"--loglevel={loglevel}"]
@@ -166,6 +198,8 @@ def worker(
 def housekeeper(
     loglevel: str = typer.Option("info", help="Celery log level."),
     concurrency: int = typer.Option(4, min=1, max=64, help="Deliveries in flight."),
+    metrics_port: MetricsPort = None,
+    metrics_host: MetricsHost = "0.0.0.0",
 ):
     """Run the housekeeping worker: webhook deliveries with retries, and canary analysis every
     LORAPLANE_CANARY_CHECK_S. Needs no engine."""
@@ -173,6 +207,7 @@ def housekeeper(
     from workers.housekeeping import app as celery_app
 
     _require_the_registrys_keys("housekeeper")
+    _serve_metrics(metrics_host, metrics_port)
 
     celery_app.worker_main(["worker", "-Q", HOUSEKEEPING_QUEUE, "--pool=threads",
                             f"--concurrency={concurrency}", f"--loglevel={loglevel}",
@@ -298,10 +333,11 @@ def db_check():
 @token_app.command("create")
 def token_create(
     subject: str = typer.Option(..., help="The person or service the token is for."),
-    role: str = typer.Option(..., help="admin, uploader, reviewer, node, router, or app (an "
-                                        "application's key for the router)."),
-    tenant: str | None = typer.Option(None, help="Tenant scope; omit for a global admin, a node "
-                                                    "or a router."),
+    role: str = typer.Option(..., help="admin, uploader, reviewer, node, router, app (an "
+                                        "application's key for the router) or metrics (a "
+                                        "scraper's: reads /metrics of every process, nothing else)."),
+    tenant: str | None = typer.Option(None, help="Tenant scope; omit for a global admin, a node, "
+                                                    "a router or a metrics token."),
     pool: str | None = typer.Option(None, help="The pool of a node or router token."),
     tier: str | None = typer.Option(None, help="An app key's SLO tier: interactive (default) or "
                                                   "batch."),

@@ -1,10 +1,13 @@
-"""Prometheus metrics of the registry process."""
+"""Prometheus metrics of the registry process. Under `loraplane serve --workers N` each worker
+process writes its values to files in PROMETHEUS_MULTIPROC_DIR, and a scrape reads them all."""
 
 from __future__ import annotations
 
+import os
 import time
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 REQUESTS = Counter("loraplane_http_requests_total", "HTTP requests", ["method", "route", "status"])
@@ -17,15 +20,25 @@ UPLOAD_REFUSALS = Counter("loraplane_upload_refusals_total", "Refused adapter up
 UPLOADS_IN_PROGRESS = Gauge(
     "loraplane_uploads_in_progress", "Uploads this process is handling, by stage: awaiting_body "
     "(headers read, no body yet: no upload slot held) or receiving (an upload slot held)",
-    ["tenant", "stage"],
+    ["tenant", "stage"], multiprocess_mode="livesum",
 )
 LONG_POLLS = Gauge("loraplane_active_set_long_polls",
-                   "Active-set long-polls this process holds, waiting for a change", ["pool"])
+                   "Active-set long-polls this process holds, waiting for a change", ["pool"],
+                   multiprocess_mode="livesum")
 BODY_RENDERS = Counter("loraplane_active_set_renders_total", "Active-set bodies rendered: once per "
                        "generation for the whole set, the routers' body and each node's part while "
                        "the set is spread, however many long-polls a change wakes", ["pool"])
 TOKEN_RECHECKS = Counter("loraplane_active_set_token_rechecks_total", "Queries that checked again "
                          "the tokens of woken long-polls: one per wake-up, not one per node")
+
+
+def exposition() -> bytes:
+    """Every worker process's values when several share the port, else this process's."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        return generate_latest(registry)
+    return generate_latest(REGISTRY)
 
 
 class MetricsMiddleware:

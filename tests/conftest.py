@@ -60,6 +60,7 @@ PRINCIPALS = {
     "serving_router": (Role.ROUTER, None, SERVING_POOL),
     "other_pool_node": (Role.NODE, None, OTHER_POOL),
     "acme_app": (Role.APP, "acme", None),
+    "scraper": (Role.METRICS, None, None),
     "globex_admin": (Role.ADMIN, "globex", None),
     "globex_uploader": (Role.UPLOADER, "globex", None),
 }

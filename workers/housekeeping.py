@@ -20,6 +20,7 @@ from registry.settings import get_settings
 from registry.sso import sign_ins
 from registry.task_queue import DELIVER_WEBHOOK, celery_config, enqueue_webhook_deliveries
 from registry.webhooks import deliveries, sending
+from workers import metrics
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ def deliver_webhook(self, delivery_id: int) -> str:
                                           error=attempt.error, final=attempt.final,
                                           max_attempts=settings.webhook_max_attempts,
                                           backoff_s=settings.webhook_backoff_s)
+    outcome = "retrying" if delay is not None else "delivered" if attempt.error is None else "failed"
+    metrics.WEBHOOK_ATTEMPTS.labels(outcome).inc()
     if delay is not None:
         raise self.retry(countdown=delay)
     return f"HTTP {attempt.status}" if attempt.status else (attempt.error or "")
@@ -74,6 +77,7 @@ def _judge_canaries_forever() -> None:
                         outcome = canaries.check(session, promotion_id)
                     if outcome not in (None, canaries.ANALYSING, canaries.WAITING):
                         log.info("canary %s: %s", promotion_id, outcome)
+                        metrics.CANARY_VERDICTS.labels(_verdict(outcome)).inc()
                 except Exception:
                     log.exception("could not judge canary %s", promotion_id)
             if time.monotonic() - pruned_at > 3600:
@@ -81,9 +85,17 @@ def _judge_canaries_forever() -> None:
                     traffic_windows.prune(session, keep_s=settings.traffic_window_keep_s)
                     sign_ins.forget_expired(session)
                 pruned_at = time.monotonic()
+            metrics.CANARY_ROUNDS.labels("ok").inc()
+            metrics.LAST_ROUND.labels("canary-analysis").set_to_current_time()
         except Exception:  # the database is away: try again next round
             log.exception("canary analysis round failed")
+            metrics.CANARY_ROUNDS.labels("failed").inc()
         time.sleep(settings.canary_check_s)
+
+
+def _verdict(outcome: str) -> str:
+    """A bounded label: a step's own weight ("step 2: 25%") reads as a step."""
+    return "step" if outcome.startswith("step ") else outcome.replace(" ", "_")
 
 
 def _sweep_forever() -> None:
@@ -96,6 +108,7 @@ def _sweep_forever() -> None:
             if overdue:
                 log.info("re-sending %d overdue webhook deliveries", len(overdue))
                 enqueue_webhook_deliveries(overdue)
+            metrics.LAST_ROUND.labels("webhook-sweep").set_to_current_time()
         except Exception:  # the database or broker is away: try again next round
             log.exception("webhook sweep failed")
         time.sleep(SWEEP_EVERY_S)

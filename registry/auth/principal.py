@@ -15,6 +15,7 @@ class Role(StrEnum):
     NODE = "node"  # a serving node's agent: reads its pool's active set, reports its status
     ROUTER = "router"  # reads its pool's active set, rollout and placement; reports its traffic
     APP = "app"  # an application calling the router; the registry only answers its /v1/whoami
+    METRICS = "metrics"  # a scraper: reads /metrics of every loraplane process, and nothing else
 
 
 POOL_ROLES = (Role.NODE, Role.ROUTER)  # tokens of one pool and no tenant

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
-from registry.auth.dependencies import authenticated
+from registry.auth.dependencies import metrics_reader
 from registry.auth.principal import Principal
 from registry.db import plain_transaction
-from registry.ops import repository
+from registry import metrics as process_metrics
+from registry.ops import fleet_metrics, repository
 from registry.storage import get_store
 
 router = APIRouter(tags=["operations"])
@@ -28,9 +29,12 @@ def readyz():
 
 
 @router.get("/metrics", response_class=Response)
-def metrics(principal: Principal = Depends(authenticated)):
-    principal.require_global_admin()
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+def metrics(principal: Principal = Depends(metrics_reader)):
+    """This process's metrics (every worker process's, under `serve --workers N`), and the
+    fleet's as the database tells them. For a metrics token or a global admin."""
+    with plain_transaction() as session:
+        fleet = fleet_metrics.exposition(session)
+    return Response(process_metrics.exposition() + fleet, media_type=CONTENT_TYPE_LATEST)
 
 
 def _database() -> None:

@@ -53,7 +53,10 @@ def create_token(
     pool_row = _node_pool(session, role, tenant, pool)
     instance_id = _instance(role, instance_id)
     _bind_address(session, role, pool_row, instance_id, vllm_url, actor)
-    if tenant is None and role not in (Role.ADMIN, *POOL_ROLES):
+    if role is Role.METRICS and tenant is not None:
+        raise Unprocessable("a metrics token has no tenant: metrics cover every tenant and pool",
+                            code="invalid_token_scope", hint="Drop --tenant; a global admin issues it.")
+    if tenant is None and role not in (Role.ADMIN, Role.METRICS, *POOL_ROLES):
         raise Unprocessable(f"a '{role}' token needs a tenant", hint="Pass --tenant NAME.")
     tier = _tier(role, tier)
     tenant_row = ensure_tenant(session, tenant, actor=actor) if tenant is not None else None

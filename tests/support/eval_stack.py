@@ -69,7 +69,8 @@ def worker_env(database_url: str, s3: services.Service, redis: services.Service,
 
 @pytest.fixture(scope="session")
 def eval_worker(service_dir, database_url, s3, redis, eval_engine, kit_base) -> Iterator[Worker]:
-    env = worker_env(database_url, s3, redis, engine_url=eval_engine.url, base=kit_base)
+    env = worker_env(database_url, s3, redis, engine_url=eval_engine.url, base=kit_base,
+                     LORAPLANE_METRICS_PORT=str(services.free_port()), LORAPLANE_METRICS_HOST="127.0.0.1")
     worker = Worker(service_dir / "worker", env, "eval")
     yield worker
     worker.stop()

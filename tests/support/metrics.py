@@ -11,8 +11,13 @@ from devkit.services import wait_for
 
 def metric(client: httpx.Client, name: str, **labels: str) -> float:
     """The sum of a metric's samples whose labels include `labels`, from the /metrics of the
-    process `client` reaches (a registry's answers a global admin only)."""
-    response = client.get("/metrics")
+    process `client` reaches (a registry's answers a global admin or a metrics token)."""
+    return metric_at(client, "/metrics", name, **labels)
+
+
+def metric_at(client: httpx.Client, url: str, name: str, **labels: str) -> float:
+    """The same, from the metrics at `url`."""
+    response = client.get(url)
     assert response.status_code == 200, response.text
     return sum(sample.value for family in text_string_to_metric_families(response.text)
                for sample in family.samples

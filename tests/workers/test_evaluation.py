@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import httpx
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -13,6 +14,7 @@ from devkit.pipeline_steps import create_suite, upload_dir
 from registry.tables import AuditEvent, Evaluation, EvaluationExample
 from tests.support.asserts import assert_refused
 from tests.support.evals import request_evaluation, wait_finished
+from tests.support.metrics import metric_at
 
 METRICS = {
     "exact_match": {"min": 0.8},
@@ -86,11 +88,21 @@ def request_evaluation_or_existing(client, version, suite):
     ("reverse_words", "acme/reverse"),                # trained on another task
 ])
 def test_bad_versions_fail_naming_the_failing_metrics(uploader, digits_suite, task_kit, eval_worker,
-                                                      artifact, adapter):
+                                                      artifact, adapter, tokens):
+    scraper = httpx.Client(headers={"Authorization": f"Bearer {tokens['scraper']}"})
+    url = f"http://127.0.0.1:{eval_worker.env['LORAPLANE_METRICS_PORT']}/metrics"
+    failed_before = metric_at(scraper, url, "loraplane_worker_evaluations_total", outcome="failed_metrics")
+    missed_before = metric_at(scraper, url, "loraplane_worker_failing_metrics_total", metric="exact_match")
     version = upload_dir(uploader, adapter, task_kit.adapters[artifact])
     result = wait_finished(uploader, request_evaluation(uploader, version, digits_suite)["id"])
     assert result["state"] == "failed"
     assert "exact_match" in result["failing_metrics"]
+    # The worker's own metrics tell it too, to a metrics token.
+    assert metric_at(scraper, url, "loraplane_worker_evaluations_total", outcome="failed_metrics") \
+        == failed_before + 1
+    assert metric_at(scraper, url, "loraplane_worker_failing_metrics_total", metric="exact_match") \
+        == missed_before + 1
+    assert metric_at(scraper, url, "loraplane_worker_phase_seconds_count", phase="parity") >= 1
     assert result["reason"] == f"failed: {', '.join(result['failing_metrics'])}"
     assert result["metrics"]["exact_match"]["value"] < 0.8
     assert result["metrics"]["parity"]["passed"]  # served faithfully; it is just a bad adapter

@@ -26,6 +26,7 @@ from registry.requalification import service as requalification
 from registry.rows import existing
 from registry.storage import get_store
 from registry.tables import EvalSuite
+from workers import metrics
 from workers.evaluation import artifacts, faults, parity, scoring, serving_cost
 from workers.evaluation.engine import AdapterRejected, EngineClient, EngineInfo
 from workers.evaluation import runner
@@ -68,15 +69,19 @@ def evaluate(evaluation_id: int, settings: WorkerSettings) -> TaskResult:
     ids = [e.id for e in working]
     lead = evaluation_id if evaluation_id in ids else ids[0]
     log.info("claimed evaluations %s", ids)
+    started = time.perf_counter()
+    metrics.BATCH_VERSIONS.observe(len(ids))
     with _LeaseKeeper(token, ids, settings):
         try:
             outcomes = asyncio.run(_evaluate_claimed(working, settings))
         except Exception as error:
             if faults.is_transient(error):
+                metrics.RETRIES.labels(type(error).__name__).inc()
                 return _retry_later(lead, token, ids, faults.transient_reason(error), settings)
             log.exception("evaluations %s failed", ids)
             outcomes = _as_outcomes({i: faults.reason_for(error) for i in ids}, settings)
     done = _record(token, outcomes)
+    metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
     return TaskResult(recorded=finished.recorded + done.recorded)
 
 
@@ -87,7 +92,16 @@ def _record(token: str, outcomes: dict[int, claims.Outcome], note: str = "") -> 
             if claims.record(session, token, evaluation_id, outcome,
                              after_outcome=requalification.after_evaluation):
                 recorded.append(evaluation_id)
+                _count(outcome)
     return TaskResult(recorded=tuple(recorded), note=note)
+
+
+def _count(outcome: claims.Outcome) -> None:
+    judged = outcome.timings is not None  # an outcome that never reached the judging has none
+    kind = "passed" if outcome.passed else "failed_metrics" if judged else "failed_unjudged"
+    metrics.EVALUATIONS.labels(kind).inc()
+    for metric in outcome.failing_metrics:
+        metrics.FAILING_METRICS.labels(metric).inc()
 
 
 def _gave_up(reason: str, attempts: int) -> str:
@@ -176,6 +190,9 @@ async def _evaluate_claimed(claimed: list[claims.ClaimedEvaluation],
                 await client.unload_adapter(served_name)
             if batch is not None:
                 batch.timings["unload_s"] = time.perf_counter() - unloading
+                for phase, seconds in batch.timings.items():
+                    if "." not in phase:  # the batch's own phases, not one version's share
+                        metrics.PHASE_SECONDS.labels(phase.removesuffix("_s")).observe(seconds)
     finally:
         await client.aclose()
     for evaluation_id, (_, suite_id) in loaded.items():

@@ -8,6 +8,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 
 from devkit import services
@@ -15,6 +16,7 @@ from devkit.services import wait_for
 from devkit.pipeline_steps import request_promotion
 from registry.webhooks import signing
 from tests.support.asserts import assert_refused
+from tests.support.metrics import metric_at
 
 
 class Receiver:
@@ -47,7 +49,8 @@ class Receiver:
 def housekeeper(service_dir, registry):
     env = {key: value for key, value in registry.env.items() if key.startswith("LORAPLANE_")}
     env.update({"LORAPLANE_WEBHOOK_BACKOFF_S": "0.3", "LORAPLANE_WEBHOOK_MAX_ATTEMPTS": "3",
-                "LORAPLANE_WEBHOOK_TIMEOUT_S": "2"})
+                "LORAPLANE_WEBHOOK_TIMEOUT_S": "2", "LORAPLANE_METRICS_PORT": str(services.free_port()),
+                "LORAPLANE_METRICS_HOST": "127.0.0.1"})
     env.pop("LORAPLANE_DATA_DIR", None)
     worker = services.start_housekeeper(service_dir / "housekeeper", env)
     yield worker
@@ -105,6 +108,25 @@ def test_a_receiver_that_keeps_failing_is_given_up_with_the_reason(housekeeper, 
     assert len(receiver.requests) == 3
     receiver.close()
     admin.delete(f"/v1/webhooks/{hook['id']}")
+
+
+def test_the_housekeepers_metrics_count_the_attempts_for_a_metrics_token_only(housekeeper, client_for, tokens):
+    # After the two tests above: one delivery sent on its third attempt, one given up after three.
+    url = f"http://127.0.0.1:{housekeeper.env['LORAPLANE_METRICS_PORT']}/metrics"
+    scraper = httpx.Client(headers={"Authorization": f"Bearer {tokens['scraper']}"})
+    wait_for(lambda: metric_at(scraper, url, "loraplane_housekeeper_last_round_timestamp_seconds",
+                               loop="canary-analysis") > 0, what="a round of canary analysis")
+    assert metric_at(scraper, url, "loraplane_housekeeper_webhook_attempts_total", outcome="delivered") >= 1
+    assert metric_at(scraper, url, "loraplane_housekeeper_webhook_attempts_total", outcome="failed") >= 1
+    assert metric_at(scraper, url, "loraplane_housekeeper_webhook_attempts_total", outcome="retrying") >= 4
+
+    nobody = httpx.get(url)
+    assert nobody.status_code == 401 and "send a metrics token" in nobody.text
+    uploader = httpx.get(url, headers={"Authorization": f"Bearer {tokens['acme_uploader']}"})
+    assert uploader.status_code == 403 and "this uploader token may not read metrics" in uploader.text
+    assert "loraplane_housekeeper" not in nobody.text + uploader.text
+    wrong = httpx.get(url, headers={"Authorization": "Bearer lpt_not-a-token"})
+    assert wrong.status_code == 401
 
 
 @pytest.mark.parametrize(("body", "status", "code", "message"), [
