@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 from functools import lru_cache
 from pathlib import Path
@@ -44,6 +45,19 @@ class RegistrySettings(BaseSettings):
     s3_bucket: str = "loraplane-artifacts"
     s3_endpoint_url: str | None = None
     s3_region: str = "us-east-1"
+    s3_presign_endpoint_url: str | None = Field(default=None, max_length=500, description=(
+        "Where nodes and clients fetch artifacts from, when it is not where the registry reaches "
+        "S3 (LORAPLANE_S3_ENDPOINT_URL): the download URLs handed out are signed for this "
+        "address, e.g. https://s3.internal.example.com. Unset: the endpoint the registry uses."))
+    s3_addressing_style: Literal["path", "virtual", "auto"] = Field(default="path", description=(
+        "path: https://host/bucket/key; virtual: https://bucket.host/key, as AWS prefers and "
+        "some S3-compatible servers require; auto: botocore picks."))
+    s3_sse: Literal["none", "AES256", "aws:kms"] = Field(default="none", description=(
+        "Server-side encryption asked for on every object written (multipart uploads included): "
+        "none (the bucket's default applies), AES256 (S3-managed keys) or aws:kms."))
+    s3_sse_kms_key_id: str | None = Field(default=None, min_length=1, max_length=2048, description=(
+        "With LORAPLANE_S3_SSE=aws:kms: the KMS key (id, ARN or alias ARN) to encrypt with. "
+        "Unset: the account's aws/s3 key."))
 
     public_url: str = "http://127.0.0.1:8000"
     secret_key: SecretStr | None = Field(
@@ -218,7 +232,32 @@ class RegistrySettings(BaseSettings):
             self._check_sso()
         if self.storage == "s3" and not self.s3_bucket:
             raise ValueError("LORAPLANE_S3_BUCKET must be set when LORAPLANE_STORAGE=s3")
+        self._check_s3()
         return self
+
+    def _check_s3(self) -> None:
+        """Refuse what S3 would refuse later, or what would not do what it says."""
+        chosen = [name for name, value in (
+            ("LORAPLANE_S3_PRESIGN_ENDPOINT_URL", self.s3_presign_endpoint_url),
+            ("LORAPLANE_S3_SSE", self.s3_sse != "none"), ("LORAPLANE_S3_SSE_KMS_KEY_ID", self.s3_sse_kms_key_id),
+            ("LORAPLANE_S3_ADDRESSING_STYLE", self.s3_addressing_style != "path")) if value]
+        if chosen and self.storage != "s3":
+            raise ValueError(f"{', '.join(chosen)} configure S3, but LORAPLANE_STORAGE is "
+                             f"{self.storage!r}: set LORAPLANE_STORAGE=s3, or unset them")
+        if self.s3_sse_kms_key_id is not None and self.s3_sse != "aws:kms":
+            raise ValueError(f"LORAPLANE_S3_SSE_KMS_KEY_ID is set but LORAPLANE_S3_SSE is "
+                             f"{self.s3_sse!r}: S3 takes a KMS key only with LORAPLANE_S3_SSE=aws:kms")
+        if self.s3_sse_kms_key_id is not None and (self.s3_sse_kms_key_id != self.s3_sse_kms_key_id.strip()
+                                                   or not self.s3_sse_kms_key_id.isprintable()):
+            raise ValueError("LORAPLANE_S3_SSE_KMS_KEY_ID holds spaces or control characters: give "
+                             "the key's id, ARN or alias ARN alone")
+        if self.s3_presign_endpoint_url is not None:
+            _check_endpoint("LORAPLANE_S3_PRESIGN_ENDPOINT_URL", self.s3_presign_endpoint_url)
+        if self.s3_addressing_style == "virtual" and not VIRTUAL_HOST_BUCKET.fullmatch(self.s3_bucket):
+            raise ValueError(f"LORAPLANE_S3_ADDRESSING_STYLE=virtual puts the bucket in the host name, "
+                             f"and LORAPLANE_S3_BUCKET {self.s3_bucket!r} is not one label of a host "
+                             "name (3-63 lowercase letters, digits and '-'; a '.' breaks TLS "
+                             "certificates): use path addressing, or another bucket")
 
     def _check_sso(self) -> None:
         issuer = urlsplit(self.sso_issuer or "")
@@ -274,6 +313,25 @@ class RegistrySettings(BaseSettings):
             finally:
                 staging.unlink()
         return key_file.read_text().strip().encode()
+
+
+VIRTUAL_HOST_BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
+
+
+def _check_endpoint(setting: str, url: str) -> None:
+    """An S3 endpoint as a URL nodes are handed: scheme, host and port, nothing a request could
+    misread (credentials, a query or a fragment)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as error:
+        raise ValueError(f"{setting} {url!r} is not a URL: {error}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{setting} must be an http or https URL with a host, like "
+                         f"https://s3.internal.example.com; got {url!r}")
+    if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+        raise ValueError(f"{setting} must name the server only (scheme, host, port and path): "
+                         "no credentials, query or fragment")
 
 
 @lru_cache

@@ -42,22 +42,44 @@ def _unavailable(error: Exception) -> Unavailable:
                        hint="Nothing was stored. Retry the upload; if it keeps failing, check /readyz.")
 
 
+def _client(settings: RegistrySettings, endpoint_url: str | None):
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint_url,
+        region_name=settings.s3_region,
+        config=Config(
+            # SigV4 always: S3 refuses any other signature on an SSE-KMS object, presigned GETs
+            # included (which need nothing else: S3 decrypts for whoever may read).
+            signature_version="s3v4",
+            retries={"mode": "standard", "max_attempts": 5},
+            connect_timeout=5,
+            read_timeout=60,
+            s3={"addressing_style": settings.s3_addressing_style},
+            max_pool_connections=16,
+        ),
+    )
+
+
+def encryption_args(settings: RegistrySettings) -> dict[str, str]:
+    """What every write asks S3 for (PutObject, CreateMultipartUpload, upload_file's ExtraArgs):
+    the same names in each."""
+    if settings.s3_sse == "none":
+        return {}
+    args = {"ServerSideEncryption": settings.s3_sse}
+    if settings.s3_sse_kms_key_id is not None:
+        args["SSEKMSKeyId"] = settings.s3_sse_kms_key_id
+    return args
+
+
 class S3Store:
     def __init__(self, settings: RegistrySettings) -> None:
         self.bucket = settings.s3_bucket
-        self.client = boto3.client(
-            "s3",
-            endpoint_url=settings.s3_endpoint_url,
-            region_name=settings.s3_region,
-            config=Config(
-                signature_version="s3v4",
-                retries={"mode": "standard", "max_attempts": 5},
-                connect_timeout=5,
-                read_timeout=60,
-                s3={"addressing_style": "path"},
-                max_pool_connections=16,
-            ),
-        )
+        self.client = _client(settings, settings.s3_endpoint_url)
+        self.encryption = encryption_args(settings)
+        # Signing makes no request: this client only signs URLs for the address nodes reach,
+        # which is the operator's setting, never anything a request said (a Host header).
+        self.presigner = (self.client if settings.s3_presign_endpoint_url is None
+                          else _client(settings, settings.s3_presign_endpoint_url))
 
     def has(self, key: str) -> bool:
         with storage_errors():
@@ -72,12 +94,13 @@ class S3Store:
     def put_file(self, key: str, path: Path) -> None:
         if not self.has(key):
             with storage_errors():
-                self.client.upload_file(str(path), self.bucket, key, Config=TRANSFER)
+                self.client.upload_file(str(path), self.bucket, key, Config=TRANSFER,
+                                        ExtraArgs=self.encryption or None)
 
     def put_bytes(self, key: str, data: bytes) -> None:
         if not self.has(key):
             with storage_errors():
-                self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
+                self.client.put_object(Bucket=self.bucket, Key=key, Body=data, **self.encryption)
 
     def get_bytes(self, key: str) -> bytes:
         with storage_errors():
@@ -95,11 +118,11 @@ class S3Store:
     def begin_write(self, key: str) -> S3MultipartWriter:
         with storage_errors():
             upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=key,
-                                                         ChecksumAlgorithm=CHECKSUM)
+                                                         ChecksumAlgorithm=CHECKSUM, **self.encryption)
         return S3MultipartWriter(self.client, self.bucket, key, upload["UploadId"])
 
     def presigned_url(self, key: str, ttl_s: int) -> str:
-        return self.client.generate_presigned_url(
+        return self.presigner.generate_presigned_url(
             "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=ttl_s
         )
 
