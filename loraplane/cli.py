@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 import typer
 
+from loraplane.adapter_cli import adapter_app, version_app
 from loraplane.cli_support import call as _call
 from loraplane.cli_support import console
 from loraplane.cli_support import fail as _fail
@@ -64,6 +65,8 @@ app.command("logout")(logout_command)
 app.command("link-identity")(link_identity_command)
 app.add_typer(signing_key_app, name="signing-key")
 app.add_typer(tenant_app, name="tenant")
+app.add_typer(adapter_app, name="adapter")
+app.add_typer(version_app, name="version")
 # --- server side --------------------------------------------------------------------------------
 
 
