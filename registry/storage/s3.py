@@ -65,7 +65,7 @@ def encryption_args(settings: RegistrySettings) -> dict[str, str]:
     the same names in each."""
     if settings.s3_sse == "none":
         return {}
-    args = {"ServerSideEncryption": settings.s3_sse}
+    args: dict[str, str] = {"ServerSideEncryption": settings.s3_sse}
     if settings.s3_sse_kms_key_id is not None:
         args["SSEKMSKeyId"] = settings.s3_sse_kms_key_id
     return args

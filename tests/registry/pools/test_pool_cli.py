@@ -63,7 +63,8 @@ def test_pool_create_and_update_store_required_suites_and_the_requalify_policy(r
     stored = admin.get(f"/v1/pools/{name}").json()
     assert (stored["required_suites"], stored["canary_min_routers"]) == ([], 3)
     nothing = run("update", name)
-    assert nothing.returncode == 1 and "give --required-suites, --requalify-policy or --canary-min-routers" in nothing.stderr
+    assert nothing.returncode == 1
+    assert "give --required-suites, --requalify-policy or --canary-min-routers" in nothing.stderr
     assert admin.get(f"/v1/pools/{name}").json() == stored
 
 

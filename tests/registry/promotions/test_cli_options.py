@@ -48,7 +48,8 @@ def test_a_canarys_whole_analysis_policy_is_given_on_the_command_line(
 
 
 @pytest.mark.parametrize(("args", "status", "message"), [
-    (["--steps", "5,50", "--min-tokens-per-s-ratio", "0"], 1, "--min-tokens-per-s-ratio 0.0 must be above 0 and at most 1000"),
+    (["--steps", "5,50", "--min-tokens-per-s-ratio", "0"], 1,
+     "--min-tokens-per-s-ratio 0.0 must be above 0 and at most 1000"),
     (["--steps", "5,50", "--max-ttft-p95-ratio", "fast"], 1, "--max-ttft-p95-ratio 'fast' is not a number"),
     (["--steps", "5,50", "--max-latency-p95-ratio", "1001"], 1, "--max-latency-p95-ratio 1001 must be above 0"),
     (["--steps", "5,50", "--max-error-rate-increase", "1.5"], 2,
