@@ -30,6 +30,7 @@ from loraplane_client import credentials
 from loraplane_client.connection import ClientSettings, checked, connect
 from registry.names import NAME_PATTERN
 
+
 class RequalifyChoice(StrEnum):
     """registry/pools/schemas.py's RequalifyPolicy."""
     keep_serving = "keep_serving"
@@ -483,9 +484,10 @@ def base_model_alias_remove(
 
 
 def _path(text: str) -> str:
-    """A base's name or alias inside a URL path: hub ids and paths keep their '/', and nothing
-    else in them (?, #, %, spaces) is read as part of the URL."""
-    return quote(text, safe="/")
+    """A base's name or alias as one piece of a URL path. Every '/' is escaped too (the registry
+    decodes them back), so that nothing in it (?, #, %, a '..' segment that a client would
+    resolve into another endpoint's path) is read as part of the URL."""
+    return quote(text, safe="")
 
 
 def _without_modules(base: dict) -> dict:

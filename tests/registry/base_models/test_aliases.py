@@ -179,6 +179,11 @@ def test_loraplane_base_model_alias_add_and_remove(registry, tokens, admin, engi
     assert alias in aliases(admin, base) and "another" not in aliases(admin, base)
     assert audit_total(engine) == audited
 
+    # A '..' in an alias stays in it: the command never resolves it into another endpoint's path.
+    dotted = "../../../webhooks/1"
+    assert run("add", base, dotted).returncode == 0 and dotted in aliases(admin, base)
+    assert run("remove", base, dotted).returncode == 0 and dotted not in aliases(admin, base)
+
     removed = run("remove", base, alias)
     assert removed.returncode == 0, removed.stderr
     assert f"base model {base} is no longer known as {alias!r}" in removed.stderr
