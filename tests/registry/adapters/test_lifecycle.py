@@ -168,6 +168,7 @@ def test_what_an_active_set_or_a_promotion_holds_is_refused(make_ready, client_f
                    "cannot retire acme/life-held@1 is in the active set")
     assert_refused(uploader.delete("/v1/adapters/acme/life-held"), 409, "held_by_active_set",
                    "cannot delete acme/life-held@1")
+    assert unchanged(uploader, "acme/life-held") == before
 
     pending_v = make_ready("life-held")
     created = request_promotion(uploader, pool, pending_v)

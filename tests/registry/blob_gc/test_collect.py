@@ -191,3 +191,27 @@ def _collect(begin_work, store, sha256: str, now: datetime, grace_s: float) -> l
         return found
     finally:
         work.close()
+
+
+def test_the_embedded_default_collects_from_its_folder_on_sqlite(tmp_path):
+    """SQLite runs one writer at a time, so no lock is taken; the local store lists and removes
+    blobs in its folder, and leaves a writer's staging file alone."""
+    from migrations import runner
+    from registry.db import make_engine
+    from registry.storage.local import LocalStore
+
+    url = f"sqlite:///{tmp_path / 'embedded.db'}"
+    runner.upgrade(url)
+    engine = make_engine(url)
+    store = LocalStore(RegistrySettings(data_dir=tmp_path))
+    stray = orphan(store)
+    staging = store.path_of(blob_key(stray)).with_name("tmp-staging")
+    staging.write_bytes(b"partial")
+    now = datetime.now(UTC) + GRACE
+    begin = lambda: UnitOfWork(Session(engine, expire_on_commit=False))  # noqa: E731
+    try:
+        assert service.collect(begin, store, grace_s=GRACE.total_seconds(), now=now - GRACE).marked == 1
+        assert service.collect(begin, store, grace_s=GRACE.total_seconds(), now=now).collected == [stray]
+        assert not store.has(blob_key(stray)) and staging.exists()
+    finally:
+        engine.dispose()
