@@ -24,9 +24,11 @@ counter = itertools.count()
 
 def expect(default: int, **overrides: int) -> dict[str, int]:
     """Expected status per principal: 401 without a token, `default` unless overridden. An app
-    key is refused everywhere but /v1/whoami; a router token gets what a node token gets, unless
+    key is refused everywhere but /v1/whoami, a metrics token everywhere but /metrics and
+    /v1/whoami; a router token gets what a node token gets, unless
     overridden."""
-    expected = {"none": 401, **{p: default for p in PRINCIPALS}, "acme_app": 403, **overrides}
+    expected = {"none": 401, **{p: default for p in PRINCIPALS}, "acme_app": 403, "scraper": 403,
+                **overrides}
     if "serving_router" not in overrides:
         expected["serving_router"] = expected["serving_node"]
     return expected
@@ -112,7 +114,7 @@ ENDPOINTS = {
                                                       other_pool_node=403))],
     "POST /v1/attestations/backfill": [(lambda w: ("POST", "/v1/attestations/backfill", {}),
                                          expect(403, global_admin=200))],
-    "GET /v1/whoami": [(lambda w: ("GET", "/v1/whoami", {}), expect(200, acme_app=200))],
+    "GET /v1/whoami": [(lambda w: ("GET", "/v1/whoami", {}), expect(200, acme_app=200, scraper=200))],
     # Single sign-on: whether it is on is public; a login code proves itself (none is valid here).
     "GET /v1/sso": [(lambda w: ("GET", "/v1/sso", {}), {p: 200 for p in ALL})],
     "POST /v1/sso/token": [(lambda w: ("POST", "/v1/sso/token", {"json": {
@@ -278,7 +280,7 @@ ENDPOINTS = {
     "GET /v1/artifacts/{key}": [
         (lambda w: ("GET", f"/v1/artifacts/{BLOB}", {"params": {"expires": 1, "signature": "0" * 64}}),
          {p: 404 for p in ALL})],
-    "GET /metrics": [(lambda w: ("GET", "/metrics", {}), expect(403, global_admin=200))],
+    "GET /metrics": [(lambda w: ("GET", "/metrics", {}), expect(403, global_admin=200, scraper=200))],
     "GET /healthz": [(lambda w: ("GET", "/healthz", {}), {p: 200 for p in ALL})],
     "GET /readyz": [(lambda w: ("GET", "/readyz", {}), {p: 200 for p in ALL})],
 }
