@@ -29,12 +29,16 @@ class LoglikMargin(BaseModel):
 
 
 class ParityTolerance(BaseModel):
+    """Unset values take the tolerance measured for the engine's dtype (float32: 1e-3 and 0;
+    bfloat16 and float16 wider: docs/operations.md, "Parity tolerance per dtype")."""
     model_config = ConfigDict(extra="forbid")
-    max_logprob_diff: float = Field(1e-3, gt=0, le=10, description=(
+    max_logprob_diff: float | None = Field(None, gt=0, le=10, description=(
         "Largest allowed |logprob| difference per generated token between the engine with the "
-        "adapter and the merged-weights reference."))
-    max_token_mismatch_rate: float = Field(0.0, ge=0, le=1, description=(
-        "Fraction of examples whose greedy tokens may differ from the reference."))
+        "adapter and the merged-weights reference. Unset: the measured tolerance of the engine's "
+        "dtype."))
+    max_token_mismatch_rate: float | None = Field(None, ge=0, le=1, description=(
+        "Fraction of examples whose greedy tokens may differ from the reference. Unset: the "
+        "measured tolerance of the engine's dtype."))
 
 
 class ServingLimits(BaseModel):

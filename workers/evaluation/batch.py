@@ -288,7 +288,7 @@ def _judge(batch: BatchRun, evaluation_id: int, work: SuiteWork, spec: dict,
     timings = {k: v for k, v in batch.timings.items() if "." not in k}  # the batch's own phases
     if f"parity_s.{evaluation_id}" in batch.timings:  # and this evaluation's
         timings["own_parity_s"] = batch.timings[f"parity_s.{evaluation_id}"]
-    metrics, failing = scoring.judge(spec, work, side, base, checks, serving)
+    metrics, failing = scoring.judge(spec, work, side, base, checks, serving, dtype=settings.engine_dtype)
     exact, contained = scoring.exact_matches(side, work), scoring.contains(side, work)
     examples = [{
         "prompt": prompt, "reference": reference, "output": g.text, "base_output": b.text,

@@ -6,6 +6,7 @@ and whether it passed; the outcome names every failing metric.
 
 from __future__ import annotations
 
+from workers.evaluation import parity_tolerances
 from workers.evaluation.parity import ParityExample
 from workers.evaluation.runner import SideRun, SuiteWork, mean_of_present
 from workers.evaluation.serving_cost import ServingCost
@@ -28,9 +29,11 @@ def _rate(flags: list[bool]) -> float:
 
 
 def judge(spec: dict, work: SuiteWork, adapter: SideRun, base: SideRun,
-          parity: list[ParityExample] | None, serving: ServingCost | None) -> tuple[dict, list[str]]:
+          parity: list[ParityExample] | None, serving: ServingCost | None,
+          dtype: str = "float32") -> tuple[dict, list[str]]:
     """Returns (metrics, failing metric names). `serving` is the adapter's like-for-like bursts
-    against the base's (serving_cost), measured where the suite has the serving metric."""
+    against the base's (serving_cost), measured where the suite has the serving metric. `dtype`
+    is the engine's: parity's unset tolerances are the ones measured for it."""
     metrics: dict[str, dict] = {}
     if "exact_match" in spec:
         value, base_value = _rate(exact_matches(adapter, work)), _rate(exact_matches(base, work))
@@ -48,11 +51,11 @@ def judge(spec: dict, work: SuiteWork, adapter: SideRun, base: SideRun,
             "value": loglik, "base": base_loglik, "threshold": {"min_margin": margin}, "passed": passed,
             "detail": f"adapter minus base = {gap:.4f}" if gap is not None else "not measured"}
     if "parity" in spec and parity is not None:
-        tolerance = spec["parity"]
+        tolerance = parity_tolerances.for_dtype(dtype, spec["parity"])
         worst = max((p.max_logprob_diff for p in parity), default=0.0)
         mismatch_rate = 1 - _rate([p.tokens_match for p in parity])
         metrics["parity"] = {
-            "value": worst, "base": None, "threshold": tolerance,
+            "value": worst, "base": None, "threshold": {**tolerance, "dtype": dtype},
             "passed": worst <= tolerance["max_logprob_diff"]
             and mismatch_rate <= tolerance["max_token_mismatch_rate"],
             "detail": f"max |logprob diff| {worst:.2e}; greedy tokens differ in "

@@ -1,0 +1,127 @@
+"""Parity per dtype, measured: how far vLLM serving an adapter (runtime-loaded, multi-LoRA) is
+from the worker's merged-weights reference in the same dtype (workers/evaluation/parity.py), as the
+worker compares them. The default tolerances (workers/evaluation/parity_tolerances.py) come from
+these figures.
+
+    ./dev bench parity_dtypes                   # vLLM on CPU, each dtype it starts in
+    python -m bench.parity_dtypes --engine-url http://gpu-host:8000 --dtype bfloat16 --device cuda
+
+For each dtype the task kit's base is served (--max-loras 4), its four adapters are loaded, and
+both suites' 64 prompts are generated greedily (16 tokens, stopping at the end of sequence, as a
+suite's defaults do) with each; the reference compares every generation on the same device class
+the worker would use. The same answers are also compared with another adapter's reference: the
+smallest gap a wrong adapter shows must stay above the tolerance. Per dtype: the largest |log-probability
+gap| over every generated token, its 99th percentile and median over examples, the share of
+examples whose greedy tokens differ, and the tolerance the code uses beside them. A dtype the
+engine refuses to start in is reported as engine_started_<dtype> 0. With --engine-url the engine
+is one already running (a GPU's, say) in --dtype, serving the kit's base as "kit".
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from bench import report
+from devkit import services
+from devkit.task_kit import build_task_kit
+from workers.evaluation import parity, parity_tolerances
+from workers.evaluation.engine import EngineClient
+
+REPO = Path(__file__).resolve().parents[1]
+SERVED = "kit"
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+Answers = list[tuple[list[int], list[int], list[float]]]
+
+
+async def generations(url: str, kit, max_tokens: int, ignore_eos: bool) -> dict[str, Answers]:
+    """Per adapter: (prompt ids, generated ids, their log-probabilities) for every suite prompt."""
+    client = EngineClient(url, timeout_s=600, max_in_flight=8)
+    try:
+        prompts = [row["prompt"] for rows in kit.suites.values() for row in rows]
+        prompt_ids = [await client.tokenize(prompt) for prompt in prompts]
+        found = {}
+        for name, folder in kit.adapters.items():
+            await client.load_adapter(name, str(folder))
+            made = await client.generate_many(name, prompt_ids, max_tokens=max_tokens, stop=[], ignore_eos=ignore_eos)
+            found[name] = [(ids, g.token_ids, g.logprobs) for ids, g in zip(prompt_ids, made, strict=True)]
+            await client.unload_adapter(name)
+        return found
+    finally:
+        await client.aclose()
+
+
+def measure(url: str, kit, dtype: str, device: str, max_tokens: int, ignore_eos: bool) -> dict[str, float]:
+    started = time.perf_counter()
+    served = asyncio.run(generations(url, kit, max_tokens, ignore_eos))
+    reference = parity.Reference(kit.base_dir, dtype=dtype, device=device)
+    gaps, mismatched, wrong_worst, wrong_mismatch = [], 0, [], []
+    names = sorted(served)
+    for index, name in enumerate(names):
+        for example in reference.compare(kit.adapters[name], served[name]):
+            gaps.append(example.max_logprob_diff)
+            mismatched += not example.tokens_match
+        # The same answers against another adapter's reference: what a wrong adapter looks like.
+        other = reference.compare(kit.adapters[names[(index + 1) % len(names)]], served[name])
+        wrong_worst.append(max(e.max_logprob_diff for e in other))
+        wrong_mismatch.append(sum(not e.tokens_match for e in other) / len(other))
+    tolerance = parity_tolerances.DEFAULTS[dtype]
+    worst = max(gaps)
+    return {f"parity_max_logprob_diff_{dtype}": worst,
+            f"wrong_adapter_min_of_max_logprob_diff_{dtype}": min(wrong_worst),
+            f"wrong_adapter_min_token_mismatch_rate_{dtype}": min(wrong_mismatch),
+            f"parity_p99_logprob_diff_{dtype}": statistics.quantiles(gaps, n=100)[98],
+            f"parity_median_logprob_diff_{dtype}": statistics.median(gaps),
+            f"parity_token_mismatch_rate_{dtype}": mismatched / len(gaps),
+            f"parity_examples_{dtype}": len(gaps),
+            f"tolerance_max_logprob_diff_{dtype}": tolerance.max_logprob_diff,
+            f"tolerance_max_token_mismatch_rate_{dtype}": tolerance.max_token_mismatch_rate,
+            f"tolerance_headroom_{dtype}": tolerance.max_logprob_diff / worst if worst else 0.0,
+            f"engine_started_{dtype}": 1, f"seconds_{dtype}": round(time.perf_counter() - started, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", choices=DTYPES, action="append", help="Default: every dtype.")
+    parser.add_argument("--device", default="cpu", help="The reference's device (cuda on a GPU).")
+    parser.add_argument("--engine-url", help="An engine already running in --dtype, serving the kit as 'kit'.")
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--ignore-eos", action="store_true", help="Generate every token (long tails).")
+    parser.add_argument("--results", default="parity_dtypes", help="bench/results/<name>.json")
+    args = parser.parse_args()
+    dtypes = args.dtype or list(DTYPES)
+    if args.engine_url and len(dtypes) != 1:
+        parser.error("--engine-url measures the one dtype its engine runs in: pass --dtype once")
+
+    kit = build_task_kit(REPO / ".cache" / "task-kit")
+    work = Path(tempfile.mkdtemp(prefix="loraplane-bench-parity-"))
+    metrics: dict[str, float] = {}
+    for dtype in dtypes:
+        if args.engine_url:
+            metrics.update(measure(args.engine_url, kit, dtype, args.device, args.max_tokens, args.ignore_eos))
+            continue
+        try:
+            engine = services.start_vllm(work / dtype, services.kit_engine(kit, SERVED, dtype=dtype, max_loras=4))
+        except RuntimeError as refused:  # this CPU's vLLM has no kernels for it
+            print(f"{dtype}: the engine did not start: {str(refused).splitlines()[0]}")
+            metrics[f"engine_started_{dtype}"] = 0
+            continue
+        try:
+            metrics.update(measure(engine.url, kit, dtype, args.device, args.max_tokens, args.ignore_eos))
+        finally:
+            services.stop_group(engine)
+        print({k: v for k, v in metrics.items() if k.endswith(dtype)})
+    report.write(args.results, metrics, {
+        "dtypes": dtypes, "device": args.device, "engine": args.engine_url or "vLLM on CPU (this machine)",
+        "adapters": sorted(kit.adapters), "prompts_per_adapter": sum(len(r) for r in kit.suites.values()),
+        "max_tokens": args.max_tokens, "ignore_eos": args.ignore_eos})
+
+
+if __name__ == "__main__":
+    main()
