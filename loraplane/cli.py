@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -152,9 +151,13 @@ def _fresh_metrics_folder(data_dir: Path) -> None:
     """Several worker processes share the port: each writes its metrics to a file there, and a
     scrape reads them all. Emptied at each start, so a past run's processes are not counted."""
     folder = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or data_dir / "metrics")
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(mode=0o700, parents=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    others = [path.name for path in folder.iterdir() if path.suffix != ".db"]
+    if others:
+        _fail(f"PROMETHEUS_MULTIPROC_DIR {folder} holds files that are not metrics ({', '.join(others[:3])})",
+              "Point it at a folder of its own: serve empties it at each start.")
+    for stale in folder.glob("*.db"):
+        stale.unlink()
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)  # the worker processes inherit it
 
 

@@ -133,6 +133,9 @@ class RegistrySettings(BaseSettings):
         "How often the housekeeper looks for blobs to collect."))
     node_stale_after_s: float = Field(default=60.0, ge=1, le=86400, description=(
         "A node that has not reported for this long is shown as stale and no longer counted."))
+    node_gone_after_s: float = Field(default=3600.0, ge=1, le=30 * 86400, description=(
+        "A node silent this long is taken as gone (removed, or a pod replaced under another id): "
+        "it leaves the fleet's metrics instead of counting as stale for ever."))
     traffic_stale_after_s: float = Field(default=120.0, ge=1, le=86400, description=(
         "Routers' traffic reports older than this no longer count toward placement."))
     active_set_poll_s: float = Field(default=1.0, ge=0.05, le=60, description=(
@@ -319,8 +322,8 @@ VIRTUAL_HOST_BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 
 
 def _check_endpoint(setting: str, url: str) -> None:
-    """An S3 endpoint as a URL nodes are handed: scheme, host and port, nothing a request could
-    misread (credentials, a query or a fragment)."""
+    """An S3 endpoint as a URL nodes are handed: scheme, host, port and an optional path prefix,
+    nothing a request could misread (credentials, a query or a fragment)."""
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises on a port that is not a number

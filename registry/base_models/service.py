@@ -39,6 +39,9 @@ def check_alias(alias: str) -> str:
     if not alias.strip() or len(alias) > 200 or not alias.isprintable():
         raise Unprocessable(f"alias {alias!r} is not valid", code="invalid_alias",
                             hint="Use 1-200 printable characters.")
+    if alias.strip() in (".", ".."):  # a URL path cannot carry them: such an alias could not be removed
+        raise Unprocessable(f"alias {alias!r} is not valid: it names no model", code="invalid_alias",
+                            hint="Use the hub id or path adapters write in base_model_name_or_path.")
     return alias
 
 

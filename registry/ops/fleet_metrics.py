@@ -34,7 +34,9 @@ class _FleetCollector(Collector):
         now = datetime.now(UTC)
         yield from _evaluations(repository.evaluations_waiting(self.session), now)
         yield from _deliveries(repository.webhook_deliveries_by_state(self.session), now)
-        yield _nodes(repository.node_reports(self.session), now, get_settings().node_stale_after_s)
+        settings = get_settings()
+        yield _nodes(repository.node_reports(self.session), now, settings.node_stale_after_s,
+                     settings.node_gone_after_s)
 
 
 def _evaluations(rows, now: datetime) -> Iterator[GaugeMetricFamily]:
@@ -72,13 +74,19 @@ def _deliveries(rows, now: datetime) -> Iterator[GaugeMetricFamily]:
     yield oldest
 
 
-def _nodes(rows, now: datetime, stale_after_s: float) -> GaugeMetricFamily:
+def _nodes(rows, now: datetime, stale_after_s: float, gone_after_s: float) -> GaugeMetricFamily:
     nodes = GaugeMetricFamily("loraplane_nodes", "Serving nodes by pool and freshness: stale ones "
                               "have not reported for LORAPLANE_NODE_STALE_AFTER_S and are no longer "
-                              "counted", labels=["pool", "state"])
+                              "counted; after LORAPLANE_NODE_GONE_AFTER_S a node leaves this metric",
+                              labels=["pool", "state"])
     counts: dict[tuple[str, str], int] = {}
     for pool, reported_at in rows:
-        state = "stale" if (now - aware(reported_at)).total_seconds() > stale_after_s else "fresh"
+        silent_s = (now - aware(reported_at)).total_seconds()
+        if silent_s > gone_after_s:
+            counts.setdefault((pool, "fresh"), 0)
+            counts.setdefault((pool, "stale"), 0)
+            continue
+        state = "stale" if silent_s > stale_after_s else "fresh"
         counts[(pool, state)] = counts.get((pool, state), 0) + 1
         counts.setdefault((pool, "fresh" if state == "stale" else "stale"), 0)
     for (pool, state), count in sorted(counts.items()):

@@ -24,7 +24,8 @@ from registry.tokens import issuing
 from tests.conftest import BUCKET
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("registry", "web", "loraplane", "loraplane_client", "migrations", "serving", "workers", "devkit")
+PACKAGES = ("registry", "web", "loraplane", "loraplane_client", "migrations", "serving", "workers", "devkit",
+            "signed_digests")
 RELEASED = re.compile(r"^## (?P<version>\d+\.\d+\.\d+)\n\nCut from commit `(?P<commit>[0-9a-f]{40})`", re.M)
 
 
@@ -38,6 +39,12 @@ def previous_release() -> tuple[str, str]:
 def previous_code(tmp_path_factory) -> Path:
     version, commit = previous_release()
     folder = tmp_path_factory.mktemp(f"release-{version}")
+    git = ["git", "-C", str(ROOT)]
+    if subprocess.run([*git, "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True).returncode:
+        # A shallow clone lacks the release: fetch the history it was cut from.
+        subprocess.run([*git, "fetch", "--quiet", "--unshallow"], capture_output=True)
+    assert subprocess.run([*git, "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True).returncode == 0, \
+        f"this clone lacks {version}'s commit {commit}: clone the whole history (no --depth)"
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", commit, *PACKAGES],
                              capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
@@ -99,7 +106,9 @@ def upload(api: httpx.Client, adapter: str, folder: Path) -> dict:
 def test_the_previous_release_runs_on_the_new_schema_beside_this_one(old_registry, new_registry, admin_token,
                                                                      previous_code, tiny_base, make_adapter):
     old, new = client(old_registry, admin_token), client(new_registry, admin_token)
-    assert not (previous_code / "registry" / "lifecycle").exists()  # truly the previous code
+    # Truly the previous code: it has no lifecycle endpoints.
+    assert not (previous_code / "registry" / "lifecycle").exists()
+    assert old.post("/v1/adapters/acme/anything/retire").status_code in (404, 405)
     assert old.get("/readyz").json()["ready"] is True
 
     # The previous release writes: a tenant, a base, a pool, an upload.

@@ -121,6 +121,9 @@ def test_aliases_with_slashes_even_aliases_inside_them_are_removed_exactly(admin
     ("TINY_BASE_ALIAS", 409, "alias_taken", "is already an alias of base model 'tiny-llama'"),
     ("OWN_NAME", 409, "alias_taken", "is already the name of base model"),
     ("   ", 422, "invalid_alias", "alias '   ' is not valid"),
+    # A URL path cannot carry them: such an alias could never be removed again.
+    ("..", 422, "invalid_alias", "alias '..' is not valid: it names no model"),
+    (".", 422, "invalid_alias", "alias '.' is not valid: it names no model"),
     ("x" * 201, 422, "invalid_request", "body.alias: String should have at most 200 characters"),
     ("", 422, "invalid_request", "body.alias: String should have at least 1 character"),
 ])

@@ -4,16 +4,19 @@ what waits for a worker, webhook deliveries, and nodes that stopped reporting.""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
+import os
 import shutil
+import subprocess
 
 import httpx
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from devkit import services
 from devkit.pipeline_steps import create_suite, upload_dir
 from devkit.services import wait_for
-from registry.tables import ApiToken, Evaluation
+from registry.tables import ApiToken, Evaluation, NodeStatus
 from tests.conftest import OTHER_POOL
 from tests.support.asserts import assert_refused
 from tests.support.evals import request_evaluation
@@ -49,7 +52,7 @@ def test_the_queue_of_a_base_no_worker_serves_is_seen_waiting(admin, client_for,
             connection.execute(delete(Evaluation).where(Evaluation.id == evaluation["id"]))
 
 
-def test_a_node_that_stops_reporting_turns_stale(client_for):
+def test_a_node_that_stops_reporting_turns_stale_then_leaves(client_for, engine):
     scraper, node = client_for("scraper"), client_for("other_pool_node")
     reported = node.put(f"/v1/pools/{OTHER_POOL}/nodes/other-pool-node/status", json=NODE_STATUS)
     assert reported.status_code == 200, reported.text
@@ -58,6 +61,12 @@ def test_a_node_that_stops_reporting_turns_stale(client_for):
     # LORAPLANE_NODE_STALE_AFTER_S is 3 s in the suite's registry.
     wait_for(lambda: metric(scraper, "loraplane_nodes", pool=OTHER_POOL, state="stale") == 1,
              timeout_s=15, what="the silent node to turn stale")
+    assert metric(scraper, "loraplane_nodes", pool=OTHER_POOL, state="fresh") == 0
+    # Silent past LORAPLANE_NODE_GONE_AFTER_S (an hour): gone, no longer stale for ever.
+    with engine.begin() as connection:
+        connection.execute(update(NodeStatus).where(NodeStatus.node_id == "other-pool-node")
+                           .values(reported_at=datetime.now(UTC) - timedelta(hours=2)))
+    assert metric(scraper, "loraplane_nodes", pool=OTHER_POOL, state="stale") == 0
     assert metric(scraper, "loraplane_nodes", pool=OTHER_POOL, state="fresh") == 0
 
 
@@ -106,3 +115,17 @@ def test_several_worker_processes_are_scraped_as_one(service_dir, registry, toke
         assert (service_dir / "registry-workers" / "metrics").is_dir()
     finally:
         server.stop()
+
+
+def test_serve_refuses_a_metrics_folder_that_holds_other_files(tmp_path):
+    folder = tmp_path / "not-only-metrics"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me")
+    (folder / "counter_123.db").write_bytes(b"old")
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(folder), "LORAPLANE_DATA_DIR": str(tmp_path / "data")}
+    refused = subprocess.run([str(services.VENV_BIN / "loraplane"), "serve", "--workers", "2", "--port", "1"],
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1
+    said = refused.stdout + refused.stderr
+    assert f"PROMETHEUS_MULTIPROC_DIR {folder} holds files that are not metrics (notes.txt)" in said
+    assert sorted(path.name for path in folder.iterdir()) == ["counter_123.db", "notes.txt"]
