@@ -77,7 +77,8 @@ def _judge_canaries_forever() -> None:
                         outcome = canaries.check(session, promotion_id)
                     if outcome not in (None, canaries.ANALYSING, canaries.WAITING):
                         log.info("canary %s: %s", promotion_id, outcome)
-                        metrics.CANARY_VERDICTS.labels(_verdict(outcome)).inc()
+                        if (verdict := _verdict(outcome)) is not None:
+                            metrics.CANARY_VERDICTS.labels(verdict).inc()
                 except Exception:
                     log.exception("could not judge canary %s", promotion_id)
             if time.monotonic() - pruned_at > 3600:
@@ -93,9 +94,12 @@ def _judge_canaries_forever() -> None:
         time.sleep(settings.canary_check_s)
 
 
-def _verdict(outcome: str) -> str:
-    """A bounded label: a step's own weight ("step 2: 25%") reads as a step."""
-    return "step" if outcome.startswith("step ") else outcome.replace(" ", "_")
+def _verdict(outcome: str) -> str | None:
+    """What the analysis did, as a bounded label: a step (whatever its weight), a promotion or a
+    rollback; None when it only waited (held, awaiting a gate or corroboration)."""
+    if outcome.startswith("step "):
+        return "step"
+    return outcome if outcome in (canaries.PROMOTED, canaries.ROLLED_BACK) else None
 
 
 def _sweep_forever() -> None:
@@ -123,6 +127,9 @@ def _collect_blobs_forever() -> None:
             collected = blob_gc.collect(UnitOfWork.begin, get_store(), grace_s=settings.blob_gc_grace_s)
             log.info("blob collection: %d listed, %d newly unreferenced, %d collected",
                      collected.listed, collected.marked, len(collected.collected))
+            metrics.BLOBS_COLLECTED.inc(len(collected.collected))
+            metrics.LAST_ROUND.labels("blob-collection").set_to_current_time()
         except Exception:  # the database or the store is away: try again next round
             log.exception("blob collection round failed")
+            metrics.BLOB_ROUND_FAILURES.inc()
         time.sleep(settings.blob_gc_every_s)

@@ -25,18 +25,24 @@ BATCH_VERSIONS = Histogram(
     "loraplane_worker_batch_versions", "Versions evaluated together in one batch",
     buckets=(1, 2, 4, 8, 16, 32, 64))
 PHASE_SECONDS = Histogram(
-    "loraplane_worker_phase_seconds", "Time a batch spent in each phase (prepare, tokenize, base, "
-    "adapters, serving, scoring, parity, unload)", ["phase"], buckets=PHASE_BUCKETS)
+    "loraplane_worker_phase_seconds", "Time a batch spent in each phase (prepare, tokenize, "
+    "base_generation, adapter_generation, serving, scoring, parity, unload)", ["phase"],
+    buckets=PHASE_BUCKETS)
 
 CANARY_ROUNDS = Counter(
     "loraplane_housekeeper_canary_rounds_total", "Rounds of canary analysis, by outcome (ok, or "
     "failed: the database was away)", ["outcome"])
 CANARY_VERDICTS = Counter(
     "loraplane_housekeeper_canary_verdicts_total", "Canaries the analysis acted on, by what it "
-    "did (promoted, rolled back, ...)", ["verdict"])
+    "did: step, promoted, rolled_back", ["verdict"])
 LAST_ROUND = Gauge(
     "loraplane_housekeeper_last_round_timestamp_seconds", "When each housekeeping loop last "
-    "finished a round (unix time): canary-analysis and webhook-sweep", ["loop"])
+    "finished a round (unix time): canary-analysis, webhook-sweep, blob-collection", ["loop"])
+BLOBS_COLLECTED = Counter(
+    "loraplane_housekeeper_blobs_collected_total", "Blobs the collector removed from the store")
+BLOB_ROUND_FAILURES = Counter(
+    "loraplane_housekeeper_blob_collection_failures_total", "Rounds of blob collection that "
+    "failed (the database or the store away)")
 WEBHOOK_ATTEMPTS = Counter(
     "loraplane_housekeeper_webhook_attempts_total", "Webhook delivery attempts, by outcome: "
     "delivered, retrying or failed (gave up)", ["outcome"])

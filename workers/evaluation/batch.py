@@ -92,7 +92,8 @@ def _record(token: str, outcomes: dict[int, claims.Outcome], note: str = "") -> 
             if claims.record(session, token, evaluation_id, outcome,
                              after_outcome=requalification.after_evaluation):
                 recorded.append(evaluation_id)
-                _count(outcome)
+        if recorded and recorded[-1] == evaluation_id:  # committed
+            _count(outcome)
     return TaskResult(recorded=tuple(recorded), note=note)
 
 
