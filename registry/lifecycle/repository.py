@@ -4,7 +4,7 @@ evaluations and the attestations that name it."""
 from __future__ import annotations
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from registry.tables import Attestation, Evaluation, Pool, PoolAlias, PoolRetirement, Promotion
 
@@ -14,6 +14,18 @@ def aliases_naming(session: Session, version_ids: list[int]) -> list[tuple[int, 
     query = (select(PoolAlias.version_id, Pool.name, PoolAlias.alias)
              .join(Pool, Pool.id == PoolAlias.pool_id).where(PoolAlias.version_id.in_(version_ids))
              .order_by(Pool.name, PoolAlias.alias))
+    return [(row[0], row[1], row[2]) for row in session.execute(query)]
+
+
+def rollback_targets_naming(session: Session, version_ids: list[int]) -> list[tuple[int, str, str]]:
+    """(version id, pool name, alias) of each alias whose one-call rollback would restore one of
+    the versions: the promotion before the alias's current one names it."""
+    previous = aliased(Promotion)
+    query = (select(previous.version_id, Pool.name, PoolAlias.alias)
+             .join(Promotion, Promotion.id == PoolAlias.promotion_id)
+             .join(previous, previous.id == Promotion.previous_id)
+             .join(Pool, Pool.id == PoolAlias.pool_id)
+             .where(previous.version_id.in_(version_ids)).order_by(Pool.name, PoolAlias.alias))
     return [(row[0], row[1], row[2]) for row in session.execute(query)]
 
 

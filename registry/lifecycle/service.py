@@ -159,8 +159,16 @@ def holds(session: Session, versions: list[AdapterVersion], *, deleting: bool) -
         listed = "; ".join(f"promotion {p.id} ({existing(session, Pool, p.pool_id).name}:{p.alias}, "
                            f"{p.state}) names {names[p.version_id]}" for p in pending)
         found.append(Hold("pending_promotion", listed,
-                          f"Reject it first: loraplane promotion reject {pending[0].id} "
-                          "--comment '...' (POST /v1/promotions/ID/reject)."))
+                          "Reject it first if it awaits approval (loraplane promotion reject "
+                          f"{pending[0].id} --comment '...'); one approved or being rolled out "
+                          "must reach the pool first, then its version is held by the active set."))
+    fallbacks = repository.rollback_targets_naming(session, ids)
+    if fallbacks:
+        listed = "; ".join(f"{names[v]} is what alias {alias!r} of pool {pool!r} rolls back to"
+                           for v, pool, alias in fallbacks)
+        found.append(Hold("rollback_target", listed,
+                          "Promote another version to that alias first: once a newer version "
+                          "replaces the current one, this one is no longer its way back."))
     if not deleting:
         return found
     unfinished = repository.unfinished_evaluation_ids(session, ids, evaluation_rules.FINISHED)

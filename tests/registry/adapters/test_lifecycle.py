@@ -184,10 +184,22 @@ def test_what_an_active_set_or_a_promotion_holds_is_refused(make_ready, client_f
     assert unchanged(uploader, "acme/life-held") == before
 
     # Once the promotion is decided and has superseded version 1 (no node: at once), version 1
-    # may be retired, but not deleted: its attestation still verifies and names its files.
+    # is the alias's way back: a one-call rollback restores it, so it is held.
     approved = admin.post(f"/v1/promotions/{promotion_id}/approve", json={"comment": "ok"})
     assert approved.status_code == 200, approved.text
     assert "acme/life-held@1" not in served(active_set(admin, pool))
+    before = unchanged(uploader, "acme/life-held")
+    refused = uploader.post(f"{path(served_v)}/retire")
+    assert_refused(refused, 409, "rollback_target",
+                   f"cannot retire acme/life-held@1 is what alias 'production' of pool '{pool}' rolls back to")
+    assert "Promote another version to that alias first" in refused.json()["error"]["hint"]
+    assert_refused(uploader.delete(path(served_v)), 409, "rollback_target", "rolls back to")
+    assert unchanged(uploader, "acme/life-held") == before
+
+    # A newer version replaces version 2: version 1 is no way back any more. It may be retired,
+    # but not deleted: its attestation still verifies and names its files.
+    promote(uploader, admin, pool, make_ready("life-held"))
+    assert "acme/life-held@3" in served(active_set(admin, pool))
     before = unchanged(uploader, "acme/life-held")
     refused = uploader.delete(path(served_v))
     assert_refused(refused, 409, "attested", "cannot delete attestation")
@@ -195,10 +207,9 @@ def test_what_an_active_set_or_a_promotion_holds_is_refused(make_ready, client_f
     assert "Retire the version instead" in refused.json()["error"]["hint"]
     assert unchanged(uploader, "acme/life-held") == before
     assert uploader.post(f"{path(served_v)}/retire").json()["state"] == "retired"
-    # A retired version is never restored: the rollback says why.
-    assert_refused(admin.post(f"/v1/pools/{pool}/aliases/acme/life-held/production/rollback",
-                              json={"comment": "back"}), 409, "version_retired",
-                   "acme/life-held@1 is retired and cannot be promoted")
+    # The alias still has its way back: version 2.
+    rolled = admin.post(f"/v1/pools/{pool}/aliases/acme/life-held/production/rollback", json={"comment": "back"})
+    assert rolled.status_code == 200, rolled.text
     assert served(active_set(admin, pool))["acme/life-held@2"] == [("production", 100)]
 
 
