@@ -160,6 +160,15 @@ def _parity(evaluations: dict[str, Evaluation]) -> Gate:
         return Gate("parity", False, f"parity failed ({detail})",
                     "vLLM's output differs from the merged weights: check the adapter's dtype "
                     "and target modules against the pool's engine.")
+    # A tenant's own suite (tenant/name) may fail the gate, never pass it alone: its tolerance is
+    # the uploader's tenant's to set. A global suite is a global admin's.
+    trusted = sorted(suite for suite in measured if "/" not in suite)
+    if not trusted:
+        return Gate("parity", False,
+                    f"parity was measured only by the tenant's own suites ({', '.join(sorted(measured))}), "
+                    "whose tolerance the tenant sets",
+                    "Evaluate it with a global suite that has the 'parity' metric (a pool's "
+                    "required suites are global).")
     return Gate("parity", True, f"parity passed in {', '.join(sorted(measured))}")
 
 

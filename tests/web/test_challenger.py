@@ -8,12 +8,12 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from devkit.pipeline_steps import evaluations_of, request_promotion, upload_dir
+from devkit.pipeline_steps import create_suite, evaluations_of, request_promotion, upload_dir
 from tests.support.asserts import assert_refused
 from tests.support.evals import wait_finished
 from tests.web.conftest import shoot
 
-POOL, ADAPTER, TASK = "champion-pool", "acme/champion", "acme/digits-task"
+POOL, ADAPTER, TASK, PARITY = "champion-pool", "acme/champion", "acme/digits-task", "champion-parity"
 EXAMPLES = 12
 
 
@@ -26,14 +26,20 @@ def champion(admin: httpx.Client, uploader: httpx.Client, kit_base: str, task_ki
              "metrics": {"exact_match": {"min": 0.0}, "parity": {"max_logprob_diff": 1e-3}},
              "generation": {"max_tokens": 16}}
     assert uploader.post("/v1/eval-suites", json=suite).status_code == 201
+    # The parity gate passes only on a global suite: a tenant's own may fail it, never pass it alone.
+    create_suite(admin, PARITY, kit_base, task_kit.suites["digits_to_words"][:4],
+                 {"parity": {"max_logprob_diff": 1e-3}})
     created = admin.post("/v1/pools", json={"name": POOL, "base_model": kit_base, "max_loras": 2,
-                                            "max_cpu_loras": 4, "max_lora_rank": 16, "dtype": "float32"})
+                                            "max_cpu_loras": 4, "max_lora_rank": 16, "dtype": "float32",
+                                            "required_suites": [PARITY]})
     assert created.status_code == 201, created.text
     version = upload_dir(uploader, ADAPTER, task_kit.adapters["digits_to_words"])
     policy = uploader.put(f"/v1/adapters/{ADAPTER}/evaluation-policy", json={"required_suites": [TASK]})
     assert policy.status_code == 200, policy.text
     own = uploader.post(f"/v1/adapters/{ADAPTER}/versions/1/evaluations", json={"suite": TASK})
     assert wait_finished(uploader, own.json()["id"])["state"] == "passed"
+    (parity,) = [e for e in evaluations_of(uploader, version) if e["suite"] == PARITY]
+    assert wait_finished(uploader, parity["id"])["state"] == "passed"
     promotion = request_promotion(uploader, POOL, version)
     assert promotion.status_code == 201, promotion.text
     approved = admin.post(f"/v1/promotions/{promotion.json()['id']}/approve", json={"comment": "first"})
@@ -48,6 +54,9 @@ def evaluate_challenger(uploader: httpx.Client, folder) -> tuple[dict, dict, dic
     assert len(queued) == 1 and queued[0]["pair"]["role"] == "challenger", queued
     mine = wait_finished(uploader, queued[0]["id"], examples_limit=EXAMPLES)
     theirs = wait_finished(uploader, mine["pair"]["other_evaluation_id"], examples_limit=EXAMPLES)
+    for evaluation in evaluations_of(uploader, version):  # the pool's own suite: parity
+        if evaluation["suite"] == PARITY:
+            assert wait_finished(uploader, evaluation["id"])["state"] == "passed"
     return version, mine, theirs
 
 

@@ -96,6 +96,19 @@ def test_parity_must_have_been_measured_and_passed():
     assert _gate(failed, "parity").message == "parity failed (smoke: drift 0.2)"
 
 
+def test_a_tenants_own_suite_may_fail_parity_but_never_pass_it_alone():
+    lax = _evaluation(metrics={"parity": {"passed": True, "value": 0.9}})
+    own_only = _facts(evaluations={"acme/lax": lax})
+    gate = _gate(own_only, "parity")
+    assert not gate.passed
+    assert gate.message == ("parity was measured only by the tenant's own suites (acme/lax), whose "
+                            "tolerance the tenant sets")
+    assert _gate(_facts(evaluations={"acme/lax": lax, "smoke": _evaluation()}), "parity").passed
+    strict = _evaluation(metrics={"parity": {"passed": False, "detail": "drift 0.2"}})
+    assert _gate(_facts(evaluations={"acme/strict": strict, "smoke": _evaluation()}), "parity").message == \
+        "parity failed (acme/strict: drift 0.2)"
+
+
 def test_an_evaluation_on_another_engine_than_the_pool_serves_on_blocks():
     other = _facts(evaluations={"smoke": _evaluation(engine={"vllm_version": "0.31.0"})})
     gate = _gate(other, "engine")
