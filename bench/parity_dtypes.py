@@ -9,8 +9,10 @@ these figures.
 For each dtype the task kit's base is served (--max-loras 4), its four adapters are loaded, and
 both suites' 64 prompts are generated greedily (16 tokens, stopping at the end of sequence, as a
 suite's defaults do) with each; the reference compares every generation on the same device class
-the worker would use. The same answers are also compared with another adapter's reference: the
-smallest gap a wrong adapter shows must stay above the tolerance. Per dtype: the largest |log-probability
+the worker would use. The same answers are also compared with references that are wrong in the
+ways parity exists to catch: another adapter, the adapter at half its scale (a wrong lora_alpha or
+scaling), and the adapter without its v_proj LoRA (a module dropped). The smallest gap each shows,
+over the kit's adapters, must stay above the tolerance. Per dtype: the largest |log-probability
 gap| over every generated token, its 99th percentile and median over examples, the share of
 examples whose greedy tokens differ, and the tolerance the code uses beside them. A dtype the
 engine refuses to start in is reported as engine_started_<dtype> 0. With --engine-url the engine
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import tempfile
 import time
@@ -57,11 +60,32 @@ async def generations(url: str, kit, max_tokens: int, ignore_eos: bool) -> dict[
         await client.aclose()
 
 
+def faulty(adapter_dir: Path, out: Path, fault: str) -> Path:
+    """A copy of the adapter with a fault a tolerance must catch: every lora_B at half its scale
+    (a wrong lora_alpha or rank-stabilised scaling), or its v_proj LoRA gone (a module dropped)."""
+    from safetensors.torch import load_file, save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(adapter_dir / "adapter_config.json", out / "adapter_config.json")
+    tensors = load_file(adapter_dir / "adapter_model.safetensors")
+    if fault == "half_scale":
+        tensors = {k: v * 0.5 if "lora_B" in k else v for k, v in tensors.items()}
+    else:
+        tensors = {k: v for k, v in tensors.items() if ".v_proj." not in k}
+    save_file(tensors, out / "adapter_model.safetensors")
+    return out
+
+
+FAULTS = ("half_scale", "v_proj_dropped")
+
+
 def measure(url: str, kit, dtype: str, device: str, max_tokens: int, ignore_eos: bool) -> dict[str, float]:
     started = time.perf_counter()
     served = asyncio.run(generations(url, kit, max_tokens, ignore_eos))
     reference = parity.Reference(kit.base_dir, dtype=dtype, device=device)
     gaps, mismatched, wrong_worst, wrong_mismatch = [], 0, [], []
+    fault_worst: dict[str, list[float]] = {}
+    fault_mismatch: dict[str, list[float]] = {}
     names = sorted(served)
     for index, name in enumerate(names):
         for example in reference.compare(kit.adapters[name], served[name]):
@@ -71,11 +95,19 @@ def measure(url: str, kit, dtype: str, device: str, max_tokens: int, ignore_eos:
         other = reference.compare(kit.adapters[names[(index + 1) % len(names)]], served[name])
         wrong_worst.append(max(e.max_logprob_diff for e in other))
         wrong_mismatch.append(sum(not e.tokens_match for e in other) / len(other))
+        # The true answers against a faulty copy's reference: what that fault looks like.
+        with tempfile.TemporaryDirectory() as scratch:
+            for fault in FAULTS:
+                broken = reference.compare(faulty(kit.adapters[name], Path(scratch) / fault, fault), served[name])
+                fault_worst.setdefault(fault, []).append(max(e.max_logprob_diff for e in broken))
+                fault_mismatch.setdefault(fault, []).append(sum(not e.tokens_match for e in broken) / len(broken))
     tolerance = parity_tolerances.DEFAULTS[dtype]
     worst = max(gaps)
     return {f"parity_max_logprob_diff_{dtype}": worst,
             f"wrong_adapter_min_of_max_logprob_diff_{dtype}": min(wrong_worst),
             f"wrong_adapter_min_token_mismatch_rate_{dtype}": min(wrong_mismatch),
+            **{f"{fault}_min_of_max_logprob_diff_{dtype}": min(fault_worst[fault]) for fault in FAULTS},
+            **{f"{fault}_min_token_mismatch_rate_{dtype}": min(fault_mismatch[fault]) for fault in FAULTS},
             f"parity_p99_logprob_diff_{dtype}": statistics.quantiles(gaps, n=100)[98],
             f"parity_median_logprob_diff_{dtype}": statistics.median(gaps),
             f"parity_token_mismatch_rate_{dtype}": mismatched / len(gaps),
