@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
+from sqlalchemy.orm import Session
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from registry.auth.dependencies import metrics_reader
 from registry.auth.principal import Principal
 from registry.db import plain_transaction
+from registry.request_session import RequestSession
 from registry import metrics as process_metrics
 from registry.ops import fleet_metrics, repository
 from registry.storage import get_store
@@ -29,11 +31,12 @@ def readyz():
 
 
 @router.get("/metrics", response_class=Response)
-def metrics(principal: Principal = Depends(metrics_reader)):
+def metrics(principal: Principal = Depends(metrics_reader), session: Session = RequestSession):
     """This process's metrics (every worker process's, under `serve --workers N`), and the
-    fleet's as the database tells them. For a metrics token or a global admin."""
-    with plain_transaction() as session:
-        fleet = fleet_metrics.exposition(session)
+    fleet's as the database tells them. For a metrics token or a global admin. The fleet is read
+    in the request's own session, the one its token was read in: a second transaction would wait
+    on the first on SQLite."""
+    fleet = fleet_metrics.exposition(session)
     return Response(process_metrics.exposition() + fleet, media_type=CONTENT_TYPE_LATEST)
 
 

@@ -162,8 +162,10 @@ def test_a_collection_and_an_upload_of_the_same_bytes_never_leave_a_dangling_nam
     upload_work = begin_work()
     assert service.hold(upload_work.session, store, [second]) == []
     upload_work.session.add(EvalSuite(name=f"gc-race-{second[:8]}", base_model_id=base_id,
-                                      dataset_sha256=second, example_count=1, metrics={},
-                                      generation={}, created_by="tests"))
+                                      dataset_sha256=second, example_count=1,
+                                      # A suite as the registry stores one: others list it.
+                                      metrics={"exact_match": {"min": 0.5}}, generation={"max_tokens": 8},
+                                      created_by="tests"))
     upload_work.session.flush()
     collected: list[list[str]] = []
     collector = threading.Thread(target=lambda: collected.append(_collect(begin_work, store, second, now, grace_s)))

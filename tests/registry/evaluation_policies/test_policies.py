@@ -178,12 +178,17 @@ def champion(client_for, make_ready, task_suites, promo_pools, second_reviewer, 
     return version
 
 
-def upload_challenger(make_ready, client_for) -> tuple[dict, dict]:
+def upload_challenger(make_ready, client_for, engine) -> tuple[dict, dict]:
     """A new version of acme/champ: (version, its paired evaluation on the task suite)."""
     version = make_ready("champ", evaluate=False)
-    paired = [e for e in evaluations_of(client_for("acme_admin"), version) if e["suite"] == TASK_SUITE]
+    evaluations = evaluations_of(client_for("acme_admin"), version)
+    paired = [e for e in evaluations if e["suite"] == TASK_SUITE]
     assert len(paired) == 1 and paired[0]["pair"]["role"] == "challenger", paired
     assert paired[0]["pair"]["other_served_name"] == "acme/champ@1"
+    # The global suite the base's pools require: its parity is the one the gate counts.
+    for evaluation in evaluations:
+        if evaluation["suite"] != TASK_SUITE:
+            finish_evaluation(engine, evaluation["id"])
     return version, paired[0]
 
 
@@ -195,7 +200,7 @@ def finish_pair(engine, challenger: dict, mine: float, theirs: float) -> None:
 
 def test_a_challenger_worse_than_the_margin_is_blocked_with_both_scores(
         champion, make_ready, client_for, promo_pools, engine):
-    version, paired = upload_challenger(make_ready, client_for)
+    version, paired = upload_challenger(make_ready, client_for, engine)
     finish_pair(engine, paired, mine=0.7, theirs=0.9)
     promotions = promotion_count(engine)
 
@@ -212,7 +217,7 @@ def test_a_challenger_worse_than_the_margin_is_blocked_with_both_scores(
 def test_halves_evaluated_on_two_engines_are_not_compared(champion, make_ready, client_for, promo_pools, engine):
     """A half evaluated again alone (its worker died between the two records) may run on another
     engine: the challenger is not judged on that comparison, even a better one."""
-    version, paired = upload_challenger(make_ready, client_for)
+    version, paired = upload_challenger(make_ready, client_for, engine)
     one = {"url": "http://eval-a:8000", "vllm_version": "0.32.0", "dtype": "float32", "flags": {}}
     finish_evaluation(engine, paired["pair"]["other_evaluation_id"], exact_match=0.5, engine_record=one)
     finish_evaluation(engine, paired["id"], exact_match=1.0, engine_record={**one, "url": "http://eval-b:8000"})
@@ -229,7 +234,7 @@ def test_halves_evaluated_on_two_engines_are_not_compared(champion, make_ready, 
 def test_a_challenger_within_the_margin_passes_unless_improvement_is_required(
         champion, make_ready, client_for, promo_pools, engine, second_reviewer):
     uploader = client_for("acme_uploader")
-    version, paired = upload_challenger(make_ready, client_for)
+    version, paired = upload_challenger(make_ready, client_for, engine)
     finish_pair(engine, paired, mine=0.85, theirs=0.9)
     set_policy(uploader, "acme/champ", [TASK_SUITE], margins={"exact_match": 0.1},
                require_improvement=["exact_match"])
@@ -314,7 +319,7 @@ def test_a_pair_against_no_other_version_is_refused(against, status, code, messa
 
 
 def test_the_two_halves_of_a_pair_are_always_claimed_together(champion, make_ready, client_for, engine):
-    version, paired = upload_challenger(make_ready, client_for)
+    version, paired = upload_challenger(make_ready, client_for, engine)
     incumbent_id = paired["pair"]["other_evaluation_id"]
     for lead in (incumbent_id, paired["id"]):
         with unit_of_work(engine) as session:
