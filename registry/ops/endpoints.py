@@ -33,9 +33,9 @@ def readyz():
 @router.get("/metrics", response_class=Response)
 def metrics(principal: Principal = Depends(metrics_reader), session: Session = RequestSession):
     """This process's metrics (every worker process's, under `serve --workers N`), and the
-    fleet's as the database tells them. For a metrics token or a global admin. The fleet is read
-    in the request's own session, the one its token was read in: a second transaction would wait
-    on the first on SQLite."""
+    fleet's as the database tells them. For a metrics token or a global admin."""
+    # In the request's own session, the one its token was read in: a second transaction would
+    # wait on the first on SQLite.
     fleet = fleet_metrics.exposition(session)
     return Response(process_metrics.exposition() + fleet, media_type=CONTENT_TYPE_LATEST)
 
