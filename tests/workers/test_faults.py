@@ -27,10 +27,11 @@ def evaluation_row(engine, evaluation_id: int) -> Evaluation:
 
 def test_a_worker_killed_mid_evaluation_is_redelivered_and_records_one_result(
         admin, uploader, kit_base, task_kit, engine, eval_worker, eval_engine):
-    # Long outputs (64 tokens, past eos) keep the evaluation running for seconds.
+    # Long outputs (192 tokens, past eos) keep the engine generating for seconds: with 64, a
+    # quick batch could finish its generations before the test saw one running.
     create_suite(admin, "digits-long", kit_base, task_kit.suites["digits_to_words"],
                  {"exact_match": {"min": 0.0}, "parity": {"max_logprob_diff": 1e-3}},
-                 max_tokens=64, ignore_eos=True)
+                 max_tokens=192, ignore_eos=True)
     version = upload_dir(uploader, "acme/digits-killed", task_kit.adapters["digits_to_words"])
     wait_idle(engine, kit_base)
     evaluation_id = request_evaluation(uploader, version, "digits-long")["id"]
