@@ -8,7 +8,7 @@ import re
 
 import typer
 
-from loraplane.cli_support import call, console, fail, print_json
+from loraplane.cli_support import call, console, every_page, fail, print_json
 from loraplane_client.connection import checked, connect
 
 adapter_app = typer.Typer(help="Adapters: list them, retire or delete them.", no_args_is_help=True)
@@ -35,16 +35,7 @@ def list_adapters(
     """Adapters, oldest first, filtered."""
     filters = {key: value for key, value in (("tenant", tenant), ("base_model", base_model),
                                              ("q", search), ("state", state), ("pool", pool)) if value}
-    items: list[dict] = []
-    cursor = None
-    with connect() as client:
-        while True:
-            params = {**filters, "limit": 200, **({"cursor": cursor} if cursor else {})}
-            page = call(lambda sent=params: checked(client.get("/v1/adapters", params=sent)))
-            items += page["items"]
-            cursor = page["next_cursor"]
-            if not cursor:
-                break
+    items = every_page("/v1/adapters", filters)
     if as_json:
         print_json(items)
         return

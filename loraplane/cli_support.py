@@ -6,11 +6,11 @@ import json
 
 import typer
 
-from loraplane_client.connection import RegistryError
+from loraplane_client.connection import RegistryError, checked, connect
 from loraplane_client.terminal import console, fail
 from registry.errors import LoraplaneError
 
-__all__ = ["call", "console", "fail", "print_json", "settings_or_fail"]
+__all__ = ["call", "console", "every_page", "fail", "print_json", "settings_or_fail"]
 
 
 def settings_or_fail(make, prefix: str, token_field: str, token_hint: str):
@@ -37,6 +37,20 @@ def call(request):
         fail(error.message, error.hint)
     except (OSError, ValueError) as error:
         fail(str(error))
+
+
+def every_page(path: str, params: dict) -> list[dict]:
+    """Every item of a paged listing, following its cursor to the end."""
+    items: list[dict] = []
+    cursor = None
+    with connect() as client:
+        while True:
+            sent = {**params, "limit": 200, **({"cursor": cursor} if cursor else {})}
+            page = call(lambda sent=sent: checked(client.get(path, params=sent)))
+            items += page["items"]
+            cursor = page["next_cursor"]
+            if not cursor:
+                return items
 
 
 def print_json(value) -> None:

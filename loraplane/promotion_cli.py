@@ -6,7 +6,7 @@ import re
 
 import typer
 
-from loraplane.cli_support import call, console, fail, print_json
+from loraplane.cli_support import call, console, every_page, fail, print_json
 from loraplane_client.connection import checked, connect
 
 promotion_app = typer.Typer(help="Promote versions into pools, approve, reject and roll back.",
@@ -144,17 +144,7 @@ def list_promotions(pool: str | None = typer.Option(None, help="Only this pool's
                         "own anyway)."))):
     """Promotions you may see, oldest first: every page of them."""
     params = {k: v for k, v in {"pool": pool, "state": state, "tenant": tenant}.items() if v is not None}
-    items: list[dict] = []
-    cursor = None
-    with connect() as client:
-        while True:
-            sent = {**params, "limit": 200, **({"cursor": cursor} if cursor else {})}
-            page = call(lambda sent=sent: checked(client.get("/v1/promotions", params=sent)))
-            items += page["items"]
-            cursor = page["next_cursor"]
-            if not cursor:
-                break
-    print_json(items)
+    print_json(every_page("/v1/promotions", params))
 
 
 @promotion_app.command("rollback")

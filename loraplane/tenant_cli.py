@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from loraplane.cli_support import call, console, fail, print_json
+from loraplane.cli_support import call, console, every_page, fail, print_json
 from loraplane_client.connection import checked, connect
 
 tenant_app = typer.Typer(
@@ -19,16 +19,7 @@ QUOTA_HELP = ("A number (1 to 1000000), or 'default' to go back to the deploymen
 @tenant_app.command("list")
 def list_tenants(as_json: bool = typer.Option(False, "--json", help="Print the tenants as JSON.")):
     """Every tenant (a tenant admin: its own), with its state, quotas and counts."""
-    items: list[dict] = []
-    cursor = None
-    with connect() as client:
-        while True:
-            params = {"limit": 200, **({"cursor": cursor} if cursor else {})}
-            page = call(lambda sent=params: checked(client.get("/v1/tenants", params=sent)))
-            items += page["items"]
-            cursor = page["next_cursor"]
-            if not cursor:
-                break
+    items = every_page("/v1/tenants", {})
     if as_json:
         print_json(items)
         return
