@@ -30,6 +30,10 @@ BODY_RENDERS = Counter("loraplane_active_set_renders_total", "Active-set bodies 
                        "the set is spread, however many long-polls a change wakes", ["pool"])
 TOKEN_RECHECKS = Counter("loraplane_active_set_token_rechecks_total", "Queries that checked again "
                          "the tokens of woken long-polls: one per wake-up, not one per node")
+K8S_TOKENS = Counter("loraplane_k8s_token_checks_total", "Pods' service-account tokens checked: "
+                     "accepted, or refused by reason", ["outcome"])
+K8S_KEY_FETCHES = Counter("loraplane_k8s_key_fetches_total", "Reads of the cluster issuer's keys: "
+                          "fetched, read (from the file) or failed", ["outcome"])
 
 
 def exposition() -> bytes:

@@ -15,6 +15,8 @@ from pydantic import (BaseModel, ConfigDict, Field, IPvAnyNetwork, SecretStr, fi
                       model_validator)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from registry.k8s_settings import check_k8s, service_accounts_setting
+
 MiB = 1024 * 1024
 MAX_PRESIGN_TTL_S = 7 * 24 * 3600  # a download link never lives longer, whatever it says
 
@@ -202,6 +204,25 @@ class RegistrySettings(BaseSettings):
         "How long a started sign-in may take, from the redirect to the provider to its answer."))
     sso_cli_token_ttl_s: int = Field(default=12 * 3600, ge=300, le=30 * 86400, description=(
         "Lifetime of the token `loraplane login` gets."))
+    k8s_issuer: str | None = Field(default=None, max_length=500, description=(
+        "The Kubernetes cluster's service-account issuer (the tokens' `iss`): node agents may then "
+        "authenticate with their pod's projected service-account token (docs/operations.md, "
+        "\"Nodes on Kubernetes\"). Unset: such tokens are refused like any unknown token."))
+    k8s_jwks_file: Path | None = Field(default=None, description=(
+        "The issuer's public keys as a JWKS file (a ConfigMap of `kubectl get --raw "
+        "/openid/v1/jwks`), read again when it changes. Unset: LORAPLANE_K8S_JWKS_URL, else OIDC "
+        "discovery at the issuer."))
+    k8s_jwks_url: str | None = Field(default=None, max_length=500, description=(
+        "Where the issuer's JWKS is fetched from (https; http only on loopback). Unset: the "
+        "jwks_uri of {issuer}/.well-known/openid-configuration."))
+    k8s_audience: str = Field(default="loraplane", min_length=1, max_length=256, description=(
+        "The audience the projected tokens are requested for; a token without it is refused."))
+    k8s_service_accounts: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict, description=(
+        "Which service account's pods are nodes of which pool: a JSON object of "
+        "\"namespace/serviceaccount\" to a pool name, e.g. {\"llm/loraplane-pool-a\": \"pool-a\"}."))
+    k8s_max_token_lifetime_s: int = Field(default=7200, ge=600, le=86400, description=(
+        "Tokens valid longer than this (exp - iat) are refused as not short-lived, such as the "
+        "year-long ones a cluster issues for expirationSeconds 3607."))
     audit_head_file: Path | None = Field(default=None, description=(
         "Where the signed head of the audit chain is kept, outside the database. Unset means a "
         "file per database under data_dir/audit-heads. Put it where the database's owners cannot "
@@ -222,6 +243,11 @@ class RegistrySettings(BaseSettings):
                 raise ValueError(f"previous secret {position} is shorter than 32 characters")
         return value
 
+    @field_validator("k8s_service_accounts", mode="before")
+    @classmethod
+    def _service_accounts(cls, value: object) -> object:
+        return service_accounts_setting(value) if isinstance(value, str) else value
+
     @model_validator(mode="after")
     def _fill_defaults(self) -> RegistrySettings:
         if not self.database_url:
@@ -233,6 +259,7 @@ class RegistrySettings(BaseSettings):
                                    else f"db+sqlite:///{self.data_dir / 'task-results.db'}")
         if self.sso_issuer is not None:
             self._check_sso()
+        check_k8s(self)
         if self.storage == "s3" and not self.s3_bucket:
             raise ValueError("LORAPLANE_S3_BUCKET must be set when LORAPLANE_STORAGE=s3")
         self._check_s3()

@@ -34,6 +34,11 @@ class Principal:
     tier: str | None = None  # an app key's SLO tier
     identity_id: int = 0  # the person or service behind the token; 0 only in hand-made values
     instance_id: str | None = None  # the node or router id a node or router token speaks for
+    # A node that presented its pod's service-account token (registry/auth/service_accounts/):
+    # no stored token (token_id and identity_id are 0), the pod's uid, and the Unix time the
+    # token stops being accepted, which nothing in the database can revoke sooner.
+    pod_uid: str | None = None
+    expires_at: float | None = None
 
     @property
     def is_global_admin(self) -> bool:
@@ -42,6 +47,8 @@ class Principal:
     @property
     def label(self) -> str:
         scope = f"pool {self.pool}" if self.pool else (self.tenant or "*")
+        if self.pod_uid is not None:
+            return f"{self.subject} ({self.role}@{scope}, pod {self.instance_id}, uid {self.pod_uid})"
         return f"{self.subject} ({self.role}@{scope}, identity {self.identity_id}, token {self.token_id})"
 
     def require(self, roles: set[Role], tenant: str | None = None) -> None:

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from registry.auth import repository
 from registry.auth.principal import Principal, Role
+from registry.auth.service_accounts import pod_tokens
 from registry.clock import aware
 from registry.errors import Unauthorized
 from registry.keys import Purpose, key_for, keyed
@@ -52,6 +53,8 @@ def authenticate(session: Session, plain: str | None, *, unlinked_ok: bool = Fal
         raise Unauthorized(
             "missing bearer token", hint="Send 'Authorization: Bearer <token>' (loraplane token create)."
         )
+    if pod_tokens.presented(plain):  # a pod's service-account token: no row of ours
+        return pod_tokens.principal(plain)
     row = repository.token_by_hash(session, hash_token(plain))
     if row is None:
         row = rehashed(session, plain, _older_hashes(plain))

@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from registry.active_set.reading import snapshot
 from registry.auth import tokens
 from registry.auth.principal import Principal
+from registry.auth.service_accounts import pod_tokens
 from registry.db import plain_transaction
 from registry.metrics import BODY_RENDERS
 from registry.settings import get_settings
@@ -55,7 +56,9 @@ class PrincipalCache:
         """The cached principal of this token, without touching the database."""
         if self._cache is None or not plain:
             return None
-        return self._cache.get(hashlib.sha256(plain.encode()).digest())
+        principal = self._cache.get(hashlib.sha256(plain.encode()).digest())
+        # A pod's token is never kept past its expiry: it is checked again, and refused.
+        return principal if principal is None or pod_tokens.still_holds(principal) else None
 
     def clear(self) -> None:
         self._epoch += 1

@@ -18,13 +18,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from registry.active_set.long_poll import protocol
 from registry.active_set.long_poll import state
 from registry.active_set.long_poll.endpoints import MAX_WAIT_S
+from registry.auth.service_accounts.pod_tokens import MAX_TOKEN_CHARS
 from registry.errors import LoraplaneError
 from registry.names import NAME_PATTERN
 from registry.metrics import LATENCY, REQUESTS
 
 PATH = re.compile(r"/v1/pools/([a-z0-9][a-z0-9_-]{0,63})/active-set")
 ROUTE = "/v1/pools/{pool}/active-set"
-MAX_AUTHORIZATION = 512  # a longer header is no token of ours: the endpoint refuses it
+# A longer header is no token of ours (a pod's service-account token is the longest): the
+# endpoint refuses it.
+MAX_AUTHORIZATION = len("Bearer ") + MAX_TOKEN_CHARS
 
 
 class ActiveSetFastPath:

@@ -8,6 +8,8 @@ import time
 from registry.active_set.long_poll.caches import ROUTERS
 from registry.active_set.long_poll.state import LongPolls
 from registry.auth.principal import Principal, Role
+from registry.auth.service_accounts import pod_tokens
+from registry.errors import Unauthorized
 from registry.metrics import LONG_POLLS
 from registry.settings import get_settings
 
@@ -34,7 +36,9 @@ async def answer(polls: LongPolls, pool: str, principal: Principal, known: int |
         # again when any revocation was heard of, or when the wait outlived the token cache
         # (a process that hears of revocations late, such as on SQLite).
         waited_long = time.monotonic() - started >= get_settings().auth_cache_s
-        if current != known and (watch.revocations != revocations or waited_long):
+        if current != known and principal.expires_at is not None:
+            _still_in_time(principal)  # a pod's token: only its time can run out
+        elif current != known and (watch.revocations != revocations or waited_long):
             await polls.rechecks.still_valid(principal.token_id)
     if current == known:
         return 304, known, None
@@ -42,6 +46,13 @@ async def answer(polls: LongPolls, pool: str, principal: Principal, known: int |
                                         node=ROUTERS if principal.role is Role.ROUTER else node)
     watch.observe(pool, generation)
     return 200, generation, body
+
+
+def _still_in_time(principal: Principal) -> None:
+    if not pod_tokens.still_holds(principal):
+        raise Unauthorized("the service-account token expired while the request waited",
+                           code="k8s_token_expired", hint="Send the pod's current token, which "
+                                                          "the kubelet renews on disk.")
 
 
 def _own_node(principal: Principal, pool: str, node: str | None) -> str | None:
