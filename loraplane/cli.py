@@ -247,8 +247,10 @@ def agent(
     """Run the node agent: make this node's vLLM serve exactly the pool's active set, each version
     proven by its signed attestation and re-hashed before every load.
 
-    The node token comes from LORAPLANE_AGENT_NODE_TOKEN, never from the command line. Other
-    settings (state dir, cache size, metrics port) are LORAPLANE_AGENT_* variables.
+    The node token comes from LORAPLANE_AGENT_NODE_TOKEN, never from the command line; on
+    Kubernetes, LORAPLANE_AGENT_TOKEN_FILE names the pod's projected service-account token instead,
+    and the pod's name is the node id. Other settings (state dir, cache size, metrics port) are
+    LORAPLANE_AGENT_* variables.
     """
     from serving.agent.main import run
     from serving.agent.settings import AgentSettings
@@ -258,7 +260,8 @@ def agent(
         if value:
             overrides[name] = value
     run(settings_or_fail(lambda: AgentSettings(**overrides), "LORAPLANE_AGENT_", "node_token",
-                         "Set LORAPLANE_AGENT_NODE_TOKEN (loraplane token create --role node --pool POOL)."))
+                         "Set LORAPLANE_AGENT_NODE_TOKEN (loraplane token create --role node --pool POOL), "
+                         "or LORAPLANE_AGENT_TOKEN_FILE on Kubernetes."))
 
 
 @app.command()

@@ -63,11 +63,16 @@ class NewestSigned:
 
 
 class RegistryClient:
-    def __init__(self, url: str, token: str, pool: str, timeout_s: float, node_id: str | None = None) -> None:
-        """With `node_id`, the active set holds only what the pool's placement gives that node."""
+    def __init__(self, url: str, token: str | httpx.Auth, pool: str, timeout_s: float,
+                 node_id: str | None = None) -> None:
+        """With `node_id`, the active set holds only what the pool's placement gives that node.
+        `token`: the bearer token, or what sets it on each request (a token file that is renewed)."""
         self.pool, self.node_id, self._timeout_s = pool, node_id, timeout_s
-        self._http = httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"},
-                                       timeout=timeout_s)
+        if isinstance(token, str):
+            self._http = httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"},
+                                           timeout=timeout_s)
+        else:
+            self._http = httpx.AsyncClient(base_url=url, auth=token, timeout=timeout_s)
 
     async def next_active_set(self, etag: str | None, wait_s: float) -> ActiveSet | None:
         """The set once it differs from `etag` (None: still the same after wait_s)."""

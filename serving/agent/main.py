@@ -23,6 +23,7 @@ from serving.agent.proof import ProofCheck
 from serving.agent.reconcile import Reconciler
 from serving.agent.signed_sets import SignedSetCheck
 from serving.agent.settings import AgentSettings
+from serving.agent.token_file import TokenFile
 from serving.agent.trust import TrustStore
 from serving.agent.vllm_client import VllmClient, VllmUnavailable
 from serving.transport import warn_if_insecure
@@ -38,8 +39,10 @@ class Agent:
     def __init__(self, settings: AgentSettings) -> None:
         self.settings = settings
         timeout = settings.request_timeout_s
-        self.registry = RegistryClient(str(settings.registry_url), settings.node_token.get_secret_value(),
-                                       settings.pool, timeout, node_id=settings.node_id)
+        credential = TokenFile(settings.token_file) if settings.token_file else \
+            settings.node_token.get_secret_value() if settings.node_token else ""
+        self.registry = RegistryClient(str(settings.registry_url), credential, settings.pool, timeout,
+                                       node_id=settings.node_id)
         self.vllm = VllmClient(str(settings.vllm_url), timeout)
         self.trust = TrustStore(pinned=settings.pinned_trust_bundle, operator_file=settings.trust_bundle,
                                 fetch=self.registry.trust_bundle)

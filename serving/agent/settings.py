@@ -1,5 +1,6 @@
 """Agent settings, from `LORAPLANE_AGENT_*` variables. The node token is read from the
-environment (or a .env file), never from the command line, where `ps` would show it."""
+environment (or a .env file), never from the command line, where `ps` would show it; on
+Kubernetes, the pod's projected service-account token is read from its file instead."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from pathlib import Path
 from pydantic import AnyHttpUrl, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from serving.agent.token_file import pod_name, read_token
 from serving.transport import check_registry_transport
 
 GiB = 1024**3
+NODE_ID = r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$"
 
 
 def default_node_id() -> str:
@@ -26,10 +29,15 @@ class AgentSettings(BaseSettings):
     pool: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
     registry_url: AnyHttpUrl
     vllm_url: AnyHttpUrl = AnyHttpUrl("http://127.0.0.1:8000")
-    node_token: SecretStr = Field(description="A node token of the pool (loraplane token create "
-                                              "--role node --pool POOL).")
+    node_token: SecretStr | None = Field(default=None, description=(
+        "A node token of the pool (loraplane token create --role node --pool POOL). Give it or "
+        "LORAPLANE_AGENT_TOKEN_FILE, not both."))
+    token_file: Path | None = Field(default=None, description=(
+        "On Kubernetes: the pod's projected service-account token (audience loraplane), instead of "
+        "a node token. It is read again whenever the kubelet renews it, and the node id is the "
+        "pod's name in it."))
     # The registry's rule for names: it refuses reports from any other node id.
-    node_id: str = Field(default_factory=default_node_id, pattern=r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$")
+    node_id: str = Field(default_factory=default_node_id, pattern=NODE_ID)
     state_dir: Path = Field(default=Path.home() / ".loraplane-agent", description=(
         "The adapter cache and the last-known-good active set."))
     cache_max_bytes: int = Field(default=20 * GiB, ge=1024**2, description=(
@@ -77,6 +85,31 @@ class AgentSettings(BaseSettings):
     @property
     def pinned_trust_bundle(self) -> Path:
         return self.state_dir / "trust-bundle.json"
+
+    @model_validator(mode="after")
+    def _one_credential(self):
+        if self.node_token is not None and not self.node_token.get_secret_value().strip():
+            self.node_token = None  # an empty variable (compose's ${LORAPLANE_NODE_TOKEN:-}) gives none
+        if (self.node_token is None) == (self.token_file is None):
+            raise ValueError("give exactly one of LORAPLANE_AGENT_NODE_TOKEN (a node token) and "
+                             "LORAPLANE_AGENT_TOKEN_FILE (the pod's projected service-account "
+                             "token on Kubernetes); " + ("both are set" if self.node_token else "neither is set"))
+        if self.token_file is not None:
+            self.node_id = self._pod_name("node_id" in self.model_fields_set)
+        return self
+
+    def _pod_name(self, node_id_given: bool) -> str:
+        """This node's id from its token: the pod's name, which the registry takes too."""
+        pod = pod_name(read_token(self.token_file)) if self.token_file else ""
+        if node_id_given and self.node_id != pod:
+            raise ValueError(f"LORAPLANE_AGENT_NODE_ID (or --node-id) is {self.node_id!r}, but the "
+                             f"pod's token (LORAPLANE_AGENT_TOKEN_FILE) names pod {pod!r}, whose name "
+                             "is the node id the registry takes: unset the node id, or make them agree")
+        if not re.fullmatch(NODE_ID, pod):
+            raise ValueError(f"the pod's name {pod[:253]!r} (from LORAPLANE_AGENT_TOKEN_FILE) is not a "
+                             "node id: 1-64 lowercase letters, digits, '-' and '_', starting and ending "
+                             "with a letter or digit; name the pool's pods so that their names fit")
+        return pod
 
     @model_validator(mode="after")
     def _registry_over_a_private_channel(self):
