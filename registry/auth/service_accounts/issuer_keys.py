@@ -6,6 +6,7 @@ made-up key ids cannot make the registry hammer the issuer."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -146,9 +147,9 @@ def key_set(document: dict[str, Any], where: str) -> KeySet:
             continue
         try:
             if entry.get("kty") == "RSA":
-                key: RSAKey | ECKey = RSAKey.import_key(entry)
-                if key.raw_value.key_size < MIN_RSA_BITS:
+                if _bits(entry.get("n")) < MIN_RSA_BITS:
                     continue
+                key: RSAKey | ECKey = RSAKey.import_key(entry)
             elif entry.get("kty") == "EC" and entry.get("crv") == "P-256":
                 key = ECKey.import_key(entry)
             else:
@@ -158,6 +159,16 @@ def key_set(document: dict[str, Any], where: str) -> KeySet:
             continue
         usable.append(key)
     return KeySet(usable)  # type: ignore[arg-type]
+
+
+def _bits(modulus: object) -> int:
+    """An RSA key's size, from its modulus (base64url), before the key is imported."""
+    if not isinstance(modulus, str) or len(modulus) > 2048:
+        return 0
+    try:
+        return int.from_bytes(base64.urlsafe_b64decode(modulus + "=" * (-len(modulus) % 4))).bit_length()
+    except ValueError:
+        return 0
 
 
 def _fetch_json(url: str, what: str) -> dict[str, Any]:
