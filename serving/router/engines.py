@@ -4,7 +4,8 @@ prompt: a node's report (or a row in the registry's database) claiming a name is
 vLLM lists each adapter it has loaded in GET /v1/models with `parent` set and `root` the folder
 it was loaded from. The agent loads only from its verified cache, whose folders are named by the
 version's digest, so a name listed from `<cache>/<digest>` is exactly that version. The node's
-address itself is the one an admin bound (registry/nodes/addresses.py), never the node's word."""
+address itself is the one an admin bound (registry/nodes/addresses.py) or its pod's in the pool's
+EndpointSlices (endpoint_slices.py), never the node's word."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The pool's nodes as the router sees them, and which one gets a request.
 
 A node may get a served name only when its agent reports it loaded with the right digest and the
-node's engine itself, asked at the address an admin bound to the node, lists it loaded from a
-folder named by that digest (engines.py); and preferably when the registry's placement gives it
+node's engine itself, asked at the node's address, lists it loaded from a folder named by that
+digest (engines.py); and preferably when the registry's placement gives it
 that name (a node draining it is a fallback); a node
 whose report is stale only when no fresh one has it, and a node that just failed only when no
 other has it, for a short cooldown. Among those, the router prefers nodes where the adapter is
@@ -10,6 +10,10 @@ resident in vLLM's CPU cache (its own estimate: the last `max_cpu_loras` names i
 and the fewest outstanding requests. An adapter resident nowhere goes to a node with a free slot,
 else to its rendezvous-hash favourite, so each adapter keeps to few nodes and nodes do not evict
 each other's working sets.
+
+A node's address is the one an admin bound to it (the registry's reports carry it), or, on
+Kubernetes, its pod's in the pool's EndpointSlices (`locate`): then a node needs both a ready
+endpoint and a report, and a node whose address changes is a new node, confirmed afresh.
 """
 
 from __future__ import annotations
@@ -64,8 +68,11 @@ class Node:
 
 
 class Fleet:
-    def __init__(self, spill_outstanding: int) -> None:
+    def __init__(self, spill_outstanding: int, addresses_from_platform: bool = False) -> None:
         self.nodes: dict[str, Node] = {}
+        self.reports: list[dict[str, Any]] = []  # the registry's, as last read
+        # node id -> address, from the platform; None: the addresses in the registry's reports
+        self.addresses: dict[str, str] | None = {} if addresses_from_platform else None
         # served name -> the nodes the registry's placement gives it; absent: every node
         self.placed: dict[str, frozenset[str]] = {}
         self.digests: dict[str, str] = {}  # served name -> digest, from the active set
@@ -73,17 +80,27 @@ class Fleet:
         self._updated = asyncio.Event()
 
     async def changed(self) -> None:
-        """Return at the next update of the nodes' reports."""
+        """Return at the next update of the nodes' reports or addresses."""
         await self._updated.wait()
 
     def update(self, reports: list[dict[str, Any]]) -> None:
         """Take the registry's view of the nodes, keeping what the router itself observed."""
+        self.reports = reports
+        self._join()
+
+    def locate(self, addresses: dict[str, str]) -> None:
+        """Take the platform's view of where each node's engine is (node id -> address)."""
+        self.addresses = addresses
+        self._join()
+
+    def _join(self) -> None:
         seen = {}
-        for report in reports:
-            if not report.get("vllm_url"):
+        for report in self.reports:
+            address = report.get("vllm_url") if self.addresses is None else self.addresses.get(report["node_id"])
+            if not address:
                 continue
             node = self.nodes.get(report["node_id"])
-            url, capacity = report["vllm_url"].rstrip("/"), (report.get("limits") or {}).get("max_cpu_loras", 1)
+            url, capacity = address.rstrip("/"), (report.get("limits") or {}).get("max_cpu_loras", 1)
             if node is None or node.url != url:
                 node = Node(report["node_id"], url, capacity)
             node.capacity, node.stale = max(1, capacity), report["stale"]

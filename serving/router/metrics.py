@@ -31,8 +31,16 @@ QUEUED = Histogram("loraplane_router_queue_seconds", "Wait for an admission slot
                    buckets=LATENCY_BUCKETS, registry=REGISTRY)
 INFLIGHT = Gauge("loraplane_router_inflight", "Requests being forwarded.", ["tier"], registry=REGISTRY)
 GENERATION = Gauge("loraplane_router_generation", "The active-set generation followed.", registry=REGISTRY)
-NODES = Gauge("loraplane_router_nodes", "Nodes with an address bound by an admin, which the router "
-              "may send to.", registry=REGISTRY)
+NODES = Gauge("loraplane_router_nodes", "Nodes with an address (bound by an admin, or a ready pod of "
+              "the pool's EndpointSlices) and a report, which the router may send to.", registry=REGISTRY)
+ENDPOINTS = Gauge("loraplane_router_endpoints", "Ready pods listed in the pool's EndpointSlices "
+                  "(LORAPLANE_ROUTER_NODE_ADDRESSES=kubernetes).", registry=REGISTRY)
+ENDPOINTS_STALE = Gauge("loraplane_router_endpoints_stale", "1 while the Kubernetes API cannot be read and "
+                        "the router routes on the endpoints it listed last.", registry=REGISTRY)
+ENDPOINT_WATCH_FAILURES = Counter("loraplane_router_endpoint_watch_failures_total", "Lists and watches of "
+                                  "the pool's EndpointSlices that failed, by reason: unreachable, refused "
+                                  "(an API error such as 403), expired (410 Gone: listed again), invalid.",
+                                  ["reason"], registry=REGISTRY)
 ENGINE_CHECKS = Counter("loraplane_router_engine_checks_total", "Nodes' engines asked what they hold, "
                         "by outcome: confirmed (every name its agent reports), refuted (some are not "
                         "loaded from their digest), unreachable.", ["node", "outcome"], registry=REGISTRY)

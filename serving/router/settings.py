@@ -3,14 +3,20 @@ from the environment, never from the command line, where `ps` would show it."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AnyHttpUrl, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from serving.transport import check_registry_transport
+from serving.transport import check_registry_transport, is_loopback
 
 MiB = 1024**2
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+_DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"
+_SERVICE = re.compile(rf"^({_DNS_LABEL})/({_DNS_LABEL})$")
 
 
 class RouterSettings(BaseSettings):
@@ -64,11 +70,64 @@ class RouterSettings(BaseSettings):
     traffic_report_s: float = Field(default=10, gt=0, le=3600, description=(
         "How often request rates by served name go to the registry, which sizes each adapter's "
         "replicas by them."))
+    node_addresses: Literal["registry", "kubernetes"] = Field(default="registry", description=(
+        "Where nodes' vLLM addresses come from: registry (bound by an admin when each node's token "
+        "is issued) or kubernetes (the ready endpoints of K8S_SERVICE, by pod name)."))
+    k8s_service: str = Field(default="", description=(
+        "namespace/name of the pool's headless Service, whose EndpointSlices list its vLLM pods."))
+    k8s_port_name: str = Field(default="vllm", description="The name of vLLM's port in those EndpointSlices.")
+    k8s_scheme: Literal["http", "https"] = Field(default="http", description=(
+        "https when the nodes serve TLS (checked against NODE_CA_FILE)."))
+    k8s_api_url: AnyHttpUrl | None = Field(default=None, description=(
+        "The Kubernetes API, instead of the pod's own (its service account's token and CA, which "
+        "are sent only over https://): a plain http:// one only on this host, such as kubectl proxy."))
+
+    @property
+    def service_namespace(self) -> str:
+        return self.k8s_service.split("/", 1)[0]
+
+    @property
+    def service_name(self) -> str:
+        return self.k8s_service.split("/", 1)[1]
 
     @field_validator("registry_url")
     @classmethod
     def _no_trailing_slash(cls, url: AnyHttpUrl) -> AnyHttpUrl:
         return AnyHttpUrl(str(url).rstrip("/"))
+
+    @field_validator("k8s_service")
+    @classmethod
+    def _namespace_and_name(cls, service: str) -> str:
+        if service and not _SERVICE.match(service):
+            raise ValueError(f"{service[:300]!r} is not namespace/name of a Service, such as "
+                             "'loraplane/chat-vllm' (lowercase letters, digits and '-')")
+        return service
+
+    @field_validator("k8s_port_name")
+    @classmethod
+    def _port_name(cls, name: str) -> str:
+        if not re.fullmatch(_DNS_LABEL, name):
+            raise ValueError(f"{name[:100]!r} is not a port name as the pool's Service names vLLM's port, "
+                             "such as 'vllm' (lowercase letters, digits and '-')")
+        return name
+
+    @model_validator(mode="after")
+    def _kubernetes_complete(self) -> RouterSettings:
+        if self.node_addresses != "kubernetes":
+            return self
+        if not self.k8s_service:
+            raise ValueError("LORAPLANE_ROUTER_NODE_ADDRESSES=kubernetes needs LORAPLANE_ROUTER_K8S_SERVICE: "
+                             "namespace/name of the pool's headless Service")
+        url = self.k8s_api_url
+        if url is not None and url.scheme == "http" and not is_loopback(url.host):
+            raise ValueError(f"LORAPLANE_ROUTER_K8S_API_URL is http:// on {url.host}, another host: anyone "
+                             "on the path could say where tenants' prompts go. Use https://, or a "
+                             "kubectl proxy on this host")
+        if url is None and not in_cluster():
+            raise ValueError("LORAPLANE_ROUTER_NODE_ADDRESSES=kubernetes outside a Kubernetes pod (no "
+                             f"KUBERNETES_SERVICE_HOST, or no service-account token in {SERVICE_ACCOUNT}): "
+                             "set LORAPLANE_ROUTER_K8S_API_URL")
+        return self
 
     @model_validator(mode="after")
     def _batch_within_total(self) -> RouterSettings:
@@ -82,3 +141,14 @@ class RouterSettings(BaseSettings):
         check_registry_transport(self.registry_url, self.allow_insecure_registry,
                                  "LORAPLANE_ROUTER_ALLOW_INSECURE_REGISTRY")
         return self
+
+
+def in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST") and os.environ.get("KUBERNETES_SERVICE_PORT")) \
+        and (SERVICE_ACCOUNT / "token").is_file()
+
+
+def in_cluster_url() -> str:
+    """The API server as a pod reaches it (the environment Kubernetes gives every pod)."""
+    host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"

@@ -33,6 +33,36 @@ def test_bad_settings_are_refused_with_the_variable_to_fix(args, env, message):
     assert "lpt_x" not in result.stdout + result.stderr  # the token is never echoed
 
 
+K8S = {"LORAPLANE_ROUTER_TOKEN": "lpt_x", "LORAPLANE_ROUTER_NODE_ADDRESSES": "kubernetes",
+       "LORAPLANE_ROUTER_K8S_SERVICE": "serving/chat-vllm", "KUBERNETES_SERVICE_HOST": ""}
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({**K8S, "LORAPLANE_ROUTER_NODE_ADDRESSES": "dns"},
+     "node_addresses (LORAPLANE_ROUTER_NODE_ADDRESSES): Input should be 'registry' or 'kubernetes'"),
+    ({**K8S, "LORAPLANE_ROUTER_K8S_SERVICE": ""},
+     "LORAPLANE_ROUTER_NODE_ADDRESSES=kubernetes needs LORAPLANE_ROUTER_K8S_SERVICE: namespace/name of "
+     "the pool's headless Service"),
+    ({**K8S, "LORAPLANE_ROUTER_K8S_SERVICE": "chat-vllm"},
+     "k8s_service (LORAPLANE_ROUTER_K8S_SERVICE): 'chat-vllm' is not namespace/name of a Service, such as "
+     "'loraplane/chat-vllm'"),
+    (K8S, "LORAPLANE_ROUTER_NODE_ADDRESSES=kubernetes outside a Kubernetes pod (no KUBERNETES_SERVICE_HOST, or "
+          "no service-account token in /var/run/secrets/kubernetes.io/serviceaccount): set "
+          "LORAPLANE_ROUTER_K8S_API_URL"),
+    ({**K8S, "LORAPLANE_ROUTER_K8S_API_URL": "http://10.0.0.1:6443"},
+     "LORAPLANE_ROUTER_K8S_API_URL is http:// on 10.0.0.1, another host"),
+    ({**K8S, "LORAPLANE_ROUTER_K8S_SCHEME": "grpc"},
+     "k8s_scheme (LORAPLANE_ROUTER_K8S_SCHEME): Input should be 'http' or 'https'"),
+    ({**K8S, "LORAPLANE_ROUTER_K8S_PORT_NAME": "vLLM"},
+     "k8s_port_name (LORAPLANE_ROUTER_K8S_PORT_NAME): 'vLLM' is not a port name as the pool's Service names "
+     "vLLM's port, such as 'vllm'"),
+])
+def test_bad_kubernetes_settings_name_the_variable_to_fix(env, message):
+    result = router_command("--pool", "chat", **env)
+    assert result.returncode == 1
+    assert f"error: {message}" in result.stderr
+
+
 def test_a_missing_token_says_how_to_make_one():
     result = router_command("--pool", "chat")
     assert "hint: Set LORAPLANE_ROUTER_TOKEN (loraplane token create --role router --pool POOL)." in result.stderr
