@@ -20,6 +20,7 @@ log = logging.getLogger("loraplane")
 def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request, and URLs that sign
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # the same, for lightkube's requests
 
 
 async def until_signalled(work: Callable[[asyncio.Event], Awaitable[None]]) -> None:

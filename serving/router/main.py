@@ -19,6 +19,7 @@ from serving.router.admission import Admission
 from serving.router.app import RouterApp
 from serving.router.app_keys import AppKeys
 from serving.router.catalog import Catalog
+from serving.router.endpoint_watch import EndpointWatch, api_client
 from serving.router.engines import EngineCheck, node_tls
 from serving.router.fleet import Fleet
 from serving.router.forward import Forwarder
@@ -39,9 +40,12 @@ class Router:
         self.settings = settings
         self.registry = RegistryClient(str(settings.registry_url), settings.token.get_secret_value(),
                                        settings.pool, timeout_s=10)
-        self.fleet = Fleet(settings.spill_outstanding)
+        self.fleet = Fleet(settings.spill_outstanding,
+                           addresses_from_platform=settings.node_addresses == "kubernetes")
         self.keys = AppKeys(str(settings.registry_url), settings.key_cache_s)
-        self.new_generation = asyncio.Event()
+        # A new generation, or pods that came, went or moved: nodes' reports are read, and their
+        # engines asked, often for a while.
+        self.nodes_changing = asyncio.Event()
         self.newest_signed = NewestSigned()
         self.traffic = TrafficMeter()
         self.windows = WindowMeter()
@@ -71,6 +75,12 @@ class Router:
                      asyncio.create_task(keep_running("following the nodes", self._follow_nodes)),
                      asyncio.create_task(keep_running("reporting traffic", self._report_traffic)),
                      asyncio.create_task(server.serve())]
+            kubernetes = api_client(str(s.k8s_api_url).rstrip("/") if s.k8s_api_url else None) \
+                if s.node_addresses == "kubernetes" else None
+            if kubernetes is not None:
+                watch = EndpointWatch(kubernetes, s.service_namespace, s.service_name, s.k8s_port_name,
+                                      s.k8s_scheme, self._nodes_located)
+                tasks.insert(0, asyncio.create_task(keep_running("following the pool's endpoints", watch.run)))
             log.info("router for pool %s on http://%s:%d", s.pool, s.host, s.port)
             await stop.wait()
             server.should_exit = True
@@ -78,6 +88,8 @@ class Router:
             for task in tasks[:-1]:
                 task.cancel()
             await asyncio.gather(*tasks[:-1], return_exceptions=True)
+            if kubernetes is not None:
+                await kubernetes.close()
         await self.registry.close()
         await self.keys.close()
 
@@ -102,7 +114,7 @@ class Router:
                 self.fleet.follow_active_set(active.entries)
                 etag = active.etag
                 metrics.GENERATION.set(active.generation)
-                self.new_generation.set()
+                self.nodes_changing.set()
 
     def _newer_or_same(self, active: ActiveSet) -> bool:
         """Keep routing on the newest signed set (registry_client.NewestSigned)."""
@@ -115,7 +127,7 @@ class Router:
         return False
 
     async def _follow_nodes(self) -> None:
-        """Poll the nodes' reports; quickly while they load a new generation."""
+        """Poll the nodes' reports; quickly while they load a new generation, or pods come."""
         loop = asyncio.get_running_loop()
         fast_until = 0.0
         while True:
@@ -124,15 +136,18 @@ class Router:
             except RegistryUnavailable as error:
                 log.warning("cannot read the nodes' reports (%s); routing on the last ones", error)
             await self.fleet.confirm(self.engines)
-            if self.new_generation.is_set():
-                self.new_generation.clear()
+            if self.nodes_changing.is_set():
+                self.nodes_changing.clear()
                 fast_until = loop.time() + CONVERGE_WINDOW_S
             pause = CONVERGE_POLL_S if loop.time() < fast_until else self.settings.nodes_poll_s
             try:
-                await asyncio.wait_for(self.new_generation.wait(), pause)
+                await asyncio.wait_for(self.nodes_changing.wait(), pause)
             except TimeoutError:
                 pass
 
+    def _nodes_located(self, addresses: dict[str, str]) -> None:
+        self.fleet.locate(addresses)
+        self.nodes_changing.set()
 
     async def _report_traffic(self) -> None:
         router_id = self.settings.router_id
