@@ -153,6 +153,42 @@ def create_database(server_url: str, name: str) -> str:
     return f"{server_url}/{name}"
 
 
+def start_pgbouncer(folder: Path, postgres_url: str, *, pool_size: int = 40) -> Service:
+    """PgBouncer in transaction-pooling mode in front of `postgres_url`'s server, every database
+    passed through. Returns its URL in the same form (postgresql+psycopg://postgres@host:port),
+    so create_database's URLs point through it once the host and port are swapped."""
+    from sqlalchemy import make_url
+
+    server = make_url(postgres_url)
+    folder.mkdir(parents=True, exist_ok=True)
+    port, log = free_port(), folder / "pgbouncer.log"
+    (folder / "userlist.txt").write_text('"postgres" ""\n')
+    (folder / "pgbouncer.ini").write_text(f"""[databases]
+* = host={server.host} port={server.port}
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {port}
+unix_socket_dir =
+auth_type = trust
+auth_file = {folder / "userlist.txt"}
+pool_mode = transaction
+default_pool_size = {pool_size}
+max_client_conn = 20000
+ignore_startup_parameters = extra_float_digits,options
+logfile = {log}
+""")
+    if os.geteuid() == 0:  # it refuses to run as root, as PostgreSQL does
+        shutil.chown(folder, "postgres")
+        for name in ("userlist.txt", "pgbouncer.ini"):
+            shutil.chown(folder / name, "postgres")
+    process = subprocess.Popen(_as_postgres(["pgbouncer", str(folder / "pgbouncer.ini")]),
+                               stdout=(folder / "stdout.log").open("wb"), stderr=subprocess.STDOUT)
+    service = Service(process, f"{server.drivername}://{server.username}@127.0.0.1:{port}", log)
+    wait_until(lambda: _pg_ready(port), timeout_s=20, what="PgBouncer", log=folder / "stdout.log")
+    return service
+
+
 # --- an OpenID Connect provider ----------------------------------------------------------------
 
 

@@ -9,7 +9,9 @@ url = config.get_main_option("sqlalchemy.url")
 
 
 def run_migrations_online() -> None:
-    engine = make_engine(url, pooled=False)
+    # No server-side prepared statements, so a migration runs through PgBouncer's transaction
+    # pooling too (LORAPLANE_DATABASE_PGBOUNCER); one migration run prepares nothing worth keeping.
+    engine = make_engine(url, pooled=False, pgbouncer=True)
     with engine.connect() as connection:
         context.configure(
             connection=connection,

@@ -35,6 +35,7 @@ from registry.evaluation_policies.endpoints import router as evaluation_policies
 from registry.evaluations.endpoints import router as evaluations
 from registry.input_guard import ControlCharacterGuard
 from registry.lifecycle.endpoints import router as lifecycle
+from registry.leadership.service import start_up_turn
 from registry.limits import BodySizeLimitMiddleware
 from registry.metrics import MetricsMiddleware
 from registry.nodes.endpoints import router as nodes
@@ -79,13 +80,17 @@ async def lifespan(app: FastAPI):
         await long_poll_state.of(app).stop()
 
 
+# Each start-up step waits for the replicas starting beside this one to finish theirs
+# (leadership.start_up_turn), then finds the work done: a rollout starts replicas together.
 def _adopt_key_ledger() -> None:
     with transaction() as session:
+        start_up_turn(session)
         key_ledger.adopt(session, actor="registry (start)")
 
 
 def _resign_on_start() -> None:
     with transaction() as session:
+        start_up_turn(session)
         resigned = attestation_upkeep.resign_active(session)
     if resigned:
         log.info("re-signed %d active attestations with the current key", resigned)
@@ -93,6 +98,7 @@ def _resign_on_start() -> None:
 
 def _publish_keys() -> None:
     with transaction() as session:
+        start_up_turn(session)
         deployment_keys.publish(session, actor="registry (start)")
 
 

@@ -17,8 +17,11 @@ from registry.errors import Unavailable
 from registry.settings import get_settings
 
 
-
-def make_engine(url: str, *, pooled: bool = True) -> Engine:
+def make_engine(url: str, *, pooled: bool = True, pool_size: int = 10, max_overflow: int = 20,
+                pgbouncer: bool = False, application_name: str | None = None) -> Engine:
+    """`pgbouncer`: the URL goes through PgBouncer in transaction-pooling mode, where consecutive
+    transactions may run on different server connections: psycopg must not prepare statements
+    on the server (one prepared on one connection is missing on the next)."""
     if url.startswith("sqlite"):
         engine = create_engine(
             url, connect_args={"timeout": 30, "check_same_thread": False}, poolclass=NullPool
@@ -26,9 +29,13 @@ def make_engine(url: str, *, pooled: bool = True) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin_immediate)
         return engine
+    connect_args: dict[str, object] = {"prepare_threshold": None} if pgbouncer else {}
+    if application_name is not None:
+        connect_args["application_name"] = application_name
     if not pooled:
-        return create_engine(url, poolclass=NullPool)
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        return create_engine(url, poolclass=NullPool, connect_args=connect_args)
+    return create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=max_overflow,
+                         connect_args=connect_args)
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
@@ -50,7 +57,17 @@ def _sqlite_begin_immediate(connection) -> None:
 def get_engine() -> Engine:
     settings = get_settings()
     prepare_sqlite_folder(settings.database_url)
-    return make_engine(settings.database_url)
+    return make_engine(settings.database_url, pool_size=settings.database_pool_size,
+                       max_overflow=settings.database_max_overflow,
+                       pgbouncer=settings.database_pgbouncer)
+
+
+def dedicated_engine(application_name: str) -> Engine:
+    """One connection of its own, outside the process's pool and named in pg_stat_activity: a
+    leadership connection (registry/leadership/) that holds its transaction open."""
+    settings = get_settings()
+    return make_engine(settings.database_url, pool_size=1, max_overflow=0,
+                       pgbouncer=settings.database_pgbouncer, application_name=application_name)
 
 
 class DataFolderUnavailable(Unavailable):

@@ -42,6 +42,25 @@ class RegistrySettings(BaseSettings):
 
     data_dir: Path = Field(default=Path.home() / ".loraplane", description="Embedded-default state.")
     database_url: str = Field(default="", description="Empty means SQLite inside data_dir.")
+    # Connections (docs/operations.md, "Database connections"): each process holds up to
+    # pool_size + max_overflow; `serve --workers N` runs N processes; each registry process also
+    # holds one LISTEN connection, and each housekeeper one leadership connection.
+    database_pool_size: int = Field(default=10, ge=1, le=1000, description=(
+        "Connections each process keeps open to the database (SQLAlchemy's pool_size)."))
+    database_max_overflow: int = Field(default=20, ge=0, le=1000, description=(
+        "Connections a process may open past LORAPLANE_DATABASE_POOL_SIZE under load, closed "
+        "again when returned (SQLAlchemy's max_overflow)."))
+    database_pgbouncer: bool = Field(default=False, description=(
+        "LORAPLANE_DATABASE_URL goes through PgBouncer in transaction-pooling mode: no "
+        "server-side prepared statements, and LISTEN only over LORAPLANE_DATABASE_LISTEN_URL."))
+    database_listen_url: str | None = Field(default=None, min_length=1, max_length=2000, description=(
+        "A direct PostgreSQL URL (not through PgBouncer), used only for LISTEN: a commit on any "
+        "registry wakes this one's long-polls at once. Unset: LORAPLANE_DATABASE_URL, unless it "
+        "goes through PgBouncer (LORAPLANE_DATABASE_PGBOUNCER), where LISTEN cannot work; then "
+        "long-polls wake at the next re-read (LORAPLANE_ACTIVE_SET_POLL_S)."))
+    leadership_check_s: float = Field(default=2.0, ge=0.1, le=60, description=(
+        "How often a housekeeper that does not lead tries to take the lead, and the leader checks "
+        "its leadership connection: a killed leader is replaced within about this long."))
 
     storage: Literal["local", "s3"] = "local"
     s3_bucket: str = "loraplane-artifacts"
@@ -252,6 +271,7 @@ class RegistrySettings(BaseSettings):
     def _fill_defaults(self) -> RegistrySettings:
         if not self.database_url:
             self.database_url = f"sqlite:///{self.data_dir / 'loraplane.db'}"
+        self._check_database()
         if not self.broker_url:
             self.broker_url = "filesystem://"
         if not self.result_backend:
@@ -264,6 +284,15 @@ class RegistrySettings(BaseSettings):
             raise ValueError("LORAPLANE_S3_BUCKET must be set when LORAPLANE_STORAGE=s3")
         self._check_s3()
         return self
+
+    def _check_database(self) -> None:
+        postgres = ("postgresql://", "postgresql+")
+        if self.database_pgbouncer and not self.database_url.startswith(postgres):
+            raise ValueError("LORAPLANE_DATABASE_PGBOUNCER is set, but LORAPLANE_DATABASE_URL is "
+                             "not a PostgreSQL URL: PgBouncer pools PostgreSQL connections only")
+        if self.database_listen_url is not None and not self.database_listen_url.startswith(postgres):
+            raise ValueError("LORAPLANE_DATABASE_LISTEN_URL must be a PostgreSQL URL "
+                             "(postgresql+psycopg://user@host:5432/db), straight to the server")
 
     def _check_s3(self) -> None:
         """Refuse what S3 would refuse later, or what would not do what it says."""

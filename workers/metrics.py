@@ -35,6 +35,9 @@ CANARY_ROUNDS = Counter(
 CANARY_VERDICTS = Counter(
     "loraplane_housekeeper_canary_verdicts_total", "Canaries the analysis acted on, by what it "
     "did: step, promoted, rolled_back", ["verdict"])
+LEADER = Gauge(
+    "loraplane_housekeeper_leader", "1 while this housekeeper leads, and so runs canary analysis, "
+    "the webhook sweep and blob collection; 0 while another does")
 LAST_ROUND = Gauge(
     "loraplane_housekeeper_last_round_timestamp_seconds", "When each housekeeping loop last "
     "finished a round (unix time): canary-analysis, webhook-sweep, blob-collection", ["loop"])

@@ -14,11 +14,12 @@ import json
 import logging
 from collections.abc import Callable
 
-from sqlalchemy import make_url
+from sqlalchemy import URL, make_url
 
 from registry.active_set import repository
 from registry.active_set.writing.announcements import CHANNEL
 from registry.db import get_engine, plain_transaction
+from registry.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,8 @@ class GenerationWatch:
     async def start(self, *, poll_s: float) -> None:
         self._loop = asyncio.get_running_loop()
         self._tasks.append(asyncio.create_task(self._poll(poll_s)))
-        url = get_engine().url
-        if url.get_backend_name() == "postgresql":
+        url = listen_url()
+        if url is not None:
             self._tasks.append(asyncio.create_task(self._listen(url)))
 
     async def stop(self) -> None:
@@ -124,6 +125,26 @@ class GenerationWatch:
                             type(error).__name__)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10)
+
+
+def listen_url() -> URL | None:
+    """Where to LISTEN: LORAPLANE_DATABASE_LISTEN_URL, else the database's own URL, unless that
+    goes through PgBouncer in transaction mode, which hands a LISTEN's server connection to other
+    clients between transactions: then None, and long-polls wake at the poll's next re-read."""
+    settings = get_settings()
+    if settings.database_listen_url is not None:
+        return make_url(settings.database_listen_url)
+    url = get_engine().url
+    if url.get_backend_name() != "postgresql":
+        return None
+    if settings.database_pgbouncer:
+        log.warning("LORAPLANE_DATABASE_URL goes through PgBouncer (LORAPLANE_DATABASE_PGBOUNCER) "
+                    "and LORAPLANE_DATABASE_LISTEN_URL is unset: a change committed on another "
+                    "registry wakes this one's long-polls only at its next re-read, every %.1f s. "
+                    "Set LORAPLANE_DATABASE_LISTEN_URL to a direct PostgreSQL URL to wake them at once.",
+                    settings.active_set_poll_s)
+        return None
+    return url
 
 
 def _all_generations() -> list[tuple[str, int]]:
