@@ -101,8 +101,11 @@ class EndpointWatch:
 
     def _take(self, slices: dict[str, tuple[PodEndpoint, ...]], slice_: EndpointSlice) -> None:
         meta = slice_.metadata
-        if meta is None or not meta.name or (meta.labels or {}).get(SERVICE_LABEL) != self.service:
-            return  # not this service's (the API filters by label; this does not rely on it)
+        if meta is None or not meta.name:
+            return
+        if (meta.labels or {}).get(SERVICE_LABEL) != self.service:
+            slices.pop(meta.name, None)  # not, or no longer, this service's (as the API filters)
+            return
         if meta.name not in slices and len(slices) >= MAX_SLICES:
             log.error("service %s/%s has more than %d EndpointSlices: slice %s is not followed",
                       self.namespace, self.service, MAX_SLICES, meta.name)
@@ -136,7 +139,7 @@ class EndpointWatch:
         if self._listed_at is not None and now - self._listed_at >= HEALTHY_S:
             self._failures = 0
         self._listed_at = None
-        self._failures += 1
+        self._failures = min(self._failures + 1, 16)  # past the longest pause: no larger number
         reason = _reason(error)
         metrics.ENDPOINT_WATCH_FAILURES.labels(reason).inc()
         if reason == "expired":

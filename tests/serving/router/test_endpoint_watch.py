@@ -95,6 +95,9 @@ def test_only_ready_pods_that_are_not_terminating_get_traffic():
             await routed_to(watch, {"starting": "http://10.1.0.3:8000", "six": "http://[fd00::6]:8000"},
                             "the started pod in, the stopping one out")
 
+            await api.patch("chat-v6", {"metadata": {"labels": {"kubernetes.io/service-name": "other"}}})
+            await routed_to(watch, {"starting": "http://10.1.0.3:8000"}, "a slice given to another service")
+
     run(scenario)
 
 
@@ -197,6 +200,14 @@ def test_what_is_held_is_bounded(monkeypatch):
             assert sorted(watch.slices) == ["chat-0", "chat-1"]
 
     run(scenario)
+
+
+def test_a_long_outage_keeps_its_pauses_short_enough():
+    client = api_client("http://127.0.0.1:9")
+    watch = EndpointWatch(client, NAMESPACE, SERVICE, "vllm", "http", lambda _: None)
+    pauses = [watch._failed(ConnectionRefusedError()) for _ in range(5000)]  # days of failures
+    asyncio.run(client.close())
+    assert max(pauses) <= endpoint_watch.BACKOFF_MAX_S and max(pauses[-100:]) > 1
 
 
 def test_a_fresh_listing_now_and_then_corrects_what_a_watch_missed(monkeypatch):
