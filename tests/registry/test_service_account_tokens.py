@@ -239,3 +239,15 @@ def test_no_token_reaches_the_log(k8s_registry, issuer, signer):
     log = k8s_registry.log.read_text()
     assert "refused: it is signed by key 'k3'" in log  # the refusal is logged, saying why
     assert "eyJ" not in log and token.split(".")[2] not in log
+
+
+def test_a_token_checked_once_is_not_trusted_past_its_expiry(k8s_registry, issuer, signer):
+    """The active set's token cache (LORAPLANE_AUTH_CACHE_S, 5 s) keeps no pod's token longer
+    than the token holds: this one's last second (exp plus the 60 s leeway) is two seconds away."""
+    expiring = pod_claims(issuer.url, service_account=SERVING_ACCOUNT, pod="expiring-0",
+                          issued_at=int(time.time()) - 3600 - 58)
+    with as_pod(k8s_registry, mint(signer["key"], expiring)) as node:
+        assert node.get(f"/v1/pools/{SERVING_POOL}/active-set").status_code == 200
+        time.sleep(max(0.0, expiring["exp"] + 61 - time.time()))
+        assert_refused(node.get(f"/v1/pools/{SERVING_POOL}/active-set"), 401, "k8s_token_expired",
+                       "the service-account token is refused: it expired at")
