@@ -113,6 +113,21 @@ def test_an_issuer_that_cannot_be_reached_is_a_503_not_a_refusal(configure):
                                          f"({url}/.well-known/openid-configuration): ConnectError")
 
 
+def test_an_issuer_that_fails_is_asked_again_only_after_a_pause(configure):
+    issuer = Issuer(rsa_key("paused"))
+    try:
+        configure(LORAPLANE_K8S_ISSUER=f"{issuer.url}/elsewhere")  # its discovery answers 404
+        for _ in range(3):
+            with pytest.raises(IssuerKeysUnavailable) as unavailable:
+                pod_tokens.principal(mint(rsa_key("paused"), claims(f"{issuer.url}/elsewhere")))
+            assert unavailable.value.message == (
+                f"the cluster issuer answered 404 for its discovery document "
+                f"({issuer.url}/elsewhere/.well-known/openid-configuration)")
+        assert issuer.requests == {"/elsewhere/.well-known/openid-configuration": 1}
+    finally:
+        issuer.close()
+
+
 @pytest.mark.parametrize(("settings", "message"), [
     ({"LORAPLANE_K8S_ISSUER": "http://kubernetes.default.svc"},
      "LORAPLANE_K8S_ISSUER must be an https URL (http only on a loopback address)"),

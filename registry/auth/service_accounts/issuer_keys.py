@@ -42,6 +42,8 @@ class _Held:
     fetched_at: float = float("-inf")
     refetched_for_kid_at: float = float("-inf")
     file_stamp: tuple[int, int, int] | None = None
+    failure: IssuerKeysUnavailable | None = None  # the last fetch's, while no keys are held
+    failed_at: float = float("-inf")
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -58,6 +60,9 @@ def keys_for(kid: str) -> KeySet:
         if settings.k8s_jwks_file is not None:
             return _from_file(held, settings.k8s_jwks_file)
         now = time.monotonic()
+        if held.keys is None and held.failure is not None and now - held.failed_at < REFETCH_UNKNOWN_KID_S:
+            # An issuer that is away is asked again only after a pause, however many tokens come.
+            raise IssuerKeysUnavailable(held.failure.message, hint=held.failure.hint)
         if held.keys is None or now - held.fetched_at >= CACHE_S:
             _refresh(held, settings, now)
         elif not _holds(held.keys, kid) and now - held.refetched_for_kid_at >= REFETCH_UNKNOWN_KID_S:
@@ -83,6 +88,7 @@ def _refresh(held: _Held, settings: RegistrySettings, now: float) -> None:
     except IssuerKeysUnavailable as error:
         K8S_KEY_FETCHES.labels("failed").inc()
         if held.keys is None:
+            held.failure, held.failed_at = error, now
             raise
         held.fetched_at = now - CACHE_S + REFETCH_UNKNOWN_KID_S  # try again soon, keep what is held
         log.warning("keeping the cluster issuer's keys fetched before: %s", error.message)

@@ -31,7 +31,8 @@ LEEWAY_S = 60  # what the cluster's own API server allows between clocks
 # Three base64url parts, the first a JSON object ("eyJ" is '{"'): never a loraplane token,
 # which is "lpt_" and base64url without dots.
 JWT_SHAPE = re.compile(r"^eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$")
-_logged: set[tuple[str, str]] = set()  # each refusal logged once per process and subject
+LOG_EVERY_S = 60.0
+_logged_at: dict[str, float] = {}  # by refusal code: a fixed few, however many tokens arrive
 
 
 def presented(plain: str) -> bool:
@@ -138,10 +139,11 @@ def _claim_refused(claim: str, claims: dict[str, Any], issuer: str, audience: st
 
 
 def _log_once(refusal: LoraplaneError) -> None:
-    """Why a pod's token was refused, without the token: once per reason and message."""
-    key = (refusal.code, refusal.message[:300])
-    if key not in _logged and len(_logged) < 10_000:
-        _logged.add(key)
+    """Why a pod's token was refused, without the token: once a minute per reason, so that a
+    stream of bad tokens cannot flood the log."""
+    now = time.monotonic()
+    if now - _logged_at.get(refusal.code, float("-inf")) >= LOG_EVERY_S:
+        _logged_at[refusal.code] = now
         log.warning("%s (%s)", refusal.message, refusal.code)
 
 
