@@ -24,7 +24,7 @@ import httpx
 import psycopg
 import pytest
 from celery import Celery
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from devkit import replicas, services
 from devkit.pipeline_steps import create_suite, promoter
@@ -34,8 +34,10 @@ from devkit.units_of_work import unit_of_work
 from migrations import runner
 from registry.auth.principal import Role
 from registry.db import make_engine
+from registry.deployment_keys import service as deployment_keys
 from registry.leadership import repository as leadership_locks
-from registry.tables import AuditEvent, SecretCheckpoint
+from registry.leadership.service import start_up_turn
+from registry.tables import AuditEvent, DeploymentKey, SecretCheckpoint
 from registry.task_queue import DELIVER_WEBHOOK, HOUSEKEEPING_QUEUE
 from registry.tokens import issuing
 from tests.support.metrics import metric_at, wait_for_long_polls
@@ -130,6 +132,38 @@ def test_replicas_started_together_seal_again_and_publish_once(fleet, fleet_engi
     assert checkpoints == 1
     for replica in fleet:
         assert replica.process.poll() is None and httpx.get(replica.url + "/healthz").status_code == 200
+
+
+def test_first_starts_together_publish_the_keys_once(fleet, fleet_engine):
+    """Each replica's start-up step, as registry/app.py runs it, from three threads at once on a
+    deployment whose keys were never published: without their turns, two of three failed on the
+    published row's key (no previous secret here, whose lock would have ordered them)."""
+    with fleet_engine.begin() as connection:
+        connection.execute(delete(DeploymentKey))
+    published_before = _count(fleet_engine, "deployment.keys.published")
+    barrier, failures = threading.Barrier(3), []
+
+    def start_up() -> None:
+        barrier.wait()
+        try:
+            with unit_of_work(fleet_engine) as session:
+                start_up_turn(session)
+                deployment_keys.publish(session, actor="registry (start)")
+        except Exception as error:  # noqa: BLE001 - the assertion names it
+            failures.append(error)
+
+    threads = [threading.Thread(target=start_up) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert failures == []
+    assert _count(fleet_engine, "deployment.keys.published") == published_before + 1
+
+
+def _count(engine, action: str) -> int:
+    with engine.connect() as connection:
+        return connection.scalar(select(func.count()).where(AuditEvent.action == action)) or 0
 
 
 class LongPoll(threading.Thread):
