@@ -49,11 +49,11 @@ PROFILES: dict[str, dict[str, Any]] = {
 
 
 def render(values: dict[str, Any] | None = None, *, api_versions: tuple[str, ...] = (),
-           kube_version: str | None = None) -> dict[str, str]:
+           kube_version: str | None = None, namespace: str = NAMESPACE) -> dict[str, str]:
     """Template path -> manifest, as `helm template` writes them. The Python API's render takes no
     API versions or Kubernetes version; the library's render options do (`--api-versions`,
     `--kube-version`), so they are passed to it directly."""
-    options: dict[str, Any] = {"name": RELEASE, "namespace": NAMESPACE, "is_install": True}
+    options: dict[str, Any] = {"name": RELEASE, "namespace": namespace, "is_install": True}
     if api_versions:
         options["api_versions"] = list(api_versions)
     if kube_version:
