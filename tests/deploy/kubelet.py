@@ -163,6 +163,8 @@ class Pod:
         executable = COMMANDS[container["command"][0]]
         argv = [str(executable)] + [self.translate(container, str(a))
                                     for a in container["command"][1:] + container.get("args", [])]
+        # The image's home and working folder lie on its read-only root: whatever a process
+        # writes here would fail in the cluster (Pod.unmounted_writes).
         home = self.folder / f"home-{name}"
         home.mkdir(exist_ok=True)
         base = {"PATH": f"{executable.parent}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(home)}
@@ -188,6 +190,12 @@ class Pod:
             service = self.running.pop(container_name, None)
             if service is not None:
                 services.stop_group(service)
+
+    def unmounted_writes(self) -> dict[str, list[str]]:
+        """What each container wrote to its home or working folder, which its read-only root
+        filesystem would have refused."""
+        return {path.name.removeprefix("home-"): sorted(str(f.relative_to(path)) for f in path.rglob("*"))
+                for path in self.folder.glob("home-*") if any(path.iterdir())}
 
     def log(self, name: str) -> str:
         path = self.folder / f"{name}.log"

@@ -235,3 +235,10 @@ def test_an_approved_promotion_is_loaded_by_the_pod_and_answered_through_the_rou
     assert answer["model"] == served and answer["choices"][0]["text"]
     assert all(node.probes("vllm").values()) and all(node.probes("agent").values())
     uploader.close()
+
+
+def test_nothing_is_written_outside_the_mounted_volumes(deployment):
+    """Every container's root filesystem is read-only: a process that writes to its home or
+    working folder (a cache, a Celery schedule) would fail in the cluster."""
+    cluster: Cluster = deployment["cluster"]
+    assert {pod.name: writes for pod in cluster.pods.values() if (writes := pod.unmounted_writes())} == {}
