@@ -214,9 +214,12 @@ def test_the_migration_is_a_hook_before_install_and_upgrade():
     assert "serviceAccountName" not in pod_spec(job)
     hooked = [i for i in items if "helm.sh/hook" in i["metadata"].get("annotations", {})]
     assert hooked == [job]
-    owner = objects({"database": {"migrationUrlKey": "owner-url"}})
-    url = env_of(container(one(owner, "Job", name("migrate")), "migrate"))["LORAPLANE_DATABASE_URL"]
-    assert url["valueFrom"]["secretKeyRef"]["key"] == "owner-url"
+    for database, key in (({"migrationUrlKey": "owner-url"}, "owner-url"),
+                          # behind PgBouncer, straight to Postgres: DDL and locks need a session
+                          ({"pgbouncer": True, "listenUrlKey": "direct-url"}, "direct-url"),
+                          ({"pgbouncer": False, "listenUrlKey": "direct-url"}, "database-url")):
+        migrate = container(one(objects({"database": database}), "Job", name("migrate")), "migrate")
+        assert env_of(migrate)["LORAPLANE_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["key"] == key
 
 
 def test_registry_side_processes_share_one_deployment_s_settings(profile):
