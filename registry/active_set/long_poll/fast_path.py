@@ -5,10 +5,6 @@ When the query holds at most `wait=S` and `node=ID` and the token is valid (from
 cache, or one lookup shared by every request of that token), the answer goes out here, straight
 over ASGI, through the same `protocol.answer` as the endpoint. Anything else (a bad token, an
 odd query, any refusal) goes on to the endpoint, which explains it.
-
-A long-poll whose node hangs up ends at once (client_gone.py): a fleet that restarts together
-would otherwise leave every old poll parked until its `wait=`, each woken by the next change to
-answer nobody.
 """
 
 from __future__ import annotations
@@ -21,7 +17,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from registry.active_set.long_poll import protocol
 from registry.active_set.long_poll import state
-from registry.active_set.long_poll.client_gone import ClientGone, ReplayedReceive, unless_client_goes
 from registry.active_set.long_poll.endpoints import MAX_WAIT_S
 from registry.auth.service_accounts.pod_tokens import MAX_TOKEN_CHARS
 from registry.errors import LoraplaneError
@@ -42,13 +37,11 @@ class ActiveSetFastPath:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET":
             match = PATH.fullmatch(scope["path"])
-            if match:
-                receive = ReplayedReceive(receive)  # the endpoint may still read what was read here
-                if await self._answer(match.group(1), scope, receive, send):
-                    return
+            if match and await self._answer(match.group(1), scope, send):
+                return
         await self.app(scope, receive, send)
 
-    async def _answer(self, pool: str, scope: Scope, receive: ReplayedReceive, send: Send) -> bool:
+    async def _answer(self, pool: str, scope: Scope, send: Send) -> bool:
         started = time.perf_counter()
         wait_s, node = _query(scope.get("query_string", b""))
         headers = dict(scope["headers"])
@@ -61,13 +54,10 @@ class ActiveSetFastPath:
         except Exception:  # a refusal, or the database away: the endpoint explains it
             return False
         known = protocol.generation_in(headers.get(b"if-none-match", b"").decode("latin-1"))
-        answering = protocol.answer(polls, pool, principal, known, wait_s, node)
         try:
-            status, generation, body = await (unless_client_goes(answering, receive) if wait_s else answering)
+            status, generation, body = await protocol.answer(polls, pool, principal, known, wait_s, node)
         except LoraplaneError:
             return False  # nothing was sent: the endpoint answers with the full explanation
-        except ClientGone:
-            return True  # nobody to answer
         response_headers = [(name.lower().encode(), value.encode())
                             for name, value in protocol.headers(generation).items()]
         if body is not None:

@@ -202,28 +202,3 @@ def test_a_change_that_wakes_many_nodes_costs_one_render_and_one_token_query(reg
     assert 1 <= metric(admin, "loraplane_active_set_token_rechecks_total") - queries <= 2
     for client in clients:
         client.close()
-
-
-def test_a_long_poll_whose_node_hangs_up_stops_waiting(registry, pool, node_token, admin):
-    """Nodes that restart together leave their old polls behind: each must end with its
-    connection, not stay parked for its `wait=` to be woken by the next change for nobody."""
-    import socket
-    from urllib.parse import urlsplit
-
-    from devkit.services import wait_for
-    from tests.support.metrics import metric
-
-    etag = node_client(registry.url, node_token).get(f"/v1/pools/{pool}/active-set").headers["etag"]
-    address = urlsplit(registry.url)
-    request = (f"GET /v1/pools/{pool}/active-set?wait=120 HTTP/1.1\r\nHost: {address.netloc}\r\n"
-               f"Authorization: Bearer {node_token}\r\nIf-None-Match: {etag}\r\n\r\n").encode()
-    before = metric(admin, "loraplane_active_set_long_polls", pool=pool)
-    connections = [socket.create_connection((address.hostname, address.port)) for _ in range(5)]
-    for connection in connections:
-        connection.sendall(request)
-    wait_for_long_polls(admin, pool, int(before) + 5)
-    for connection in connections:
-        connection.close()
-    # Far sooner than the 120 s they asked to wait.
-    wait_for(lambda: metric(admin, "loraplane_active_set_long_polls", pool=pool) == before,
-             timeout_s=20, what="the hung-up long-polls to end")
