@@ -5,8 +5,10 @@ long-polling nodes spread across them, two housekeepers; what a capacity model n
 
 The replicas (`loraplane serve --no-access-log`) reach Postgres through PgBouncer and LISTEN on
 a direct connection (LORAPLANE_DATABASE_LISTEN_URL). They start together after a secret rotation
-(LORAPLANE_PREVIOUS_SECRET_KEYS), as a rollout starts them. The nodes are aiohttp long-polls in
-this process, spread evenly over the replicas, on the same cores. Each round approves a
+(LORAPLANE_PREVIOUS_SECRET_KEYS), as a rollout starts them. The nodes are long-polls in this
+process (bench/lean_nodes.py: a bare protocol each, so that a client library's own CPU is not
+measured as the registries'), spread evenly over the replicas, on the same cores; what they cost
+is reported beside the replicas' CPU. Each round approves a
 promotion from this process through PgBouncer, as a fourth replica would: the clock starts just
 before the commit and stops when a node has read the new generation's body (bench/propagation.py,
 whose nodes and rounds this reuses). The promotion's webhook events go to a receiver here,
@@ -38,7 +40,8 @@ import psutil
 from sqlalchemy import func, select, text
 
 from bench import report
-from bench.propagation import POOL, Fleet, _ms, _pct, _settle, approve_and_time, prepare
+from bench.lean_nodes import LeanFleet
+from bench.propagation import POOL, _ms, _pct, _settle, approve_and_time, prepare
 from devkit import replicas, services
 from devkit.pipeline_steps import request_promotion
 from registry.db import make_engine
@@ -54,7 +57,8 @@ class Spread:
     """Nodes spread evenly over the replicas: one Fleet per replica, read as one."""
 
     def __init__(self, urls: list[str], token: str, nodes: int) -> None:
-        self.parts = [Fleet(url, token, nodes // len(urls) + (index < nodes % len(urls)))
+        self.parts = [LeanFleet(url, token, nodes // len(urls) + (index < nodes % len(urls)),
+                                f"/v1/pools/{POOL}/active-set")
                       for index, url in enumerate(urls)]
         self.nodes = nodes
 
@@ -124,7 +128,7 @@ async def rounds_at(spread: Spread, engine, plain: dict, uploader: httpx.Client,
             gc.collect()
             gc.disable()
             promotion = (await asyncio.to_thread(request_promotion, uploader, POOL, version)).json()
-            cpu_before = cpu_seconds(processes)
+            cpu_before, simulator_before = cpu_seconds(processes), time.process_time()
             committed = await asyncio.to_thread(approve_and_time, engine, plain["admin"], promotion["id"])
             generation = await asyncio.to_thread(lambda: httpx.get(
                 f"{uploader.base_url}/v1/pools/{POOL}/active-set",
@@ -137,6 +141,7 @@ async def rounds_at(spread: Spread, engine, plain: dict, uploader: httpx.Client,
             gc.enable()
             await _settle(spread)  # the woken nodes' next long-polls are part of the wake's cost
             cpu = cpu_seconds(processes) - cpu_before
+            simulator_cpu = time.process_time() - simulator_before
             connections.sample()
             rss_mb = max(p.memory_info().rss for p in processes) / 2**20
             if round_index < 0:
@@ -144,10 +149,12 @@ async def rounds_at(spread: Spread, engine, plain: dict, uploader: httpx.Client,
             latencies.sort()
             results.append({"generation": generation, "p50_ms": _ms(_pct(latencies, 50)),
                             "p99_ms": _ms(_pct(latencies, 99)), "max_ms": _ms(latencies[-1]),
-                            "replica_cpu_s": round(cpu, 3), "replica_rss_mb_max": round(rss_mb, 1),
+                            "replica_cpu_s": round(cpu, 3), "simulator_cpu_s": round(simulator_cpu, 3),
+                            "replica_rss_mb_max": round(rss_mb, 1),
                             "samples": latencies})
             print(f"{spread.nodes} nodes, round {round_index + 1}: p50 {results[-1]['p50_ms']} ms, "
-                  f"p99 {results[-1]['p99_ms']} ms, replicas' CPU {cpu:.2f} s", flush=True)
+                  f"p99 {results[-1]['p99_ms']} ms, replicas' CPU {cpu:.2f} s, the simulated nodes' "
+                  f"{simulator_cpu:.2f} s", flush=True)
     finally:
         stop.set()
         await running
