@@ -112,6 +112,11 @@ class Connections:
                 self.peak[index][kind] = max(self.peak[index][kind], remote[port])
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return round(ordered[len(ordered) // 2], 3)
+
+
 def cpu_seconds(processes: list[psutil.Process]) -> float:
     return sum(sum(p.cpu_times()[:2]) for p in processes)
 
@@ -234,6 +239,7 @@ def main() -> None:
         metrics[f"replica_cpu_s_per_woken_node_{name}"] = round(
             sum(r["replica_cpu_s"] for r in rounds) / (len(rounds) * size), 6)
         metrics[f"replica_rss_mb_max_{name}"] = max(r["replica_rss_mb_max"] for r in rounds)
+        metrics[f"simulated_nodes_cpu_s_per_change_{name}"] = _median([r["simulator_cpu_s"] for r in rounds])
     metrics.update({
         "singleton_runs_per_change": rotations or 0,
         "housekeeper_leaders": leaders,
@@ -247,7 +253,8 @@ def main() -> None:
     params = {"replicas": COUNT, "nodes": sizes, "rounds": args.rounds, "housekeepers": 2,
               "registry": "`loraplane serve --no-access-log` x3, one worker each, through PgBouncer "
                           "(transaction mode), LISTEN on a direct connection",
-              "clients": "aiohttp in one process on the same machine, nodes spread evenly",
+              "clients": "bare asyncio protocols (bench/lean_nodes.py) in one process on the same "
+                         "machine, nodes spread evenly; each reads and parses every body",
               "pool": {"LORAPLANE_DATABASE_POOL_SIZE": 10, "LORAPLANE_DATABASE_MAX_OVERFLOW": 20},
               "singleton_runs_per_change": "start-up re-seal records (deployment.secret.rotated) for "
                                            "one secret rotation, three replicas started together",
