@@ -15,6 +15,7 @@ from pydantic import (BaseModel, ConfigDict, Field, IPvAnyNetwork, SecretStr, fi
                       model_validator)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from registry.gateway_settings import DEFAULT_POD_LABELS, EndpointPicker, check_gateway
 from registry.k8s_settings import check_k8s, service_accounts_setting
 
 MiB = 1024 * 1024
@@ -242,6 +243,36 @@ class RegistrySettings(BaseSettings):
     k8s_max_token_lifetime_s: int = Field(default=7200, ge=600, le=86400, description=(
         "Tokens valid longer than this (exp - iat) are refused as not short-lived, such as the "
         "year-long ones a cluster issues for expirationSeconds 3607."))
+    gateway_reconcile: bool = Field(default=False, description=(
+        "The housekeeper that leads keeps the inference gateway's InferencePool, "
+        "InferenceModelRewrite and InferenceObjective objects in step with the pools' active sets "
+        "(docs/gateway.md). Off: `loraplane k8s render` still prints them."))
+    gateway_namespace: str = Field(default="default", max_length=63, description=(
+        "The namespace of the gateway's objects, which is the pools' pods' namespace."))
+    gateway_instance: str = Field(default="loraplane", max_length=52, description=(
+        "Starts each object's name and is its loraplane.dev/registry label: the reconciler "
+        "deletes only objects carrying it (and app.kubernetes.io/managed-by: loraplane)."))
+    gateway_api_url: str | None = Field(default=None, max_length=500, description=(
+        "The Kubernetes API, out of the cluster (e.g. `kubectl proxy`'s http://127.0.0.1:8001) or "
+        "in tests. Unset: the pod's own API server with its service account."))
+    gateway_llmd_api_version: str = Field(default="llm-d.ai/v1alpha2", max_length=300, description=(
+        "group/version of the llm-d router's InferenceModelRewrite and InferenceObjective; they "
+        "moved from inference.networking.x-k8s.io/v1alpha2 to llm-d.ai/v1alpha2 in 2026."))
+    gateway_endpoint_picker: EndpointPicker = Field(default_factory=EndpointPicker, description=(
+        "Each InferencePool's endpointPickerRef, as JSON: {\"name\": \"{inference_pool}-epp\", "
+        "\"port\": 9002, \"kind\": \"Service\", \"group\": \"\", \"failureMode\": \"FailClose\"}; "
+        "name may hold {pool} and {inference_pool}."))
+    gateway_target_port: int = Field(default=8000, ge=1, le=65535, description=(
+        "vLLM's port on the pools' pods (the InferencePool's targetPorts)."))
+    gateway_pod_labels: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_POD_LABELS), description=(
+        "The labels of a pool's vLLM pods (the InferencePool's selector) as a JSON object; values "
+        "may hold {pool}. The Helm chart sets its own."))
+    gateway_interval_s: float = Field(default=30.0, ge=1, le=3600, description=(
+        "How often the reconciler compares the objects with the active sets. A round that finds "
+        "nothing changed lists the three kinds once each and writes nothing."))
+    gateway_force_conflicts: bool = Field(default=False, description=(
+        "Take fields loraplane declares back from another field manager that applied them too "
+        "(a conflict, otherwise reported and left alone). Hand edits are corrected either way."))
     audit_head_file: Path | None = Field(default=None, description=(
         "Where the signed head of the audit chain is kept, outside the database. Unset means a "
         "file per database under data_dir/audit-heads. Put it where the database's owners cannot "
@@ -280,6 +311,7 @@ class RegistrySettings(BaseSettings):
         if self.sso_issuer is not None:
             self._check_sso()
         check_k8s(self)
+        check_gateway(self)
         if self.storage == "s3" and not self.s3_bucket:
             raise ValueError("LORAPLANE_S3_BUCKET must be set when LORAPLANE_STORAGE=s3")
         self._check_s3()

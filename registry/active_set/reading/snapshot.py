@@ -21,7 +21,7 @@ from registry.tables import Adapter, AdapterVersion, BaseModel, Pool, Promotion,
 log = logging.getLogger(__name__)
 
 
-def read(session: Session, pool_name: str, store: ArtifactStore,
+def read(session: Session, pool_name: str, store: ArtifactStore | None,
          settings: RegistrySettings, node: str | None = None, *,
          with_files: bool = True) -> ActiveSet:
     """The pool's whole set, or with `node` only what the placement gives that node; without
