@@ -1,5 +1,6 @@
-"""The housekeeping worker: webhook deliveries, and canary analysis and blob collection on a
-schedule. It needs no engine, only the registry's settings, and runs with `loraplane housekeeper`.
+"""The housekeeping worker: webhook deliveries, and canary analysis, blob collection and (when
+switched on) the inference gateway's objects on a schedule. It needs no engine, only the
+registry's settings, and runs with `loraplane housekeeper`.
 
 Several may run (for availability): the scheduled loops run on the one that leads
 (registry/leadership/), and each delivery is sent by one at a time; docs/operations.md,
@@ -27,7 +28,7 @@ from registry.sso import sign_ins
 from registry.task_queue import DELIVER_WEBHOOK, celery_config, enqueue_webhook_deliveries
 from registry.webhooks import deliveries
 from registry.webhooks import sending as senders
-from workers import metrics
+from workers import gateway_sync, metrics
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,10 @@ def start_sweeping(**_) -> None:
     threading.Thread(target=_sweep_forever, name="webhook-sweep", daemon=True).start()
     threading.Thread(target=_judge_canaries_forever, name="canary-analysis", daemon=True).start()
     threading.Thread(target=_collect_blobs_forever, name="blob-collector", daemon=True).start()
+    settings = get_settings()
+    if settings.gateway_reconcile:  # docs/gateway.md
+        threading.Thread(target=gateway_sync.run_forever, args=(leadership, settings),
+                         name="gateway-sync", daemon=True).start()
 
 
 def _judge_canaries_forever() -> None:

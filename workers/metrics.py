@@ -49,3 +49,13 @@ BLOB_ROUND_FAILURES = Counter(
 WEBHOOK_ATTEMPTS = Counter(
     "loraplane_housekeeper_webhook_attempts_total", "Webhook delivery attempts, by outcome: "
     "delivered, retrying or failed (gave up)", ["outcome"])
+GATEWAY_ROUNDS = Counter(
+    "loraplane_housekeeper_gateway_rounds_total", "Rounds of the inference gateway's reconciler, "
+    "by outcome (ok, or failed: the database or the Kubernetes API was away)", ["outcome"])
+GATEWAY_WRITES = Counter(
+    "loraplane_housekeeper_gateway_writes_total", "Gateway objects the reconciler wrote, by action: "
+    "created, updated, corrected (drift on loraplane's fields taken back) or deleted", ["action"])
+GATEWAY_CONFLICTS = Gauge(
+    "loraplane_housekeeper_gateway_conflicts", "Gateway objects the last round left alone: another "
+    "field manager applied fields loraplane declares, an object of loraplane's name is not its own, "
+    "or the API server refused the object")
