@@ -16,6 +16,7 @@ from loraplane.cli_support import call as _call
 from loraplane.cli_support import console
 from loraplane.cli_support import fail as _fail
 from loraplane.cli_support import settings_or_fail
+from loraplane.k8s_cli import k8s_app
 from loraplane.cli_support import print_json as _print_json
 from loraplane.login_cli import login as login_command
 from loraplane.login_cli import link_identity as link_identity_command
@@ -67,6 +68,7 @@ app.add_typer(signing_key_app, name="signing-key")
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(adapter_app, name="adapter")
 app.add_typer(version_app, name="version")
+app.add_typer(k8s_app, name="k8s")
 # --- server side --------------------------------------------------------------------------------
 
 
