@@ -38,7 +38,8 @@ PROFILES: dict[str, dict[str, Any]] = {
     "router-disabled": {"router": {"enabled": False}},
     "service-monitor": {"serviceMonitor": {"enabled": True, "tokenSecret": {"name": "loraplane-metrics"}}},
     "gateway-keyring-sso": {
-        "gateway": {"enabled": True, "from": [{"namespaceSelector": {"matchLabels": {"name": "gateway"}}}]},
+        "gateway": {"enabled": True, "reconcile": True,
+                    "from": [{"namespaceSelector": {"matchLabels": {"name": "gateway"}}}]},
         "attestation": {"keyring": "acme_kms.keyring:make", "keyringEnvSecret": "loraplane-kms"},
         "sso": {"issuer": "https://acme.okta.com", "clientId": "loraplane", "existingSecret": "loraplane-sso"},
         "registry": {"autoscaling": {"enabled": False}, "replicas": 3,

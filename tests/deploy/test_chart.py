@@ -435,3 +435,47 @@ def test_managed_services_reach_every_registry_side_process():
             assert "AWS_SECRET_ACCESS_KEY" not in env  # S3 through the service account's role
     account = one(items, "ServiceAccount", name("registry"))
     assert "eks.amazonaws.com/role-arn" in account["metadata"]["annotations"]
+
+
+def test_the_gateway_reconciler_writes_its_kinds_and_selects_the_pools_pods(monkeypatch):
+    """gateway.reconcile: a Role for the three kinds in the release's namespace, bound to the
+    account the housekeeper runs as, whose pods alone mount its token; and the housekeeper's
+    settings make InferencePools that select exactly each pool's vLLM pods on vLLM's port."""
+    from registry.gateway.objects import GatewaySpec, pool_objects
+    from registry.settings import RegistrySettings
+
+    items = objects({**PROFILES["two-pools"], "gateway": {"enabled": True, "reconcile": True}})
+    role = one(items, "Role", name("gateway-reconciler"))
+    assert role["metadata"].get("namespace") in (None, NAMESPACE)
+    assert role["rules"] == [
+        {"apiGroups": ["inference.networking.k8s.io"], "resources": ["inferencepools"],
+         "verbs": ["get", "list", "create", "patch", "delete"]},
+        {"apiGroups": ["llm-d.ai"], "resources": ["inferencemodelrewrites", "inferenceobjectives"],
+         "verbs": ["get", "list", "create", "patch", "delete"]}]
+    binding = one(items, "RoleBinding", name("gateway-reconciler"))
+    assert binding["roleRef"]["name"] == name("gateway-reconciler")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name("registry"), "namespace": NAMESPACE}]
+    housekeeper = one(items, "Deployment", name("housekeeper"))
+    assert pod_spec(housekeeper)["serviceAccountName"] == name("registry")
+    assert pod_spec(housekeeper)["automountServiceAccountToken"] is True
+    assert pod_spec(one(items, "Deployment", name("registry")))["automountServiceAccountToken"] is False
+
+    for variable, entry in env_of(container(housekeeper, "housekeeper")).items():
+        if variable.startswith("LORAPLANE_GATEWAY_"):
+            monkeypatch.setenv(variable, entry["value"])
+    spec = GatewaySpec.from_settings(RegistrySettings())
+    assert spec.namespace == NAMESPACE
+    pods = [item for item in items if item["kind"] in ("Deployment", "StatefulSet")]
+    for pool in ("chat", "code"):
+        inference_pool = pool_objects(spec, pool, [])[0]["spec"]
+        selected = [item["metadata"]["name"] for item in pods if inference_pool["selector"]["matchLabels"].items()
+                    <= item["spec"]["template"]["metadata"]["labels"].items()]
+        assert selected == [name(f"pool-{pool}")]
+        vllm = container(one(items, "StatefulSet", name(f"pool-{pool}")), "vllm")
+        assert inference_pool["targetPorts"] == [{"number": vllm["ports"][0]["containerPort"]}]
+
+    off = objects(PROFILES["two-pools"])
+    assert name("gateway-reconciler") not in by_kind(off, "Role")
+    assert pod_spec(one(off, "Deployment", name("housekeeper")))["automountServiceAccountToken"] is False
+    assert not [v for v in env_of(container(one(off, "Deployment", name("housekeeper")), "housekeeper"))
+                if v.startswith("LORAPLANE_GATEWAY_")]

@@ -296,3 +296,20 @@ volumeMounts:
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The gateway reconciler's settings (docs/gateway.md): the objects go to the release's
+namespace, named after the release, and each InferencePool selects its pool's pods by the labels
+pools.yaml gives them. */}}
+{{- define "loraplane.gatewayEnv" -}}
+{{- $g := .Values.gateway -}}
+{{- $labels := dict "app.kubernetes.io/name" (include "loraplane.name" .) "app.kubernetes.io/instance" .Release.Name "app.kubernetes.io/component" "pool-{pool}" "loraplane.dev/pool" "{pool}" -}}
+- {name: LORAPLANE_GATEWAY_RECONCILE, value: "true"}
+- {name: LORAPLANE_GATEWAY_NAMESPACE, value: {{ .Release.Namespace | quote }}}
+- {name: LORAPLANE_GATEWAY_INSTANCE, value: {{ include "loraplane.fullname" . | quote }}}
+- {name: LORAPLANE_GATEWAY_LLMD_API_VERSION, value: {{ $g.llmdApiVersion | quote }}}
+- {name: LORAPLANE_GATEWAY_ENDPOINT_PICKER, value: {{ toJson $g.endpointPicker | quote }}}
+- {name: LORAPLANE_GATEWAY_POD_LABELS, value: {{ toJson $labels | quote }}}
+- {name: LORAPLANE_GATEWAY_TARGET_PORT, value: "8000"}
+- {name: LORAPLANE_GATEWAY_INTERVAL_S, value: {{ $g.intervalSeconds | quote }}}
+- {name: LORAPLANE_GATEWAY_FORCE_CONFLICTS, value: {{ $g.forceConflicts | quote }}}
+{{- end -}}
