@@ -474,6 +474,14 @@ def test_the_gateway_reconciler_writes_its_kinds_and_selects_the_pools_pods(monk
         vllm = container(one(items, "StatefulSet", name(f"pool-{pool}")), "vllm")
         assert inference_pool["targetPorts"] == [{"number": vllm["ports"][0]["containerPort"]}]
 
+    # The gateway on, its reconciler off: the settings are there for `loraplane k8s render`, no more.
+    rendered_only = objects({**PROFILES["two-pools"], "gateway": {"enabled": True}})
+    housekeeper = one(rendered_only, "Deployment", name("housekeeper"))
+    assert env_of(container(housekeeper, "housekeeper"))["LORAPLANE_GATEWAY_RECONCILE"]["value"] == "false"
+    assert "LORAPLANE_GATEWAY_POD_LABELS" in env_of(container(housekeeper, "housekeeper"))
+    assert pod_spec(housekeeper)["automountServiceAccountToken"] is False
+    assert name("gateway-reconciler") not in by_kind(rendered_only, "Role")
+
     off = objects(PROFILES["two-pools"])
     assert name("gateway-reconciler") not in by_kind(off, "Role")
     assert pod_spec(one(off, "Deployment", name("housekeeper")))["automountServiceAccountToken"] is False

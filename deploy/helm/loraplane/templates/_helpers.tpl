@@ -303,7 +303,7 @@ pools.yaml gives them. */}}
 {{- define "loraplane.gatewayEnv" -}}
 {{- $g := .Values.gateway -}}
 {{- $labels := dict "app.kubernetes.io/name" (include "loraplane.name" .) "app.kubernetes.io/instance" .Release.Name "app.kubernetes.io/component" "pool-{pool}" "loraplane.dev/pool" "{pool}" -}}
-- {name: LORAPLANE_GATEWAY_RECONCILE, value: "true"}
+- {name: LORAPLANE_GATEWAY_RECONCILE, value: {{ $g.reconcile | quote }}}
 - {name: LORAPLANE_GATEWAY_NAMESPACE, value: {{ .Release.Namespace | quote }}}
 - {name: LORAPLANE_GATEWAY_INSTANCE, value: {{ include "loraplane.fullname" . | quote }}}
 - {name: LORAPLANE_GATEWAY_LLMD_API_VERSION, value: {{ $g.llmdApiVersion | quote }}}
