@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from serving.agent import integrity
+from serving.agent import integrity, metrics
 from serving.agent.entries import DIGEST, ArtifactFile, Entry
 from serving.agent.integrity import COMPLETE, Fingerprint
 from signed_digests.digests import manifest_digest
@@ -128,6 +128,7 @@ class AdapterCache:
             raise DigestMismatch(f"the file list of {entry.served_name} does not match its digest "
                                  f"{entry.digest[:12]}")
         staging = self.root / f"{PARTIAL}{entry.digest}-{uuid.uuid4().hex[:8]}"
+        metrics.DOWNLOADS.inc()
         try:
             staging.mkdir()
             with httpx.Client(timeout=self.timeout_s, follow_redirects=False) as http:

@@ -45,6 +45,8 @@ class Entry(BaseModel):
     files: tuple[ArtifactFile, ...] = Field(min_length=1, max_length=4096)
     # The signed approval, checked by serving.agent.proof before anything is downloaded or loaded.
     attestation: dict[str, Any] | None = None
+    # No alias left: kept only until traffic has moved on, never loaded on demand.
+    retiring: bool = False
 
     @field_validator("files")
     @classmethod

@@ -1,6 +1,7 @@
 """The agent's loops: follow the active set by long-poll (persisting each one), converge vLLM on
 it whenever it changes and every `resync_s` (which is how a restarted vLLM is noticed and refilled),
-report after each pass, keep the trust bundle current, and serve /metrics and /healthz."""
+report after each pass, keep the trust bundle current, and serve /metrics and /healthz; with the
+resolver on, answer vLLM's resolver plugin on a unix socket (resolver_socket.py)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ from serving.agent import engine, metrics
 from serving.agent.artifacts import AdapterCache
 from serving.agent.incidents import Incidents
 from serving.agent.last_known_good import LastKnownGood
+from serving.agent.on_demand import OnDemand
 from serving.agent.proof import ProofCheck
 from serving.agent.reconcile import Reconciler
+from serving.agent.resolver_socket import ResolverSocket
 from serving.agent.signed_sets import SignedSetCheck
 from serving.agent.settings import AgentSettings
 from serving.agent.token_file import TokenFile
@@ -50,7 +53,8 @@ class Agent:
         self.signed_sets = SignedSetCheck(self.trust, settings.pool) if settings.verify_provenance else None
         self.reconciler = Reconciler(self.vllm, AdapterCache(settings.cache_dir, settings.cache_max_bytes, timeout),
                                      retry_failed_after_s=settings.retry_failed_after_s,
-                                     proof=self.proof, incidents=Incidents())
+                                     proof=self.proof, incidents=Incidents(),
+                                     load_ahead=settings.load_ahead)
         self.last_known_good = LastKnownGood(settings.state_dir)
         self.desired: ActiveSet | None = self.last_known_good.load()
         if self.signed_sets is not None:
@@ -73,6 +77,10 @@ class Agent:
         tasks = [asyncio.create_task(keep_running("following the active set", self._follow)),
                  asyncio.create_task(keep_running("converging", self._converge)),
                  asyncio.create_task(keep_running("following the trust bundle", self._follow_trust))]
+        if self.settings.resolver:
+            on_demand = OnDemand(self.reconciler, lambda: self.desired, self.settings.resolver_deadline_s)
+            socket = ResolverSocket(self.settings.resolver_socket_path, on_demand)
+            tasks.append(asyncio.create_task(keep_running("answering vLLM's resolver", socket.serve)))
         http = self._http_server()
         serving = asyncio.create_task(http.serve()) if http else None
         await stop.wait()

@@ -16,6 +16,12 @@ PASSES = Counter("loraplane_agent_reconcile_passes_total", "Reconcile passes", r
 FAILURES = Counter("loraplane_agent_failures_total", "Failures by reason", ["reason"], registry=REGISTRY)
 GENERATION = Gauge("loraplane_agent_generation_applied", "Active-set generation last applied",
                    registry=REGISTRY)
+DOWNLOADS = Counter("loraplane_agent_downloads_total",
+                    "Downloads of a version's files into the cache, begun", registry=REGISTRY)
+RESOLVER_ANSWERS = Counter("loraplane_agent_resolver_answers_total",
+                           "Answers to vLLM's resolver: resolved, unknown (not an approved version "
+                           "of the set), unavailable (approved, but not fetched in time), refused "
+                           "(bad bytes), bad_request", ["answer"], registry=REGISTRY)
 SINCE_SYNC = Gauge("loraplane_agent_seconds_since_sync",
                    "Seconds since the registry last answered the long-poll", registry=REGISTRY)
 

@@ -14,14 +14,22 @@ it load, unloaded; the node keeps what it had until the set proves something els
 
 Cached bytes are checked again before every load and, while vLLM holds them, at every pass
 (artifacts.py). Bytes that changed are unloaded, removed and reported as an incident, and fresh
-ones are fetched and loaded in the same pass."""
+ones are fetched and loaded in the same pass.
+
+With `load_ahead` off, a version is loaded only once vLLM's resolver has asked for it (on_demand.py
+answers, through `fetch_verified` like a pass); from then on each pass treats it as any other: it
+stays loaded while it is in the set, is checked, reloaded after a vLLM restart, and unloaded when
+it leaves."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from serving.agent import entries, metrics
@@ -54,7 +62,8 @@ class Failure:
 
 class Reconciler:
     def __init__(self, vllm: VllmClient, cache: AdapterCache, *, retry_failed_after_s: float,
-                 proof: ProofCheck | None, incidents: Incidents | None = None) -> None:
+                 proof: ProofCheck | None, incidents: Incidents | None = None,
+                 load_ahead: bool = True) -> None:
         """`proof` None: attestations are not checked (only to measure what checking costs)."""
         self.vllm, self.cache, self.retry_after_s = vllm, cache, retry_failed_after_s
         self.proof, self.incidents = proof, incidents or Incidents()
@@ -63,6 +72,11 @@ class Reconciler:
         self.unnamed: list[str] = []  # the same, for entries without a served name to report under
         self.unproven: dict[str, str] = {}  # entries whose attestation did not prove them, and why
         self.proven: dict[str, Entry] = {}  # the entry each managed name was last proven as
+        self.load_ahead = load_ahead
+        self.demanded: set[str] = set()  # names the resolver was asked for: loaded from then on
+        self.handed: dict[str, str] = {}  # name -> digest of folders handed to vLLM's resolver
+        self._verified: tuple[ActiveSet, dict[str, Entry]] | None = None
+        self._fetching: dict[str, asyncio.Future[Path]] = {}  # digest -> the fetch under way
 
     async def run_pass(self, desired: ActiveSet) -> dict[str, Any]:
         """Raises VllmUnavailable when vLLM cannot be asked (it is down or restarting)."""
@@ -71,6 +85,7 @@ class Reconciler:
         self._note_refusals(parsed)
         self._note_unproven(self.proof.refusals(parsed.wanted, desired.signed) if self.proof else {})
         wanted = {name: entry for name, entry in parsed.wanted.items() if name not in self.unproven}
+        self._verified = (desired, wanted)
         actual = await self.vllm.adapters()
         # What vLLM may go on holding: the proven set, and what an earlier proof let it load.
         keep = {name: self.proven[name] for name in self.unproven if name in self.proven} | wanted
@@ -100,14 +115,17 @@ class Reconciler:
                     self.cache.discard(entry.digest)
                     del actual[name]
         self.proven = {name: entry for name, entry in keep.items() if name in actual} | wanted
+        self.demanded &= wanted.keys()
+        self.handed = {name: digest for name, digest in self.handed.items() if name in wanted}
         for name, entry in wanted.items():
-            if name not in actual and not self._backing_off(name):
+            if name not in actual and (self.load_ahead or name in self.demanded) and not self.backing_off(name):
                 await self._load(name, entry)
         self.failures = {n: f for n, f in self.failures.items() if n in wanted}
         ours = {name: digest for name, path in (await self.vllm.adapters()).items()
                 if (digest := self.cache.digest_at(path))}
         try:
-            self.cache.evict(pinned=set(ours.values()))
+            # Nor a folder handed to the resolver: vLLM may be loading from it now.
+            self.cache.evict(pinned=set(ours.values()) | set(self.handed.values()))
         except OSError as error:  # the cache folder itself is unreadable: nothing to evict now
             log.warning("could not evict from the cache: %s", error)
         metrics.ADAPTERS_LOADED.set(len(ours))
@@ -118,6 +136,40 @@ class Reconciler:
                 "failures": [{"served_name": n, "reason": _reportable(r)}
                              for n, r in sorted(reasons.items())],
                 "incidents": [{**i, "reason": _reportable(i["reason"])} for i in self.incidents.current()]}
+
+    def verified_entries(self, desired: ActiveSet) -> dict[str, Entry]:
+        """The entries of `desired` that are proven: the last pass's answer for the same set,
+        else checked now as a pass checks them (a set taken since, not yet applied)."""
+        if self._verified is not None and self._verified[0] is desired:
+            return self._verified[1]
+        parsed = entries.parse(desired.entries)
+        unproven = self.proof.refusals(parsed.wanted, desired.signed) if self.proof else {}
+        return {name: entry for name, entry in parsed.wanted.items() if name not in unproven}
+
+    async def fetch_verified(self, name: str, entry: Entry) -> Path:
+        """The folder to load `entry` from, its bytes verified now (artifacts.py); cached bytes
+        that changed are an incident, removed, and fetched again. One fetch per digest at a
+        time, however many passes and resolver requests want it; a caller that gives up (a
+        deadline) leaves it running for the others."""
+        flight = self._fetching.get(entry.digest)
+        if flight is None:
+            flight = asyncio.ensure_future(self._fetch_verified(name, entry))
+            self._fetching[entry.digest] = flight
+            flight.add_done_callback(functools.partial(self._landed, entry.digest))
+        return await asyncio.shield(flight)
+
+    def _landed(self, digest: str, flight: asyncio.Future[Path]) -> None:
+        if self._fetching.get(digest) is flight:
+            del self._fetching[digest]
+        if not flight.cancelled():
+            flight.exception()  # retrieved: the callers that waited have seen it; none may have
+
+    async def _fetch_verified(self, name: str, entry: Entry) -> Path:
+        try:
+            return await self.cache.ensure(entry)
+        except Tampered as tampered:
+            self._tampered(name, entry, tampered)
+            return await self.cache.ensure(entry)  # fresh bytes, verified as they arrive
 
     async def _unload(self, name: str) -> bool:
         try:
@@ -143,11 +195,7 @@ class Reconciler:
     async def _load(self, name: str, entry: Entry) -> None:
         started = time.monotonic()
         try:
-            try:
-                path = await self.cache.ensure(entry)
-            except Tampered as tampered:
-                self._tampered(name, entry, tampered)
-                path = await self.cache.ensure(entry)  # fresh bytes, verified as they arrive
+            path = await self.fetch_verified(name, entry)
             await self.vllm.load(name, str(path))
             if not self.cache.unchanged(entry):
                 # Changed between its last hash and vLLM reading it: what vLLM read is unknown.
@@ -188,7 +236,7 @@ class Reconciler:
                 metrics.FAILURES.labels("attestation").inc()
         self.unproven = unproven
 
-    def _backing_off(self, name: str) -> bool:
+    def backing_off(self, name: str) -> bool:
         """Bad bytes, a full disk and refused loads are not retried at every pass: the same bytes
         would fail the same way. A store that could not be reached is retried at once."""
         failure = self.failures.get(name)

@@ -70,6 +70,20 @@ class AgentSettings(BaseSettings):
     allow_insecure_registry: bool = Field(default=False, description=(
         "Accept a plain http:// registry on another host, whose traffic (this process's token "
         "included) anyone on the network path can read. Only on a network you trust end to end."))
+    resolver: bool = Field(default=False, description=(
+        "Answer vLLM's loraplane resolver plugin (plugins/vllm-resolver) on a unix socket: a "
+        "request for a version of the pool's approved, signed active set that vLLM does not hold "
+        "is fetched through the verified cache and loaded on demand. Off: the socket is not opened."))
+    resolver_socket: Path | None = Field(default=None, description=(
+        "The socket's path, in a folder only this pod's containers share (vLLM's "
+        "LORAPLANE_RESOLVER_SOCKET names the same). Default: resolver.sock in state_dir."))
+    resolver_deadline_s: float = Field(default=20, gt=0, le=600, description=(
+        "The longest the agent works on one answer; a fetch still running then goes on, and the "
+        "request gets no adapter (keep it under the plugin's LORAPLANE_RESOLVER_DEADLINE_S)."))
+    load_ahead: bool = Field(default=True, description=(
+        "Load every version of the active set ahead of its first request. Off (only with the "
+        "resolver on): a version is loaded when it is first asked for, and kept loaded while it "
+        "stays in the set, for pools whose long tail does not fit resident."))
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=9400, ge=0, le=65535, description="/metrics and /healthz; 0 turns it off.")
 
@@ -85,6 +99,21 @@ class AgentSettings(BaseSettings):
     @property
     def pinned_trust_bundle(self) -> Path:
         return self.state_dir / "trust-bundle.json"
+
+    @property
+    def resolver_socket_path(self) -> Path:
+        return self.resolver_socket or self.state_dir / "resolver.sock"
+
+    @model_validator(mode="after")
+    def _resolver_as_configured(self):
+        if not self.load_ahead and not self.resolver:
+            raise ValueError("LORAPLANE_AGENT_LOAD_AHEAD=off loads versions only when vLLM's resolver "
+                             "asks for them: turn LORAPLANE_AGENT_RESOLVER on as well, or load ahead")
+        if self.resolver and len(bytes(self.resolver_socket_path)) > 107:
+            raise ValueError(f"the resolver socket's path {str(self.resolver_socket_path)[:200]!r} is longer "
+                             "than a unix socket's 107 bytes: set LORAPLANE_AGENT_RESOLVER_SOCKET to a "
+                             "shorter one")
+        return self
 
     @model_validator(mode="after")
     def _one_credential(self):
