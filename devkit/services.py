@@ -279,12 +279,13 @@ def start_redis(folder: Path) -> Service:
     return service
 
 
-def start_vllm(folder: Path, spec) -> Service:
-    """A real vLLM OpenAI server on CPU (devkit.engine builds the command)."""
+def start_vllm(folder: Path, spec, env: dict[str, str] | None = None) -> Service:
+    """A real vLLM OpenAI server on CPU (devkit.engine builds the command); `env` adds to its
+    environment (a plugin's settings, say)."""
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "vllm.log"
     process = subprocess.Popen(engine.command(spec), stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                               env=engine.environment(spec, folder / "cache"), cwd=folder,
+                               env={**engine.environment(spec, folder / "cache"), **(env or {})}, cwd=folder,
                                start_new_session=True)
     url = f"http://{spec.host}:{spec.port}"
     service = Service(process, url, log)
