@@ -19,6 +19,7 @@ from serving.registry_client import ActiveSet
 from tests.serving.agent.passes import Node, accepted_by_the_registry
 from tests.serving.agent.stand_ins import entry
 
+pytestmark = pytest.mark.fast
 FILES = {"adapter_config.json": b'{"r": 8}', "adapter_model.safetensors": b"w" * 5000}
 
 
