@@ -11,9 +11,13 @@ chart gets wrong (a flag, a variable, a port, a probe's path) reaches the proces
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import signal
 import socket
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,8 @@ import httpx
 from devkit import services
 from tests.deploy.chart import ROOT
 from tests.deploy.settings_names import PROCESSES, variables_of
+
+TEARDOWN_GRACE_S = 5
 
 VENVS = {"loraplane": ROOT / ".venv" / "bin", "vllm": ROOT / ".venv-vllm" / "bin"}
 # What an image's entry point is here: the loraplane images hold the `loraplane` command, the
@@ -69,8 +75,19 @@ class Cluster:
         return None
 
     def stop(self) -> None:
-        for pod in reversed(list(self.pods.values())):
-            pod.stop()
+        """Stop every container at once, as deleting the namespace does, within a short grace:
+        the registry's own graceful shutdown would wait out the long-polls its clients left
+        parked (up to its --shutdown-grace), which no test here is about."""
+        stopping = [service for pod in reversed(list(self.pods.values())) for service in pod._take()]
+        for service in stopping:
+            if service.process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(service.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + TEARDOWN_GRACE_S
+        for service in stopping:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                service.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            services.stop_group(service, signal.SIGKILL)
 
 
 @dataclass
@@ -186,10 +203,12 @@ class Pod:
             self.stop(name)
 
     def stop(self, name: str | None = None) -> None:
-        for container_name in [name] if name else list(self.running)[::-1]:
-            service = self.running.pop(container_name, None)
-            if service is not None:
-                services.stop_group(service)
+        for service in self._take(name):
+            services.stop_group(service)
+
+    def _take(self, name: str | None = None) -> list[services.Service]:
+        names = [name] if name else list(self.running)[::-1]
+        return [service for n in names if (service := self.running.pop(n, None)) is not None]
 
     def unmounted_writes(self) -> dict[str, list[str]]:
         """What each container wrote to its home or working folder, which its read-only root
