@@ -111,6 +111,11 @@ def deployment(service_dir: Path, postgres, redis, s3, s3_client, tiny_base: Pat
 
         registry = cluster.pod(workloads[name("registry")], f"{name('registry')}-6d9f7c-q4x8z")
         registry.start("registry")
+        # The pool's pod is scheduled meanwhile: its vLLM loads the model (the slowest start here)
+        # while the rest comes up; the agent beside it starts once its pool exists.
+        statefulset = workloads[name(f"pool-{POOL}")]
+        node = cluster.pod(statefulset, f"{statefulset['metadata']['name']}-0")
+        node.start("vllm")
         registry.wait_for_probe("registry", "startupProbe")
         registry.wait_for_probe("registry", "readinessProbe", timeout_s=30)
 
@@ -143,16 +148,13 @@ def deployment(service_dir: Path, postgres, redis, s3, s3_client, tiny_base: Pat
         worker = cluster.pod(workloads[name("worker")], f"{name('worker')}-5c8b6-t9w3r")
         worker.start("worker")
 
-        # The pool's pod: the kubelet writes the projected token, starts the sidecar, then vLLM.
-        statefulset = workloads[name(f"pool-{POOL}")]
-        node = cluster.pod(statefulset, f"{statefulset['metadata']['name']}-0")
+        # The kubelet writes the pod's projected token and starts the agent.
         projected = next(v for v in node.spec["volumes"] if "projected" in v)
         source = projected["projected"]["sources"][0]["serviceAccountToken"]
         claims = pod_claims(ISSUER, namespace=NAMESPACE, service_account=node.spec["serviceAccountName"],
                             pod=node.name, audience=source["audience"], lifetime_s=source["expirationSeconds"])
         (node.folders[projected["name"]] / source["path"]).write_text(mint(issuer_key, claims))
         node.start("agent")
-        node.start("vllm")
         node.wait_for_probe("vllm", "startupProbe")
         node.wait_for_probe("agent", "readinessProbe", timeout_s=60)
 
