@@ -65,8 +65,7 @@ class GenerationWatch:
                 break
             event = self._changed.setdefault(pool, asyncio.Event())
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining):  # no task of its own per waiter, as wait_for makes
-                    await event.wait()
+                await asyncio.wait_for(event.wait(), remaining)
         return self._generations.get(pool, generation)
 
     # --- updates -------------------------------------------------------------------------------
