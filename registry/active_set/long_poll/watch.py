@@ -65,7 +65,8 @@ class GenerationWatch:
                 break
             event = self._changed.setdefault(pool, asyncio.Event())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), remaining)
+                async with asyncio.timeout(remaining):  # no task of its own per waiter, as wait_for makes
+                    await event.wait()
         return self._generations.get(pool, generation)
 
     # --- updates -------------------------------------------------------------------------------
