@@ -16,10 +16,8 @@ answer its probe, and the evaluation a promotion needs is recorded as a worker r
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,7 +35,7 @@ from registry.tokens import issuing
 from tests.conftest import BASE_NAME
 from tests.deploy.chart import example, name, objects
 from tests.deploy.kubelet import Cluster, Pod
-from tests.serving.router.kube_api import NAMESPACE, KubeApi, endpoint, endpoint_slice
+from tests.serving.router.kube_api import NAMESPACE, ApiInThread, endpoint, endpoint_slice
 from tests.support.k8s_issuer import jwks, mint, pod_claims, rsa_key
 
 pytestmark = pytest.mark.own_engine
@@ -52,26 +50,6 @@ def chart_values(s3_url: str) -> dict:
     values["baseModel"] = {**values["baseModel"], "name": BASE_NAME}
     values["s3"] = {**values["s3"], "endpointUrl": s3_url, "bucket": BUCKET}
     return values
-
-
-class EmulatedApi:
-    """kmock's Kubernetes API on an event loop of its own, beside the test's processes."""
-
-    def __enter__(self) -> KubeApi:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.api = KubeApi()
-        self.call(self.api.__aenter__())
-        return self.api
-
-    def __exit__(self, *exc) -> None:
-        self.call(self.api.__aexit__(None, None, None))
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-    def call(self, work):
-        return asyncio.run_coroutine_threadsafe(work, self.loop).result(10)
 
 
 def attestation_key() -> str:
@@ -102,8 +80,8 @@ def deployment(service_dir: Path, postgres, redis, s3, s3_client, tiny_base: Pat
         "loraplane-router-tokens": {},
     }, config_maps={"loraplane-k8s-jwks": {"jwks.json": json.dumps(jwks(issuer_key))}},
         volumes={"base-model": tiny_base})
-    api = EmulatedApi()
-    kube = api.__enter__()
+    api = ApiInThread().__enter__()
+    kube = api.api
     try:
         # The Job first, as the pre-install hook: the registry starts on the schema it made.
         job = cluster.pod(workloads[name("migrate")], f"{name('migrate')}-x7k2p")

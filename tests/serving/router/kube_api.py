@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,24 @@ class PodEngine:
 async def settle() -> None:
     """A few turns of the loop, for what would have happened by now (nothing, in a negative check)."""
     await asyncio.sleep(0.2)
+
+
+class ApiInThread:
+    """The emulated API on an event loop of its own, for tests that run the router (or a whole
+    chart's pods) as processes."""
+
+    def __enter__(self) -> ApiInThread:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.api = KubeApi()
+        self.call(self.api.__aenter__())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.call(self.api.__aexit__(None, None, None))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+    def call(self, work):
+        return asyncio.run_coroutine_threadsafe(work, self.loop).result(10)

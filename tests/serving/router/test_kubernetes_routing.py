@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import subprocess
-import threading
 import time
 
 import aiohttp
@@ -33,7 +32,7 @@ from serving.router.endpoint_watch import EndpointWatch, api_client
 from serving.router.engines import EngineCheck
 from serving.router.fleet import Fleet
 from serving.router.forward import Forwarder
-from tests.serving.router.kube_api import NAMESPACE, SERVICE, KubeApi, PodEngine, endpoint, endpoint_slice
+from tests.serving.router.kube_api import NAMESPACE, SERVICE, ApiInThread, KubeApi, PodEngine, endpoint, endpoint_slice
 from tests.support.cli import LORAPLANE
 from tests.support.until import until
 
@@ -132,26 +131,6 @@ def test_prompts_follow_the_pods_as_kubernetes_lists_them():
             assert impostor.prompts == []
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
-
-
-class ApiInThread:
-    """The emulated API on an event loop of its own, for a test that runs the router as a process."""
-
-    def __enter__(self) -> ApiInThread:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.api = KubeApi()
-        self.call(self.api.__aenter__())
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.call(self.api.__aexit__(None, None, None))
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-    def call(self, work):
-        return asyncio.run_coroutine_threadsafe(work, self.loop).result(10)
 
 
 def gauge(url: str, name: str) -> float | None:
