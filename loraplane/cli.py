@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 import typer
+from pydantic import ByteSize, TypeAdapter, ValidationError
 
 from loraplane.adapter_cli import adapter_app, version_app
 from loraplane.cli_support import call as _call
@@ -35,6 +36,28 @@ class RequalifyChoice(StrEnum):
     """registry/pools/schemas.py's RequalifyPolicy."""
     keep_serving = "keep_serving"
     suspend = "suspend"
+
+
+class OverflowChoice(StrEnum):
+    """registry/pools/schemas.py's Overflow."""
+    refuse = "refuse"
+    on_demand = "on_demand"
+
+
+OVERFLOW_HELP = ("What the pool does with more approved adapters than its nodes keep resident: "
+                 "refuse the promotion, or on_demand (the most used stay resident, the others load "
+                 "at their first request through vLLM's resolver; needs --cold-tier-bytes).")
+COLD_TIER_HELP = ("With --overflow on_demand: the disk each node's adapter cache may use, in bytes or "
+                  "with a unit (200GiB, 500GB).")
+
+
+def _byte_count(given: str | None) -> int | None:
+    if given is None:
+        return None
+    try:
+        return int(TypeAdapter(ByteSize).validate_python(given.strip()))
+    except ValidationError:
+        _fail(f"--cold-tier-bytes {given[:40]!r} is not a size", "Give bytes, or a size such as 200GiB or 500GB.")
 
 
 app = typer.Typer(help="loraplane: validated LoRA adapters for multi-LoRA serving on vLLM.",
@@ -525,12 +548,17 @@ def pool_create(
     canary_min_routers: int = typer.Option(
         2, min=1, max=16, help="Routers that must each reach a canary's verdict before it acts; 1 "
                                "lets a single router token decide."),
+    overflow: OverflowChoice = typer.Option(OverflowChoice.refuse, "--overflow", help=OVERFLOW_HELP),
+    cold_tier_bytes: str | None = typer.Option(None, "--cold-tier-bytes", help=COLD_TIER_HELP),
 ):
     """Create a serving pool."""
     body = {"name": name, "base_model": base_model, "max_loras": max_loras,
             "max_cpu_loras": max_cpu_loras, "max_lora_rank": max_lora_rank, "dtype": dtype,
             "required_suites": _suite_names(required_suites or []),
-            "requalify_policy": requalify_policy.value, "canary_min_routers": canary_min_routers}
+            "requalify_policy": requalify_policy.value, "canary_min_routers": canary_min_routers,
+            "overflow": overflow.value}
+    if cold_tier_bytes is not None:
+        body["cold_tier_bytes"] = _byte_count(cold_tier_bytes)
     with connect() as client:
         pool = _call(lambda: checked(client.post("/v1/pools", json=body)))
     if not pool["required_suites"]:
@@ -551,9 +579,12 @@ def pool_update(
         None, "--requalify-policy", help="keep_serving, or suspend (see `pool create --help`)."),
     canary_min_routers: int | None = typer.Option(
         None, min=1, max=16, help="Routers that must each reach a canary's verdict before it acts."),
+    overflow: OverflowChoice | None = typer.Option(None, "--overflow", help=OVERFLOW_HELP + (
+        " Only to a setting the active set fits.")),
+    cold_tier_bytes: str | None = typer.Option(None, "--cold-tier-bytes", help=COLD_TIER_HELP),
 ):
-    """Change a live pool's required suites, re-qualification policy or canary quorum (global
-    admins); what is not given stays as it is."""
+    """Change a live pool's required suites, re-qualification policy, canary quorum, overflow or
+    cold tier (global admins); what is not given stays as it is."""
     body: dict[str, Any] = {}
     if required_suites is not None:
         body["required_suites"] = [] if required_suites == ["none"] else _suite_names(required_suites)
@@ -561,8 +592,12 @@ def pool_update(
         body["requalify_policy"] = requalify_policy.value
     if canary_min_routers is not None:
         body["canary_min_routers"] = canary_min_routers
+    if overflow is not None:
+        body["overflow"] = overflow.value
+    if cold_tier_bytes is not None:
+        body["cold_tier_bytes"] = _byte_count(cold_tier_bytes)
     if not body:
-        _fail("give --required-suites, --requalify-policy or --canary-min-routers",
+        _fail("give --required-suites, --requalify-policy, --canary-min-routers, --overflow or --cold-tier-bytes",
               f"e.g. loraplane pool update {name} --required-suites parity-smoke")
     with connect() as client:
         _print_json(_call(lambda: checked(client.patch(f"/v1/pools/{name}", json=body))))

@@ -198,6 +198,11 @@ class Pool(Base):
     declared_engines: Mapped[list[str]] = mapped_column(JSON, server_default="[]")
     # Routers whose own traffic must each reach a canary's verdict before it acts on it.
     canary_min_routers: Mapped[int] = mapped_column(Integer, server_default="2")
+    # refuse: the active set never outgrows what the nodes keep resident; on_demand: it may, and
+    # the cold versions load at their first request (vLLM's resolver), within cold_tier_bytes of
+    # each node's disk (registry/promotions/gates.py).
+    overflow: Mapped[str] = mapped_column(String(16), server_default="refuse")
+    cold_tier_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     qualified_config_sha256: Mapped[str | None] = mapped_column(String(64))
     # What the pool serves, signed with the attestation key at every change (active_set/
     # signed_set.py): the alias and retirement rows are its projection, never its source.
@@ -506,6 +511,10 @@ class TrafficWindow(Base):
     latency_buckets: Mapped[list[int]] = mapped_column(JSON)
     shadow_compared: Mapped[int] = mapped_column(BigInteger, server_default="0")
     shadow_agreed: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    # Of the answered requests, those sent to a node that did not hold the adapter (it loaded it
+    # on demand), and their TTFTs; None on windows stored before routers counted them.
+    cold_requests: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    cold_ttft_buckets: Mapped[list[int] | None] = mapped_column(JSON, nullable=True)
     # A keyed hash of every field above but the id, made as the registry stores the window
     # (traffic_windows/seals.py): a window written into the database directly does not count.
     seal: Mapped[str | None] = mapped_column(String(64))

@@ -104,6 +104,12 @@ def served_names(session: Session, version_ids: set[int]) -> dict[str, str]:
     return dict(names_and_digests(session, version_ids).values())
 
 
+def sizes_of_versions(session: Session, version_ids: set[int]) -> dict[int, int]:
+    """version id -> its files' bytes."""
+    return dict(session.execute(select(AdapterVersion.id, AdapterVersion.size_bytes)
+                                .where(AdapterVersion.id.in_(list(version_ids)))).tuples().all())
+
+
 def names_and_digests(session: Session, version_ids: set[int]) -> dict[int, tuple[str, str]]:
     """version id -> (served name, digest)."""
     rows = session.execute(

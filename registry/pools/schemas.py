@@ -17,6 +17,15 @@ REQUALIFY_POLICY_DOC = ("What a version does after the pool's engine or base con
 CANARY_MIN_ROUTERS_DOC = ("Routers whose own traffic must each reach a canary's verdict before its "
                           "analysis steps, promotes or rolls it back (until then a reviewer decides). "
                           "1 lets a single router token decide.")
+Overflow = Literal["refuse", "on_demand"]
+OVERFLOW_DOC = ("What the pool does with more approved adapters than its nodes keep resident (the "
+                "sum of their max_cpu_loras): refuse the promotion, or on_demand (the long tail: "
+                "the most used stay resident, the others are loaded at their first request "
+                "through vLLM's resolver, within cold_tier_bytes of each node's disk).")
+COLD_TIER_DOC = ("With overflow on_demand: the disk each node's adapter cache may use, in bytes. "
+                 "A promotion whose active set would not fit in it is refused.")
+MIN_COLD_TIER_BYTES = 1
+MAX_COLD_TIER_BYTES = 1 << 50
 REQUIRED_SUITES_DOC = ("Global eval suites for the pool's base that every version must pass before it "
                        "is promoted here, each named once (at most 32).")
 
@@ -43,6 +52,9 @@ class PoolCreate(BaseModel):
     required_suites: SuiteNames = Field(default_factory=list, description=REQUIRED_SUITES_DOC)
     requalify_policy: RequalifyPolicy = Field("keep_serving", description=REQUALIFY_POLICY_DOC)
     canary_min_routers: int = Field(2, ge=1, le=16, description=CANARY_MIN_ROUTERS_DOC)
+    overflow: Overflow = Field("refuse", description=OVERFLOW_DOC)
+    cold_tier_bytes: int | None = Field(None, ge=MIN_COLD_TIER_BYTES, le=MAX_COLD_TIER_BYTES,
+                                        description=COLD_TIER_DOC)
 
     @model_validator(mode="after")
     def _check_limits(self) -> PoolCreate:
@@ -50,7 +62,16 @@ class PoolCreate(BaseModel):
             raise ValueError(f"max_lora_rank must be one of {VLLM_MAX_LORA_RANKS}")
         if self.max_cpu_loras < self.max_loras:
             raise ValueError("max_cpu_loras must be at least max_loras, as vLLM requires")
+        check_overflow(self.overflow, self.cold_tier_bytes)
         return self
+
+
+def check_overflow(overflow: str, cold_tier_bytes: int | None) -> None:
+    if overflow == "on_demand" and cold_tier_bytes is None:
+        raise ValueError("overflow on_demand needs cold_tier_bytes: the disk each node's adapter "
+                         "cache may use for the versions it loads on demand")
+    if overflow == "refuse" and cold_tier_bytes is not None:
+        raise ValueError("cold_tier_bytes applies only to overflow on_demand")
 
 
 class PoolOut(BaseModel):
@@ -63,6 +84,8 @@ class PoolOut(BaseModel):
     required_suites: list[str]
     requalify_policy: str
     canary_min_routers: int = 2
+    overflow: str = "refuse"
+    cold_tier_bytes: int | None = None
     created_at: datetime
 
 
@@ -74,9 +97,16 @@ class PoolUpdate(BaseModel):
         None, description=REQUIRED_SUITES_DOC + " A suite added here is queued at once for every "
         "version the pool serves; the gates require it from the next promotion on.")
     canary_min_routers: int | None = Field(None, ge=1, le=16, description=CANARY_MIN_ROUTERS_DOC)
+    overflow: Overflow | None = Field(None, description=OVERFLOW_DOC + " Switching to refuse needs "
+                                      "an active set that fits resident.")
+    cold_tier_bytes: int | None = Field(None, ge=MIN_COLD_TIER_BYTES, le=MAX_COLD_TIER_BYTES,
+                                        description=COLD_TIER_DOC + " It may not shrink below "
+                                        "what the active set needs.")
 
     @model_validator(mode="after")
     def _check_something_changes(self) -> PoolUpdate:
-        if self.requalify_policy is None and self.required_suites is None and self.canary_min_routers is None:
-            raise ValueError("give requalify_policy, required_suites, canary_min_routers or several")
+        if all(value is None for value in (self.requalify_policy, self.required_suites, self.canary_min_routers,
+                                           self.overflow, self.cold_tier_bytes)):
+            raise ValueError("give requalify_policy, required_suites, canary_min_routers, overflow, "
+                             "cold_tier_bytes or several")
         return self

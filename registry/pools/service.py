@@ -12,7 +12,7 @@ from registry.errors import Conflict
 from registry.eval_suites import service as eval_suites
 from registry.names import check_name
 from registry.pool_lookup import pool_by_name
-from registry.pools import repository
+from registry.pools import overflow, repository
 from registry.pools.schemas import PoolCreate, PoolOut, PoolUpdate
 from registry.requalification import added_suites
 from registry.requalification import service as requalification
@@ -38,6 +38,8 @@ def create(session: Session, spec: PoolCreate, *, actor: str) -> PoolOut:
         required_suites=list(spec.required_suites),
         requalify_policy=spec.requalify_policy,
         canary_min_routers=spec.canary_min_routers,
+        overflow=spec.overflow,
+        cold_tier_bytes=spec.cold_tier_bytes,
         # Versions promoted here are evaluated on the base as it is now; the qualified engine
         # is the first one a node reports.
         qualified_engines=[],
@@ -52,7 +54,8 @@ def create(session: Session, spec: PoolCreate, *, actor: str) -> PoolOut:
 
 
 def update(session: Session, name: str, spec: PoolUpdate, *, actor: str) -> PoolOut:
-    """Change the re-qualification policy, the required suites, or both. Under the pool's lock,
+    """Change the re-qualification policy, the required suites, the routers a canary needs, the
+    overflow or the cold tier. Under the pool's lock,
     as every change to what it serves: switching to or from `suspend` adds or drops marked
     versions from the active set, and a suite added is queued for the versions serving."""
     row = pool_by_name(session, name, lock="update")
@@ -72,6 +75,8 @@ def update(session: Session, name: str, spec: PoolUpdate, *, actor: str) -> Pool
         change = ActiveSetChange.begin(session, row.id)  # canaries read it from the signed set
         change.signed.canary_min_routers = spec.canary_min_routers
         change.finish()
+    if spec.overflow is not None or spec.cold_tier_bytes is not None:
+        overflow.change(session, row, spec, actor=actor)
     return to_out(row, base)
 
 
@@ -119,5 +124,7 @@ def to_out(row: Pool, base: BaseModel) -> PoolOut:
         required_suites=row.required_suites,
         requalify_policy=row.requalify_policy,
         canary_min_routers=row.canary_min_routers,
+        overflow=row.overflow,
+        cold_tier_bytes=row.cold_tier_bytes,
         created_at=row.created_at,
     )

@@ -9,12 +9,12 @@ database, so the rules can be tested on facts alone (tests/registry/promotions/t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
 from registry.active_set import signed_set
-from registry.active_set.repository import live_nodes
+from registry.active_set.repository import live_nodes, sizes_of_versions
 from registry.pool_lookup import CANARY, PRODUCTION
 from registry.auth import lineage
 from registry.auth.principal import Principal
@@ -40,6 +40,7 @@ class Facts:
     adapter_suites: list[str]  # the suites of the adapter's own evaluation policy
     node_slots: list[int]  # each live node's adapter slots; [] while no node is live
     comparison: challenger.Comparison
+    version_bytes: dict[int, int] = field(default_factory=dict)  # of the versions in `aliases` and the target's
 
 
 def load(session: Session, target: Target) -> Facts:
@@ -53,7 +54,9 @@ def load(session: Session, target: Target) -> Facts:
         evaluations=latest_evaluations(session, target.version.id),
         adapter_suites=policies.adapter_suites(adapter),
         node_slots=[node_capacity(pool.max_cpu_loras, n.limits) for n in live_nodes(session, pool.id)],
-        comparison=challenger.load(session, target))
+        comparison=challenger.load(session, target),
+        version_bytes=sizes_of_versions(session, set(aliases.values()) | {target.version.id})
+        if pool.overflow == "on_demand" else {})
 
 
 def judge(f: Facts) -> list[Gate]:
@@ -198,7 +201,9 @@ def _capacity(f: Facts) -> Gate:
     t = f.target
     after = {version_id for (adapter_id, alias), version_id in f.aliases.items()
              if (adapter_id, alias) != (t.adapter.id, t.alias)} | {t.version.id}
-    capacity, source = _pool_capacity(t.pool.max_cpu_loras, f.node_slots)
+    capacity, source = pool_capacity(t.pool.max_cpu_loras, f.node_slots)
+    if t.pool.overflow == "on_demand":
+        return _cold_tier(f, after, capacity, source)
     if len(after) <= capacity:
         return Gate("capacity", True, f"{len(after)} of {capacity} adapter slots ({source})")
     return Gate("capacity", False,
@@ -209,7 +214,30 @@ def _capacity(f: Facts) -> Gate:
                 "max_cpu_loras.")
 
 
-def _pool_capacity(max_cpu_loras: int, node_slots: list[int]) -> tuple[int, str]:
+def _cold_tier(f: Facts, after: set[int], capacity: int, source: str) -> Gate:
+    """The long tail: the most used stay resident, the rest load on demand, and any node may be
+    asked for any of them, so each node's cache must hold the whole set."""
+    t = f.target
+    needed, budget = sum(f.version_bytes.get(v, 0) for v in after), t.pool.cold_tier_bytes or 0
+    hot = min(len(after), capacity)
+    tiers = (f"{len(after)} adapters: {hot} resident in {capacity} slots ({source}), "
+             f"{len(after) - hot} loaded on demand; each node's cache needs {byte_size(needed)} "
+             f"of its {byte_size(budget)} cold tier")
+    if needed <= budget:
+        return Gate("capacity", True, tiers)
+    return Gate("capacity", False, f"pool {t.pool.name!r} would hold {tiers}",
+                "Roll back or retire versions in this pool first, or raise its cold_tier_bytes "
+                "(`loraplane pool update POOL --cold-tier-bytes N`) once its nodes have the disk.")
+
+
+def byte_size(count: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} B"
+
+
+def pool_capacity(max_cpu_loras: int, node_slots: list[int]) -> tuple[int, str]:
     """Adapters the pool keeps resident: each live node's slots (its max_cpu_loras, at most the
     pool's) added up, since the router keeps each adapter on few nodes. With no live node, one
     node's worth."""

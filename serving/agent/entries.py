@@ -47,6 +47,9 @@ class Entry(BaseModel):
     attestation: dict[str, Any] | None = None
     # No alias left: kept only until traffic has moved on, never loaded on demand.
     retiring: bool = False
+    # The pool's long tail (overflow on_demand) that this node is not placed to hold: loaded only
+    # when vLLM's resolver asks for it (on_demand.py), never ahead.
+    on_demand: bool = False
 
     @field_validator("files")
     @classmethod

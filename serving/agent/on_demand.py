@@ -82,7 +82,9 @@ class OnDemand:
         reconciler.demanded.add(name)
         reconciler.handed[name] = entry.digest
         reconciler.failures.pop(name, None)
-        log.info("resolved %s for vLLM in %.3f s", name, time.monotonic() - started)
+        took = time.monotonic() - started
+        metrics.RESOLVE_SECONDS.observe(took)
+        log.info("resolved %s for vLLM in %.3f s", name, took)
         return {"answer": "resolved", "served_name": name, "path": str(path)}
 
     def _unavailable(self, name: str, reason: str) -> dict[str, Any]:

@@ -16,7 +16,9 @@ Cached bytes are checked again before every load and, while vLLM holds them, at 
 (artifacts.py). Bytes that changed are unloaded, removed and reported as an incident, and fresh
 ones are fetched and loaded in the same pass.
 
-With `load_ahead` off, a version is loaded only once vLLM's resolver has asked for it (on_demand.py
+With `load_ahead` off, or for an entry marked `on_demand` (the long tail of a pool whose overflow is
+on_demand, which the placement does not give this node), a version is loaded only once vLLM's
+resolver has asked for it (on_demand.py
 answers, through `fetch_verified` like a pass); from then on each pass treats it as any other: it
 stays loaded while it is in the set, is checked, reloaded after a vLLM restart, and unloaded when
 it leaves."""
@@ -81,6 +83,10 @@ class Reconciler:
     async def run_pass(self, desired: ActiveSet) -> dict[str, Any]:
         """Raises VllmUnavailable when vLLM cannot be asked (it is down or restarting)."""
         metrics.PASSES.inc()
+        with metrics.PASS_SECONDS.time():
+            return await self._run_pass(desired)
+
+    async def _run_pass(self, desired: ActiveSet) -> dict[str, Any]:
         parsed = entries.parse(desired.entries)
         self._note_refusals(parsed)
         self._note_unproven(self.proof.refusals(parsed.wanted, desired.signed) if self.proof else {})
@@ -118,7 +124,8 @@ class Reconciler:
         self.demanded &= wanted.keys()
         self.handed = {name: digest for name, digest in self.handed.items() if name in wanted}
         for name, entry in wanted.items():
-            if name not in actual and (self.load_ahead or name in self.demanded) and not self.backing_off(name):
+            ahead = self.load_ahead and not entry.on_demand
+            if name not in actual and (ahead or name in self.demanded) and not self.backing_off(name):
                 await self._load(name, entry)
         self.failures = {n: f for n, f in self.failures.items() if n in wanted}
         ours = {name: digest for name, path in (await self.vllm.adapters()).items()

@@ -4,7 +4,9 @@ its adapters (promotion of kit adapters end to end is devkit.pipeline_steps.prom
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -51,6 +53,44 @@ class NodeFleet:
     def close(self) -> None:
         for client in self._clients.values():
             client.close()
+
+
+class RegistryStandIn:
+    """An agent's part for registry-only tests: polls its part of the active set and reports
+    loaded, every `period_s`, what a real agent would load ahead (not what is left on demand),
+    as if each load took no time."""
+
+    def __init__(self, client: httpx.Client, pool: str, node_id: str, limits: dict[str, int],
+                 period_s: float = 0.3) -> None:
+        self.client, self.pool, self.node_id, self.limits = client, pool, node_id, limits
+        self.period_s = period_s
+        self.loads = True  # False: it reports, but loads nothing new (a slow download)
+        self.held: dict[str, str] = {}
+        self.last_part: dict[str, Any] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                active = self.client.get(f"/v1/pools/{self.pool}/active-set", params={"node": self.node_id}).json()
+                self.last_part = active
+                wanted = {e["served_name"]: e["digest"] for e in active["entries"] if not e.get("on_demand")}
+                self.held = {name: digest for name, digest in self.held.items() if name in wanted}
+                if self.loads:
+                    self.held = wanted
+                self.client.put(f"/v1/pools/{self.pool}/nodes/{self.node_id}/status", json={
+                    "generation": active["generation"], "failures": [], "limits": self.limits,
+                    "vllm_url": "http://10.0.0.9:8000",
+                    "loaded": [{"served_name": n, "digest": d} for n, d in self.held.items()]})
+            except httpx.HTTPError:
+                pass
+            self._stop.wait(self.period_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def bound_address(node_id: str) -> str:

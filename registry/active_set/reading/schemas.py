@@ -41,6 +41,10 @@ class ActiveEntry(BaseModel):
     nodes: list[str] | None = Field(None, description=(
         "The nodes the placement gives this version, when the set outgrows one node; None while "
         "every node holds every version."))
+    on_demand: bool = Field(False, description=(
+        "Under the pool's overflow on_demand: loaded only when a request names it (vLLM's "
+        "resolver asks the node's agent), never ahead. In a node's part (?node=), every version "
+        "this node is not placed to hold; in the whole set, the versions no node is placed to hold."))
 
 
 class ActiveSet(BaseModel):
@@ -51,6 +55,9 @@ class ActiveSet(BaseModel):
     node: str | None = Field(None, description=(
         "The node whose part this is (?node=), while the set is spread over the nodes; None when "
         "it is the whole set, which every node holds while it fits."))
+    overflow: str = Field("refuse", description=(
+        "The pool's overflow: refuse (every version resident) or on_demand (the long tail: any "
+        "node may be sent a version it does not hold, and loads it at the first request)."))
     entries: list[ActiveEntry]
     urls_expire_in: int
     signed: dict[str, Any] | None = Field(None, description=(

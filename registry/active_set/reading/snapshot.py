@@ -45,19 +45,25 @@ def read(session: Session, pool_name: str, store: ArtifactStore | None,
                for vid in version_ids]
     spread = from_stored(pool.placement)
     part_of = None
+    on_demand = pool.overflow == "on_demand"
     if spread is not None and spread.mode == "spread":
         for entry in entries:
             entry.nodes = spread.nodes_of(entry.served_name)
+            entry.on_demand = on_demand and not entry.nodes  # cold: resident nowhere
         if node is not None:
             part_of = node
             # A node the placement does not count (new, or back after an absence) keeps what it
             # last reported holding, so that an outage never empties a fleet; a new one holds
             # nothing. Its next report gets it placed.
             mine = spread.served_by(node) if node in spread.targets else _last_loaded(session, pool, node)
-            entries = [entry for entry in entries if entry.served_name in mine]
+            if on_demand:  # the node may be asked for any of them; it loads ahead only its own
+                for entry in entries:
+                    entry.on_demand = entry.served_name not in mine
+            else:
+                entries = [entry for entry in entries if entry.served_name in mine]
     return ActiveSet(
         pool=pool.name, base_model=existing(session, BaseModel, pool.base_model_id).name,
-        generation=pool.generation, node=part_of,
+        generation=pool.generation, node=part_of, overflow=pool.overflow,
         limits={"max_loras": pool.max_loras, "max_cpu_loras": pool.max_cpu_loras,
                 "max_lora_rank": pool.max_lora_rank},
         entries=entries, urls_expire_in=settings.presign_ttl_s, signed=pool.signed_active_set)

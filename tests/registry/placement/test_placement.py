@@ -9,7 +9,6 @@ nodes are placed in tests/serving/test_placement_vllm.py."""
 from __future__ import annotations
 
 import math
-import threading
 
 import httpx
 import pytest
@@ -18,44 +17,12 @@ from devkit.pipeline_steps import request_promotion
 from devkit.services import wait_for
 from registry.placement.rules import place
 from tests.support.asserts import assert_refused
-from tests.support.nodes import NodeFleet, bound_address, issue_token
+from tests.support.nodes import NodeFleet, RegistryStandIn, bound_address, issue_token
 
 POOL = "placed"
 CAPACITY = 3
 LIMITS = {"max_loras": 1, "max_cpu_loras": CAPACITY, "max_lora_rank": 16}
 ADAPTERS = 10
-
-
-class StandInNode:
-    """Polls its part of the active set and reports it loaded, every `period_s`."""
-
-    def __init__(self, client: httpx.Client, node_id: str, period_s: float = 0.3) -> None:
-        self.client, self.node_id, self.period_s = client, node_id, period_s
-        self.loads = True  # False: it reports, but loads nothing new (a slow download)
-        self.held: dict[str, str] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                active = self.client.get(f"/v1/pools/{POOL}/active-set", params={"node": self.node_id}).json()
-                wanted = {e["served_name"]: e["digest"] for e in active["entries"]}
-                self.held = {name: digest for name, digest in self.held.items() if name in wanted}
-                if self.loads:
-                    self.held = wanted
-                self.client.put(f"/v1/pools/{POOL}/nodes/{self.node_id}/status", json={
-                    "generation": active["generation"], "failures": [], "limits": LIMITS,
-                    "vllm_url": "http://10.0.0.9:8000",
-                    "loaded": [{"served_name": n, "digest": d} for n, d in self.held.items()]})
-            except httpx.HTTPError:
-                pass
-            self._stop.wait(self.period_s)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def placement(client: httpx.Client, pool: str = POOL) -> dict:
@@ -75,7 +42,7 @@ def fleet(admin, promo_pools, make_ready, uploader, second_reviewer, client_with
     node_fleet = NodeFleet(admin, POOL)
     router_client = client_with(issue_token(admin, "placed-router", role="router", pool=POOL,
                                             instance_id="router-1"))
-    nodes = {node_id: StandInNode(node_fleet.client(node_id), node_id)
+    nodes = {node_id: RegistryStandIn(node_fleet.client(node_id), POOL, node_id, LIMITS)
              for node_id in ("node-a", "node-b", "node-c", "node-d", "node-e")}
     wait_for(lambda: len(placement(admin)["nodes"]) == 5, what="five live nodes")
     versions = []
@@ -115,7 +82,7 @@ def test_each_node_is_told_only_its_part_and_no_node_exceeds_its_capacity(fleet,
 
 def test_a_joining_node_takes_only_its_share_and_the_old_holder_drains_after(fleet, admin):
     before = targets(placement(admin))
-    fleet["nodes"]["node-f"] = newcomer = StandInNode(fleet["node_fleet"].client("node-f"), "node-f")
+    fleet["nodes"]["node-f"] = newcomer = RegistryStandIn(fleet["node_fleet"].client("node-f"), POOL, "node-f", LIMITS)
     newcomer.loads = False  # it downloads slowly: the old holders must keep serving meanwhile
     # Its part, not only its listing: under load its first placement can still list it empty.
     after = targets(wait_for(lambda: (b := placement(admin)) and targets(b).get("node-f") and b,

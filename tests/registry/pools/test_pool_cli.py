@@ -64,8 +64,40 @@ def test_pool_create_and_update_store_required_suites_and_the_requalify_policy(r
     assert (stored["required_suites"], stored["canary_min_routers"]) == ([], 3)
     nothing = run("update", name)
     assert nothing.returncode == 1
-    assert "give --required-suites, --requalify-policy or --canary-min-routers" in nothing.stderr
+    assert "give --required-suites, --requalify-policy, --canary-min-routers, --overflow or --cold-tier-bytes" in nothing.stderr
     assert admin.get(f"/v1/pools/{name}").json() == stored
+
+
+def test_pool_create_and_update_take_the_overflow_and_a_cold_tier_with_units(registry, tokens, admin, own_base):
+    name = f"cli-tail-{secrets.token_hex(3)}"
+
+    def run(*args: str):
+        return cli("pool", *args, token=tokens["global_admin"], url=registry.url)
+
+    created = run("create", name, "--base-model", own_base, "--overflow", "on_demand", "--cold-tier-bytes", "200GiB")
+    assert created.returncode == 0, created.stderr
+    stored = admin.get(f"/v1/pools/{name}").json()
+    assert (stored["overflow"], stored["cold_tier_bytes"]) == ("on_demand", 200 * 2**30)
+    grown = run("update", name, "--cold-tier-bytes", "1TB")
+    assert grown.returncode == 0, grown.stderr
+    assert admin.get(f"/v1/pools/{name}").json()["cold_tier_bytes"] == 10**12
+    refused = run("update", name, "--overflow", "refuse")  # nothing served: the set fits
+    assert refused.returncode == 0, refused.stderr
+    stored = admin.get(f"/v1/pools/{name}").json()
+    assert (stored["overflow"], stored["cold_tier_bytes"]) == ("refuse", None)
+
+    for args, status, message in (
+            (("--cold-tier-bytes", "lots"), 1, "--cold-tier-bytes 'lots' is not a size"),
+            (("--overflow", "sometimes"), 2, "Invalid value for '--overflow'"),
+            (("--overflow", "on_demand"), 1, "overflow on_demand needs cold_tier_bytes")):
+        bad = run("update", name, *args)
+        assert bad.returncode == status, bad.stderr
+        assert message in " ".join(bad.stderr.replace("│", " ").split())
+        assert admin.get(f"/v1/pools/{name}").json() == stored
+    before = pools(admin)
+    no_tier = run("create", f"{name}-2", "--base-model", own_base, "--overflow", "on_demand")
+    assert no_tier.returncode == 1 and "overflow on_demand needs cold_tier_bytes" in no_tier.stderr
+    assert pools(admin) == before
 
 
 @pytest.mark.parametrize(("suites", "policy", "status", "message"), [

@@ -130,6 +130,36 @@ def test_capacity_counts_the_set_after_the_change_against_the_live_nodes_slots(a
     assert gate.passed is passed and says in gate.message
 
 
+def _long_tail(aliases: int, *, cold_tier_bytes: int, each_bytes: int = 100, slots=(4,)) -> gates.Facts:
+    facts = _facts(aliases={(100 + i, "production"): 1000 + i for i in range(aliases)}, node_slots=slots)
+    pool = facts.target.pool
+    pool.overflow, pool.cold_tier_bytes = "on_demand", cold_tier_bytes
+    sizes = {1000 + i: each_bytes for i in range(aliases)} | {30: each_bytes}
+    return dataclasses.replace(facts, version_bytes=sizes)
+
+
+def test_a_pool_that_loads_on_demand_holds_more_than_it_keeps_resident_while_its_cold_tier_fits():
+    gate = _gate(_long_tail(199, cold_tier_bytes=20_000, slots=(4, 4)), "capacity")
+    assert gate.passed
+    assert gate.message == ("200 adapters: 8 resident in 8 slots (max_cpu_loras summed over 2 live nodes), "
+                            "192 loaded on demand; each node's cache needs 19.5 KiB of its 19.5 KiB cold tier")
+
+
+def test_a_pool_that_loads_on_demand_refuses_a_set_its_cold_tier_cannot_hold():
+    gate = _gate(_long_tail(200, cold_tier_bytes=20_000), "capacity")
+    assert not gate.passed
+    assert gate.message.startswith("pool 'edge' would hold 201 adapters: 4 resident in 4 slots")
+    assert "needs 19.6 KiB of its 19.5 KiB cold tier" in gate.message
+    assert "raise its cold_tier_bytes" in gate.hint
+
+
+def test_the_same_set_in_a_pool_that_refuses_overflow_is_refused_by_its_slots():
+    facts = _long_tail(199, cold_tier_bytes=20_000)
+    facts.target.pool.overflow, facts.target.pool.cold_tier_bytes = "refuse", None
+    gate = _gate(facts, "capacity")
+    assert not gate.passed and "would hold 200 adapters, more than the 4" in gate.message
+
+
 def _pair(mine: float, theirs: float) -> tuple[Evaluation, Evaluation]:
     def run(value):
         return _evaluation(metrics={"exact_match": {"value": value}})
