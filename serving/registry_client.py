@@ -32,6 +32,7 @@ class ActiveSet:
     etag: str
     limits: dict[str, int] | None = None
     signed: dict[str, Any] | None = None  # the pool's signed set (serving/agent/signed_sets.py)
+    overflow: str = "refuse"  # on_demand: a node may be sent a version it does not hold yet
 
     @property
     def signed_generation(self) -> int | None:
@@ -91,7 +92,7 @@ class RegistryClient:
         try:
             body = response.json()
             return ActiveSet(body["generation"], body["entries"], response.headers["ETag"], body.get("limits"),
-                             body.get("signed"))
+                             body.get("signed"), str(body.get("overflow", "refuse")))
         except (ValueError, KeyError, TypeError) as error:
             raise RegistryUnavailable(f"an unreadable active set: {error!r}") from error
 

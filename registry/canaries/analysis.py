@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from registry.canaries.schemas import Check, SideMetrics
 from registry.promotions.analysis_policy import CanaryAnalysis
 from registry.tables import TrafficWindow
-from registry.traffic_windows.schemas import WINDOW_BUCKETS
+from registry.traffic_windows.histograms import quantile, sum_buckets as _sum_buckets
 
 FAIL, PASS, WAIT = "fail", "pass", "wait"
 
@@ -103,30 +103,6 @@ def _limit(metric: str, value: float | None, mine: float | None, theirs: float |
     word = "at most" if at_most else "at least"
     return Check(metric=metric, passed=passed, canary=mine, production=theirs, limit=limit,
                  detail=f"{metric} {value:.4g}, {word} {limit:g} allowed")
-
-
-def _sum_buckets(lists: Iterable[list[int]]) -> list[int]:
-    total = [0] * (len(WINDOW_BUCKETS) + 1)
-    for counts in lists:
-        total = [a + b for a, b in zip(total, counts, strict=False)]
-    return total
-
-
-def quantile(buckets: list[int], q: float) -> float | None:
-    """The q-quantile of a histogram, interpolated within its bucket as Prometheus does; what
-    lies above the last bound counts as the last bound."""
-    count = sum(buckets)
-    if count == 0:
-        return None
-    rank, below = q * count, 0
-    for index, in_bucket in enumerate(buckets):
-        if below + in_bucket >= rank and in_bucket:
-            if index == len(WINDOW_BUCKETS):
-                return WINDOW_BUCKETS[-1]
-            lower = WINDOW_BUCKETS[index - 1] if index else 0.0
-            return lower + (WINDOW_BUCKETS[index] - lower) * (rank - below) / in_bucket
-        below += in_bucket
-    return WINDOW_BUCKETS[-1]
 
 
 def _ms(seconds: float | None) -> float | None:

@@ -33,6 +33,12 @@ def windows_since(session: Session, pool_id: int, served_names: list[str], since
         TrafficWindow.at >= since).order_by(TrafficWindow.id)))
 
 
+def pool_windows_since(session: Session, pool_id: int, since: datetime) -> list[TrafficWindow]:
+    """Every window of the pool stored at or after `since`, oldest first."""
+    return list(session.scalars(select(TrafficWindow).where(
+        TrafficWindow.pool_id == pool_id, TrafficWindow.at >= since).order_by(TrafficWindow.id)))
+
+
 def prune_windows(session: Session, before: datetime) -> int:
     # A DML statement's result is a CursorResult; Session.execute is typed as Result.
     result = cast("CursorResult[Any]", session.execute(delete(TrafficWindow).where(TrafficWindow.at < before)))

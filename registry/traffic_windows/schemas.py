@@ -33,6 +33,12 @@ class WindowDelta(BaseModel):
     shadow_compared: int = Field(0, ge=0, le=_MAX_COUNT, description=(
         "Shadowed requests whose production answer came back and was compared."))
     shadow_agreed: int = Field(0, ge=0, le=_MAX_COUNT, description="Of those, answers that agreed.")
+    cold_requests: int | None = Field(None, ge=0, le=_MAX_COUNT, description=(
+        "Of the answered requests, those sent to a node that did not hold the adapter and loaded "
+        "it on demand (a pool whose overflow is on_demand). Given with cold_ttft_buckets."))
+    cold_ttft_buckets: list[int] | None = Field(None, min_length=len(WINDOW_BUCKETS) + 1,
+                                                max_length=len(WINDOW_BUCKETS) + 1, description=(
+        "Their TTFTs, in the same buckets as ttft_buckets (each count at most that bucket's)."))
 
     @field_validator("errors")
     @classmethod
@@ -44,10 +50,10 @@ class WindowDelta(BaseModel):
                 raise ValueError(f"the count of {name} must be between 0 and {_MAX_COUNT}")
         return errors
 
-    @field_validator("ttft_buckets", "latency_buckets")
+    @field_validator("ttft_buckets", "latency_buckets", "cold_ttft_buckets")
     @classmethod
-    def _counts(cls, buckets: list[int]) -> list[int]:
-        if any(not 0 <= b <= _MAX_COUNT for b in buckets):
+    def _counts(cls, buckets: list[int] | None) -> list[int] | None:
+        if buckets is not None and any(not 0 <= b <= _MAX_COUNT for b in buckets):
             raise ValueError(f"bucket counts must be between 0 and {_MAX_COUNT}")
         return buckets
 
@@ -61,9 +67,42 @@ class WindowDelta(BaseModel):
         if sum(self.ttft_buckets) != answered or sum(self.latency_buckets) != answered:
             raise ValueError(f"{self.served_name}: the histograms must count each of the {answered} "
                              "answered requests (requests minus errors) once")
+        self._consistent_cold(answered)
         if self.shadow_agreed > self.shadow_compared:
             raise ValueError(f"{self.served_name}: more shadow agreements than comparisons")
         if not math.isfinite(self.busy_s):
             raise ValueError("busy_s must be finite")
         return self
 
+    def _consistent_cold(self, answered: int) -> None:
+        if (self.cold_requests is None) != (self.cold_ttft_buckets is None):
+            raise ValueError(f"{self.served_name}: give cold_requests and cold_ttft_buckets together")
+        if self.cold_requests is None or self.cold_ttft_buckets is None:
+            return
+        if self.cold_requests > answered:
+            raise ValueError(f"{self.served_name}: more cold requests than the {answered} answered")
+        if sum(self.cold_ttft_buckets) != self.cold_requests:
+            raise ValueError(f"{self.served_name}: cold_ttft_buckets must count each cold request once")
+        if any(cold > every for cold, every in zip(self.cold_ttft_buckets, self.ttft_buckets, strict=True)):
+            raise ValueError(f"{self.served_name}: a cold_ttft_buckets count exceeds its ttft_buckets count")
+
+
+RESIDENCY_WINDOW_S = 900
+
+
+class ResidencyOut(BaseModel):
+    """Of the requests routers answered over the last `window_s`: how many found their adapter
+    resident, and what a cold load costs. TTFT quantiles are interpolated in the routers'
+    histogram buckets; None where no request was counted."""
+
+    pool: str
+    overflow: str
+    window_s: int
+    answered: int = Field(description="Requests answered, the tenant's own for a tenant token.")
+    cold_requests: int = Field(description="Of those, sent to a node that loaded the adapter on demand.")
+    resident_hit_ratio: float | None = Field(description="1 - cold_requests / answered.")
+    cold_loads_per_minute: float
+    cold_ttft_p50_ms: float | None
+    cold_ttft_p99_ms: float | None
+    warm_ttft_p50_ms: float | None
+    warm_ttft_p99_ms: float | None

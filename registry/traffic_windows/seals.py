@@ -1,8 +1,9 @@
 """Every traffic window is sealed as the registry stores it: a keyed hash, under a key derived
 from LORAPLANE_SECRET_KEY that the database never sees, of the pool, the router, the report, the
-name and alias, when it was stored, and every count. A canary's analysis counts only windows whose
-seal holds, so that someone who can write to the database cannot make up traffic (as two routers
-that agree, say) and move a canary: without the key, they cannot seal what they write."""
+name and alias, when it was stored, and every count (the cold ones too, where it has them). A
+canary's analysis counts only windows whose seal holds, so that someone who can write to the
+database cannot make up traffic (as two routers that agree, say) and move a canary: without the
+key, they cannot seal what they write."""
 
 from __future__ import annotations
 
@@ -36,5 +37,8 @@ def sealed_before(window: TrafficWindow) -> bool:
 
 def _message(window: TrafficWindow) -> bytes:
     at = aware(window.at).astimezone(UTC).isoformat(timespec="microseconds")
-    return json.dumps([at, *(getattr(window, name) for name in FIELDS)],
-                      sort_keys=True, separators=(",", ":")).encode()
+    fields = [at, *(getattr(window, name) for name in FIELDS)]
+    if window.cold_requests is not None or window.cold_ttft_buckets is not None:
+        # Windows stored before routers counted cold requests have neither, and keep their seals.
+        fields += [window.cold_requests, window.cold_ttft_buckets]
+    return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()

@@ -38,7 +38,10 @@ def sealed_since(session: Session, pool_id: int, served_names: list[str],
                  since: datetime) -> tuple[list[TrafficWindow], int]:
     """The windows of these names stored since `since` whose seal holds, each once, and how many
     did not count: those were written to the database by someone other than a registry."""
-    windows = repository.windows_since(session, pool_id, served_names, since)
+    return only_sealed(repository.windows_since(session, pool_id, served_names, since), pool_id)
+
+
+def only_sealed(windows: list[TrafficWindow], pool_id: int) -> tuple[list[TrafficWindow], int]:
     sealed, seen = [], set()
     for window in windows:  # a sealed window copied into another row counts once
         key = (window.router_id, window.report_id, window.served_name, window.alias)

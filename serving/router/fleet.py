@@ -11,6 +11,11 @@ and the fewest outstanding requests. An adapter resident nowhere goes to a node 
 else to its rendezvous-hash favourite, so each adapter keeps to few nodes and nodes do not evict
 each other's working sets.
 
+In a pool whose overflow is on_demand, a version no node holds is sent "cold" (`choose_cold`) to a
+live node by the same rule: its vLLM asks the node's agent through the resolver plugin, which
+loads only a version of the node's verified, signed active set. The answer's engine is then
+confirmed like any other before the node counts as a holder.
+
 A node's address is the one an admin bound to it (the registry's reports carry it), or, on
 Kubernetes, its pod's in the pool's EndpointSlices (`locate`): then a node needs both a ready
 endpoint and a report, and a node whose address changes is a new node, confirmed afresh.
@@ -76,6 +81,7 @@ class Fleet:
         # served name -> the nodes the registry's placement gives it; absent: every node
         self.placed: dict[str, frozenset[str]] = {}
         self.digests: dict[str, str] = {}  # served name -> digest, from the active set
+        self.cold_allowed: frozenset[str] = frozenset()  # may go to a node that does not hold it
         self.spill_outstanding = spill_outstanding
         self._updated = asyncio.Event()
 
@@ -114,9 +120,13 @@ class Fleet:
         self._updated.set()
         self._updated = asyncio.Event()
 
-    def follow_active_set(self, entries: list[dict[str, Any]]) -> None:
+    def follow_active_set(self, entries: list[dict[str, Any]], *, on_demand: bool = False) -> None:
+        """`on_demand`: the pool's overflow is on_demand, so any node may load any of its
+        versions but a retiring one at its first request."""
         self.placed = {e["served_name"]: frozenset(e["nodes"]) for e in entries if e.get("nodes") is not None}
         self.digests = {e["served_name"]: e["digest"] for e in entries}
+        self.cold_allowed = frozenset(e["served_name"] for e in entries if not e.get("retiring")) \
+            if on_demand else frozenset()
         for node in self.nodes.values():  # names unknown until now may be confirmed at once
             node.next_check = 0.0
 
@@ -178,13 +188,28 @@ class Fleet:
             roomy = [n for n in candidates if n not in resident and n.has_room()
                      and n.outstanding < best.outstanding]
             return min(roomy, key=_load) if roomy else best
-        roomy = [n for n in candidates if n.has_room()]
-        if roomy:
-            return min(roomy, key=lambda n: (n.outstanding, -_rendezvous(served_name, n.node_id)))
-        return max(candidates, key=lambda n: _rendezvous(served_name, n.node_id))
+        return _roomy_or_favourite(served_name, candidates)
+
+    def choose_cold(self, served_name: str, exclude: frozenset[str] | set[str] = frozenset()) -> Node | None:
+        """A node to load `served_name` on demand: a live one (fresh report, not cooling down)
+        with a free slot, else its rendezvous favourite. None when the pool does not load on
+        demand, or no node is live."""
+        if served_name not in self.cold_allowed:
+            return None
+        now = time.monotonic()
+        live = [n for n in self.nodes.values()
+                if not n.stale and now >= n.down_until and n.node_id not in exclude]
+        return _roomy_or_favourite(served_name, live) if live else None
 
     def mark_down(self, node: Node, cooldown_s: float) -> None:
         node.down_until = time.monotonic() + cooldown_s
+
+
+def _roomy_or_favourite(served_name: str, candidates: list[Node]) -> Node:
+    roomy = [n for n in candidates if n.has_room()]
+    if roomy:
+        return min(roomy, key=lambda n: (n.outstanding, -_rendezvous(served_name, n.node_id)))
+    return max(candidates, key=lambda n: _rendezvous(served_name, n.node_id))
 
 
 def _load(node: Node) -> int:

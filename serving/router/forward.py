@@ -2,6 +2,12 @@
 
 A node that fails before the first byte of its answer (refused or timed-out connection, reset, or
 a 404 because it no longer holds the name) is skipped and the request tried on another holder.
+A version no node holds, in a pool that loads on demand, is sent cold to at most MAX_COLD_TRIES
+nodes (fleet.choose_cold); when none could load it (its resolver answered no adapter: the
+registry or the store away, say) the client gets a 503 with Retry-After, never another answer.
+Before a cold send the node's engine is asked what it holds (engines.py): an engine that lists the
+name loaded from anywhere but the version's digest folder (someone who reached vLLM's port and
+loaded an adapter under that name) is not sent the prompt.
 A node that took the request but did not answer within `upstream_timeout_s` is not: the request
 gets a 504, since sending it again would double the work on a pool that is already slow. Once a
 byte has reached the client nothing is retried: the client sees the stream end.
@@ -22,6 +28,7 @@ from starlette.types import Send
 
 from serving.router import metrics
 from serving.router.catalog import Target
+from serving.router.engines import EngineCheck
 from serving.router.errors import RouterError
 from serving.router.fleet import Fleet, Node
 from serving.router.windows import WindowMeter
@@ -30,6 +37,7 @@ log = logging.getLogger("loraplane.router")
 JSON_HEADERS = {"Content-Type": "application/json"}
 STALE_CONNECTION_RETRIES = 2
 RETRIABLE_STATUS = (404, 502, 503)  # 404: the node lost the name since its last report
+MAX_COLD_TRIES = 2
 
 
 class NodeFailed(Exception):
@@ -44,8 +52,9 @@ class NodeFailed(Exception):
 class Forwarder:
     def __init__(self, fleet: Fleet, http: aiohttp.ClientSession, *, cooldown_s: float,
                  load_wait_s: float, retry_after_s: int, serial_wait_s: float = 30,
-                 windows: WindowMeter | None = None) -> None:
-        self.fleet, self.http = fleet, http
+                 windows: WindowMeter | None = None, engines: EngineCheck | None = None) -> None:
+        """`engines`: asked before each cold send; None only where no engine runs (tests)."""
+        self.fleet, self.http, self.engines = fleet, http, engines
         self.windows = windows or WindowMeter()
         self.cooldown_s, self.load_wait_s, self.retry_after_s = cooldown_s, load_wait_s, retry_after_s
         self.serial_wait_s = serial_wait_s
@@ -55,37 +64,50 @@ class Forwarder:
         """Returns the answer's body when it was a whole JSON answer with status 200."""
         tried: set[str] = set()
         failures: list[str] = []
-        while (node := self._choose(target, tried, serial)) is not None:
+        cold_tries = 0
+        while (choice := self._choose(target, tried, serial, cold_tries)) is not None:
+            node, cold = choice
             tried.add(node.node_id)
+            cold_tries += cold
             if not node.touch(target.served_name):
                 metrics.MISSES.labels(target.served_name, node.node_id).inc()
             node.outstanding += 1
             try:
+                if cold:
+                    await self._check_cold(node, target.served_name)
                 async with self._one_at_a_time(node) if serial else contextlib.nullcontext():
-                    return await self._attempt(node, target, path, data, send)
+                    return await self._attempt(node, target, path, data, send, cold=cold)
             except NodeFailed as failure:
-                log.warning("node %s failed before answering %s: %s", node.node_id,
-                            target.served_name, failure)
+                log.warning("node %s failed before answering %s%s: %s", node.node_id,
+                            target.served_name, " (cold)" * cold, failure)
                 failures.append(f"{node.node_id} ({failure.reason})")
                 metrics.RETRIES.labels(node.node_id, failure.reason).inc()
+                if cold:
+                    metrics.COLD_REQUESTS.labels(node.node_id, failure.reason).inc()
             finally:
                 node.outstanding -= 1
-        raise self._nowhere(target, failures)
+        raise self._nowhere(target, failures, cold_tries)
 
-    def _choose(self, target: Target, tried: set[str], serial: bool) -> Node | None:
-        """A prompt-logprob request goes to a holder that is not busy with another, if any."""
+    def _choose(self, target: Target, tried: set[str], serial: bool, cold_tries: int) -> tuple[Node, bool] | None:
+        """(node, whether it is sent cold). A holder first, and for a prompt-logprob request
+        one that is not busy with another, if any; then, in a pool that loads on demand, a
+        node that will load it."""
         if serial:
             busy = {n.node_id for n in self.fleet.nodes.values() if n.prompt_logprobs.locked()}
             if (free := self.fleet.choose(target.served_name, tried | busy)) is not None:
-                return free
-        return self.fleet.choose(target.served_name, tried)
+                return free, False
+        if (holder := self.fleet.choose(target.served_name, tried)) is not None:
+            return holder, False
+        if cold_tries < MAX_COLD_TRIES and (cold := self.fleet.choose_cold(target.served_name, tried)) is not None:
+            return cold, True
+        return None
 
     async def wait_for_holder(self, target: Target) -> None:
         """A name just promoted is known before its nodes report it loaded: wait a little for
         one that does. Called before the request takes an admission slot, so that waiting
         here does not hold back requests that could go now."""
         deadline = time.monotonic() + self.load_wait_s
-        while self.fleet.choose(target.served_name) is None \
+        while self.fleet.choose(target.served_name) is None and self.fleet.choose_cold(target.served_name) is None \
                 and (left := deadline - time.monotonic()) > 0:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(left):  # unlike wait_for, never drops a cancellation
@@ -106,7 +128,27 @@ class Forwarder:
         finally:
             node.prompt_logprobs.release()
 
-    def _nowhere(self, target: Target, failures: list[str]) -> RouterError:
+    async def _check_cold(self, node: Node, served_name: str) -> None:
+        """The node's engine, asked now, holds no other adapter under `served_name`."""
+        if self.engines is None:
+            return
+        holdings = await self.engines.holdings(node.url)
+        if holdings is None:
+            raise NodeFailed("engine_unreadable", "its engine could not be asked what it holds")
+        held = holdings.get(served_name)
+        if held is not None and held != self.fleet.digests.get(served_name):
+            metrics.ENGINE_CHECKS.labels(node.node_id, "refuted").inc()
+            log.error("node %s's engine holds %s loaded from a folder that is not its digest's (%s): "
+                      "no prompt for it goes there", node.node_id, served_name, held[:80])
+            raise NodeFailed("refuted", f"{served_name} is loaded from {held[:80]!r}")
+
+    def _nowhere(self, target: Target, failures: list[str], cold_tries: int) -> RouterError:
+        if cold_tries:
+            return RouterError(503, "adapter_unavailable", f"{target.served_name} is approved but no "
+                               f"node could load it on demand now: {', '.join(failures)}",
+                               "Retry after the Retry-After seconds; the node's log says why (its "
+                               "registry or artifact store may be unreachable).",
+                               retry_after_s=self.retry_after_s)
         if failures:
             return RouterError(503, "nodes_failed", f"every node holding {target.served_name} failed "
                                f"before answering: {', '.join(failures)}", "Retry shortly.",
@@ -127,12 +169,15 @@ class Forwarder:
         except (NodeFailed, RouterError, aiohttp.ClientError, TimeoutError):
             return 0, b""
 
-    async def _attempt(self, node: Node, target: Target, path: str, data: bytes, send: Send) -> bytes | None:
+    async def _attempt(self, node: Node, target: Target, path: str, data: bytes, send: Send, *,
+                       cold: bool = False) -> bytes | None:
         started = time.perf_counter()
         upstream = await self._post(node, path, data)
         async with upstream:
             if upstream.status in RETRIABLE_STATUS:
                 body = await _read_quietly(upstream)
+                if upstream.status == 404 and cold:  # its resolver gave vLLM no adapter
+                    raise NodeFailed("not_resolved", repr(body[:200]))
                 if upstream.status == 404:
                     node.lost(target.served_name)
                 raise NodeFailed(f"status_{upstream.status}", repr(body[:200]))
@@ -146,7 +191,7 @@ class Forwarder:
                 raise NodeFailed("answer_broken", f"{type(error).__name__}: {error}") from error
             ttft = time.perf_counter() - started
             await send({"type": "http.response.start", "status": upstream.status,
-                        "headers": _headers(upstream, target, node, None if streaming else len(first))})
+                        "headers": _headers(upstream, target, node, None if streaming else len(first), cold)})
             labels = (target.served_name, target.alias)
             if streaming:
                 try:
@@ -163,7 +208,11 @@ class Forwarder:
         metrics.REQUESTS.labels(*labels, node.node_id, str(upstream.status)).inc()
         metrics.TTFT.labels(*labels).observe(ttft)
         metrics.LATENCY.labels(*labels).observe(latency)
-        self.windows.answered(*labels, upstream.status, ttft, latency, completion)
+        if cold:
+            metrics.COLD_REQUESTS.labels(node.node_id, "answered").inc()
+        if upstream.status == 200:
+            metrics.RESIDENCY_TTFT.labels("cold" if cold else "resident").observe(ttft)
+        self.windows.answered(*labels, upstream.status, ttft, latency, completion, cold=cold)
         return first if not streaming and upstream.status == 200 else None
 
     async def _post(self, node: Node, path: str, data: bytes) -> aiohttp.ClientResponse:
@@ -207,10 +256,12 @@ async def _relay_stream(upstream: aiohttp.ClientResponse, first: bytes, send: Se
 
 
 def _headers(upstream: aiohttp.ClientResponse, target: Target, node: Node,
-             length: int | None) -> list[tuple[bytes, bytes]]:
+             length: int | None, cold: bool) -> list[tuple[bytes, bytes]]:
     headers = [(b"content-type", upstream.headers.get("Content-Type", "application/json").encode()),
                (b"x-loraplane-served-name", target.served_name.encode()),
-               (b"x-loraplane-node", node.node_id.encode())]
+               (b"x-loraplane-node", node.node_id.encode()),
+               # cold: the node did not hold the version and loaded it for this request
+               (b"x-loraplane-residency", b"cold" if cold else b"resident")]
     if length is not None:
         headers.append((b"content-length", str(length).encode()))
     else:

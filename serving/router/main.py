@@ -62,7 +62,7 @@ class Router:
             self.engines = EngineCheck(http, timeout_s=s.connect_timeout_s + ENGINE_CHECK_S)
             forwarder = Forwarder(self.fleet, http, cooldown_s=s.node_cooldown_s,
                                   load_wait_s=s.load_wait_s, retry_after_s=s.retry_after_s,
-                                  serial_wait_s=s.queue_timeout_s, windows=self.windows)
+                                  serial_wait_s=s.queue_timeout_s, windows=self.windows, engines=self.engines)
             admission = Admission(s.max_inflight, s.batch_max_inflight, s.queue_timeout_s,
                                   s.tenant_max_inflight, s.retry_after_s)
             self.app = RouterApp(s.pool, self.keys, admission, forwarder, s.max_body_bytes,
@@ -111,7 +111,7 @@ class Router:
             if active is not None:
                 self.app.catalog = Catalog.from_active_set(self.settings.pool, active.generation,
                                                            active.entries)
-                self.fleet.follow_active_set(active.entries)
+                self.fleet.follow_active_set(active.entries, on_demand=active.overflow == "on_demand")
                 etag = active.etag
                 metrics.GENERATION.set(active.generation)
                 self.nodes_changing.set()

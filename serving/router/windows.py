@@ -40,6 +40,8 @@ class Window:
     latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
     shadow_compared: int = 0
     shadow_agreed: int = 0
+    cold_requests: int = 0  # of the answered: sent to a node that loaded the adapter on demand
+    cold_ttft_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
 
 
 class WindowMeter:
@@ -48,7 +50,7 @@ class WindowMeter:
         self._pending: tuple[str, list[dict]] | None = None
 
     def answered(self, served_name: str, alias: str, status: int, ttft_s: float, latency_s: float,
-                 completion_tokens: int) -> None:
+                 completion_tokens: int, *, cold: bool = False) -> None:
         window = self._window(served_name, alias)
         window.requests += 1
         if (kind := error_class(status)) is not None:
@@ -58,6 +60,9 @@ class WindowMeter:
         window.busy_s += latency_s
         window.ttft_buckets[_bucket(ttft_s)] += 1
         window.latency_buckets[_bucket(latency_s)] += 1
+        if cold:
+            window.cold_requests += 1
+            window.cold_ttft_buckets[_bucket(ttft_s)] += 1
 
     def failed(self, served_name: str, alias: str, status: int) -> None:
         """A request the router could not get answered (or whose answer broke off)."""
@@ -86,7 +91,8 @@ class WindowMeter:
                 {"served_name": name, "alias": alias, "requests": w.requests, "errors": w.errors,
                  "completion_tokens": w.completion_tokens, "busy_s": round(w.busy_s, 6),
                  "ttft_buckets": w.ttft_buckets, "latency_buckets": w.latency_buckets,
-                 "shadow_compared": w.shadow_compared, "shadow_agreed": w.shadow_agreed}
+                 "shadow_compared": w.shadow_compared, "shadow_agreed": w.shadow_agreed,
+                 "cold_requests": w.cold_requests, "cold_ttft_buckets": w.cold_ttft_buckets}
                 for (name, alias), w in sorted(taken.items())])
         return self._pending
 

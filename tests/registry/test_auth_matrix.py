@@ -255,6 +255,9 @@ ENDPOINTS = {
     "GET /v1/pools/{pool}/placement": [(lambda w: ("GET", "/v1/pools/serving/placement", {}),
                                         expect(200, serving_node=403, serving_router=200,
                                                other_pool_node=403))],
+    "GET /v1/pools/{pool}/residency": [(lambda w: ("GET", "/v1/pools/serving/residency", {}),
+                                        expect(200, serving_node=403, serving_router=200,
+                                               other_pool_node=403))],
     "PUT /v1/pools/{pool}/routers/{router_id}/traffic": [
         (lambda w: ("PUT", "/v1/pools/serving/routers/serving-router/traffic",
                     {"json": {"requests_per_s": {}}}),

@@ -14,6 +14,8 @@ from registry.auth.principal import Role
 from registry.canaries import service as canaries
 from registry.nodes import service as nodes
 from registry.pools import service as pools
+from registry.active_set.placement.residency import residency
+from registry.traffic_windows.schemas import RESIDENCY_WINDOW_S
 from registry.promotions import service as promotions
 from registry.request_session import RequestSession
 from registry.requalification import service as requalification
@@ -63,6 +65,7 @@ def _serving_view(session: Session, visit: SignedInVisit, name: str) -> dict:
     for alias in aliases:
         by_adapter[f"{alias.tenant}/{alias.adapter}"].append(alias)
     return {"pool": pool, "rollout": rollout, "by_adapter": dict(by_adapter), "placement": placed,
+            "residency": residency(session, visit.principal, name, RESIDENCY_WINDOW_S),
             "requalification": marked, "analyses": analyses,
             "traffic_chart": _traffic_chart(by_adapter),
             "nodes_chart": _nodes_chart(rollout, pool, visit.principal.tenant)}

@@ -1,9 +1,10 @@
 """Long tail: one real vLLM on CPU with loraplane's resolver plugin (plugins/vllm-resolver) and
 runtime updating on, beside an agent that answers it (LORAPLANE_AGENT_RESOLVER=on) and loads
-nothing ahead (LORAPLANE_AGENT_LOAD_AHEAD=off). A version vLLM does not hold is served on its
-first request, fetched once through the verified cache; anything that is not an approved version
-of the pool's set gets vLLM's 404, and so does an approved one that cannot be fetched now, which
-the agent records as unavailable.
+nothing ahead (LORAPLANE_AGENT_LOAD_AHEAD=off), in a pool whose overflow is on_demand, with the
+router in front. A version vLLM does not hold is served on its first request, fetched once
+through the verified cache; anything that is not an approved version of the pool's set gets
+vLLM's 404, and so does an approved one that cannot be fetched now, which the agent records as
+unavailable and the router answers with a 503 and Retry-After.
 
 The node's registry presigns its download URLs through a link the tests can cut (a store that
 went away), so the session's S3 stays up for every other module."""
@@ -26,7 +27,8 @@ from devkit.pipeline_steps import create_suite, promoter, upload_dir
 from devkit.services import wait_for
 from tests.support.metrics import metric_at
 from tests.support.names import KIT_BASE
-from tests.support.nodes import Restartable, bound_address, issue_token, served_adapters
+from tests.serving.router.conftest import router_metric
+from tests.support.nodes import Restartable, issue_token, served_adapters
 from tests.support.store_link import StoreLink
 
 POOL = "resolver-pool"
@@ -34,19 +36,25 @@ NODE = "resolver-node"
 
 
 @pytest.fixture(scope="module")
-def node_token(admin, kit_base, task_kit) -> str:
-    body = {"name": POOL, "base_model": kit_base, "max_loras": 2, "max_cpu_loras": 8,
-            "max_lora_rank": 16, "dtype": "float32"}
-    assert admin.post("/v1/pools", json=body).status_code == 201
-    create_suite(admin, "resolver-parity", kit_base, task_kit.suites["digits_to_words"][:2],
-                 {"parity": {"max_logprob_diff": 0.01}})
-    return issue_token(admin, NODE, role="node", pool=POOL, instance_id=NODE, vllm_url=bound_address(NODE))
+def engine_spec(task_kit):
+    return services.kit_engine(task_kit, KIT_BASE)
 
 
 @pytest.fixture(scope="module")
-def node(service_dir: Path, registry, s3, node_token, task_kit) -> Iterator[dict]:
-    """The module's vLLM (the only one it starts), its agent, and the registry and store link
-    they use, which tests may stop and start again."""
+def node_token(admin, kit_base, task_kit, engine_spec) -> str:
+    body = {"name": POOL, "base_model": kit_base, "max_loras": 2, "max_cpu_loras": 8,
+            "max_lora_rank": 16, "dtype": "float32", "overflow": "on_demand", "cold_tier_bytes": 1 << 30}
+    assert admin.post("/v1/pools", json=body).status_code == 201
+    create_suite(admin, "resolver-parity", kit_base, task_kit.suites["digits_to_words"][:2],
+                 {"parity": {"max_logprob_diff": 0.01}})
+    return issue_token(admin, NODE, role="node", pool=POOL, instance_id=NODE,
+                       vllm_url=f"http://{engine_spec.host}:{engine_spec.port}")
+
+
+@pytest.fixture(scope="module")
+def node(service_dir: Path, registry, s3, node_token, engine_spec, admin) -> Iterator[dict]:
+    """The module's vLLM (the only one it starts), its agent, the router, and the registry and
+    store link they use, which tests may stop and start again."""
     installed = subprocess.run([str(engine.vllm_python()), "-c", "import loraplane_vllm_resolver"],
                                capture_output=True, text=True)
     assert installed.returncode == 0, ("loraplane's resolver plugin is not installed in vLLM's venv: run "
@@ -61,7 +69,7 @@ def node(service_dir: Path, registry, s3, node_token, task_kit) -> Iterator[dict
     sock = service_dir / "resolver.sock"
     running: list[services.Service] = []
     try:
-        vllm = services.start_vllm(service_dir / "resolver-vllm", services.kit_engine(task_kit, KIT_BASE), env={
+        vllm = services.start_vllm(service_dir / "resolver-vllm", engine_spec, env={
             "VLLM_PLUGINS": "loraplane_resolver", "LORAPLANE_RESOLVER_SOCKET": str(sock),
             "LORAPLANE_RESOLVER_DEADLINE_S": "20"})
         running.append(vllm)
@@ -72,8 +80,16 @@ def node(service_dir: Path, registry, s3, node_token, task_kit) -> Iterator[dict
                       "LORAPLANE_AGENT_RESOLVER_SOCKET": str(sock),
                       "LORAPLANE_AGENT_RESOLVER_DEADLINE_S": "10"})
         running.append(agent)
+        router = services.start_router(
+            service_dir / "resolver-router", pool=POOL, registry_url=node_registry.url,
+            token=issue_token(admin, "resolver-router", role="router", pool=POOL, instance_id="resolver-router"),
+            # App keys stay trusted through the registry outage below (ten seconds by default).
+            settings={"LORAPLANE_ROUTER_NODES_POLL_S": "0.5", "LORAPLANE_ROUTER_RETRY_AFTER_S": "7",
+                      "LORAPLANE_ROUTER_KEY_CACHE_S": "300"})
+        running.append(router)
         yield {"vllm": vllm.url, "agent": agent.url, "registry": node_registry, "link": link, "socket": sock,
-               "cache": service_dir / "resolver-agent" / "state" / "cache"}
+               "cache": service_dir / "resolver-agent" / "state" / "cache", "router": router,
+               "app": issue_token(admin, "resolver-app", role="app", tenant="acme")}
     finally:
         for service in reversed(running):
             services.stop_group(service)
@@ -95,6 +111,12 @@ def agent_metric(node: dict, name: str, **labels: str) -> float:
 def completion(node: dict, model: str, prompt: str) -> httpx.Response:
     return httpx.post(node["vllm"] + "/v1/completions", timeout=60, json={
         "model": model, "prompt": prompt, "max_tokens": 16, "temperature": 0})
+
+
+def routed(node: dict, model: str, prompt: str) -> httpx.Response:
+    return httpx.post(node["router"].url + "/v1/completions", timeout=60,
+                      headers={"Authorization": f"Bearer {node['app']}"},
+                      json={"model": model, "prompt": prompt, "max_tokens": 16, "temperature": 0})
 
 
 def answers(response: httpx.Response, reference: str) -> bool:
@@ -224,13 +246,27 @@ def test_with_the_registry_and_store_away_resident_versions_answer_and_cold_ones
     reverse = task_kit.suites["reverse_words"][0]
     assert "acme/od-reverse@1" in served_adapters(node["vllm"])
 
+    wait_for(lambda: routed(node, "acme/od-reverse", reverse["prompt"]).status_code == 200,
+             what="the router to know the pool's set")
+    answered_before = router_metric(node["router"], "loraplane_router_requests_total", served_name="acme/od-cold@1")
+
     node["registry"].stop()
     node["link"].cut()
     try:
         assert answers(completion(node, "acme/od-reverse@1", reverse["prompt"]), reverse["reference"])
+        assert answers(routed(node, "acme/od-reverse", reverse["prompt"]), reverse["reference"])
+        # Through the router: approved, so neither a 404 nor another adapter's or the base's answer.
+        refused = routed(node, "acme/od-cold", "1 2 3")
+        assert refused.status_code == 503, refused.text
+        assert refused.headers["Retry-After"] == "7"
+        error = refused.json()["error"]
+        assert error["code"] == "adapter_unavailable"
+        assert error["message"].startswith(f"acme/od-cold@1 is approved but no node could load it on demand now: {NODE} (not_resolved)")
+        assert router_metric(node["router"], "loraplane_router_cold_requests_total", outcome="not_resolved") >= 1
+        assert router_metric(node["router"], "loraplane_router_requests_total", served_name="acme/od-cold@1") == answered_before
         response = completion(node, "acme/od-cold@1", "1 2 3")
         assert response.status_code == 404, response.text
-        assert agent_metric(node, "loraplane_agent_resolver_answers_total", answer="unavailable") == 1
+        assert agent_metric(node, "loraplane_agent_resolver_answers_total", answer="unavailable") >= 1
         assert "acme/od-cold@1" not in served_adapters(node["vllm"])
     finally:
         node["link"].restore()
@@ -242,3 +278,30 @@ def test_with_the_registry_and_store_away_resident_versions_answer_and_cold_ones
     assert failures[0]["reason"].startswith("approved but unavailable: ")
     response = completion(node, "acme/od-cold@1", "1 2 3")  # the store is back: served
     assert response.status_code == 200, response.text
+
+
+def test_through_the_router_a_cold_version_goes_to_a_node_that_loads_it_and_is_counted_cold(node, promote, task_kit, admin):
+    promote("od-routed", task_kit.adapters["reverse_words"])
+    taken(node, admin)
+    row = task_kit.suites["reverse_words"][0]
+    wait_for(lambda: "acme/od-routed" in {m["id"] for m in httpx.get(
+        node["router"].url + "/v1/models", headers={"Authorization": f"Bearer {node['app']}"}).json()["data"]},
+        what="the router to follow the new set")
+    assert "acme/od-routed@1" not in served_adapters(node["vllm"])
+    cold = router_metric(node["router"], "loraplane_router_residency_ttft_seconds_count", residency="cold")
+
+    first = routed(node, "acme/od-routed", row["prompt"])
+
+    assert answers(first, row["reference"])
+    assert (first.headers["x-loraplane-served-name"], first.headers["x-loraplane-node"],
+            first.headers["x-loraplane-residency"]) == ("acme/od-routed@1", NODE, "cold")
+    assert router_metric(node["router"], "loraplane_router_residency_ttft_seconds_count", residency="cold") == cold + 1
+    assert router_metric(node["router"], "loraplane_router_cold_requests_total", node=NODE, outcome="answered") >= 1
+    # Once its agent reports it loaded and its engine confirms it, the next one is resident.
+    wait_for(lambda: "acme/od-routed@1" in rollout_node(admin).get("serving", []), what="the report")
+    resident = router_metric(node["router"], "loraplane_router_residency_ttft_seconds_count", residency="resident")
+    later = wait_for(lambda: (r := routed(node, "acme/od-routed", row["prompt"])) and
+                     router_metric(node["router"], "loraplane_router_residency_ttft_seconds_count",
+                                   residency="resident") > resident and r, what="a resident answer")
+    assert answers(later, row["reference"]) and later.headers["x-loraplane-residency"] == "resident"
+    assert router_metric(node["router"], "loraplane_router_residency_ttft_seconds_count", residency="cold") == cold + 1

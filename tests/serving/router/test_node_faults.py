@@ -8,7 +8,11 @@
   again elsewhere (that would double the work on a pool that is already slow) and the node stays;
 - a node that never completes the connection is taken out, and another holder answers;
 - prompt-logprob requests go to a holder not busy with another, and wait their turn at a node
-  for a bounded time only.
+  for a bounded time only;
+- in a pool that loads on demand, a version no node holds goes cold to a node, is counted cold
+  when answered, and after two nodes whose engines could not load it is a 503 with Retry-After;
+  a node whose engine already holds the name loaded from elsewhere than its digest's folder is
+  not sent the prompt.
 
 The nodes here are small HTTP servers, not vLLM, because what they stand for cannot be brought
 about on demand in a real one."""
@@ -24,6 +28,7 @@ import pytest
 from devkit.services import free_port
 from serving.router import metrics
 from serving.router.catalog import Target
+from serving.router.engines import EngineCheck
 from serving.router.errors import RouterError
 from serving.router.fleet import Fleet
 from serving.router.forward import Forwarder
@@ -182,5 +187,81 @@ def test_a_prompt_logprob_request_goes_to_a_holder_that_is_not_busy_with_another
                     sent = await forward(forwarder, serial=True)
             assert dict(sent[0]["headers"])[b"x-loraplane-node"] == b"n2"
             assert (first.received, second.received) == (0, 1)
+
+    asyncio.run(scenario())
+
+
+def cold_fleet(*urls: str) -> Fleet:
+    """Nodes that hold nothing, in a pool whose overflow is on_demand."""
+    fleet = Fleet(spill_outstanding=8)
+    follow(fleet, [{"node_id": f"n{i}", "vllm_url": url, "stale": False, "limits": {"max_cpu_loras": 4},
+                   "serving": []} for i, url in enumerate(urls, 1)])
+    fleet.follow_active_set([{"served_name": TARGET.served_name, "digest": "d" * 64, "nodes": []}], on_demand=True)
+    return fleet
+
+
+def cold_sample(name: str, **labels: str) -> float:
+    return sum(metrics.REGISTRY.get_sample_value(name, {**labels, "node": f"n{i}"}) or 0.0 for i in (1, 2, 3))
+
+
+def test_a_cold_version_that_no_node_can_load_is_a_503_with_retry_after_after_two_nodes():
+    async def scenario() -> None:
+        async with StandInNode(status=404) as a, StandInNode(status=404) as b, StandInNode(status=404) as c:
+            fleet = cold_fleet(a.url, b.url, c.url)
+            before = cold_sample("loraplane_router_cold_requests_total", outcome="not_resolved")
+            async with aiohttp.ClientSession() as http:
+                forwarder = Forwarder(fleet, http, cooldown_s=60, load_wait_s=0, retry_after_s=5)
+                with pytest.raises(RouterError) as refused:
+                    await forward(forwarder)
+            error = refused.value
+            assert (error.status, error.code, error.retry_after_s) == (503, "adapter_unavailable", 5)
+            assert error.message.startswith("acme/chat@1 is approved but no node could load it on demand now: ")
+            assert error.message.count("(not_resolved)") == 2 and "127.0.0.1" not in error.message
+            assert a.received + b.received + c.received == 2
+            assert cold_sample("loraplane_router_cold_requests_total", outcome="not_resolved") == before + 2
+            # A 404 from a node that was sent the version cold takes nothing from what it holds.
+            assert all(node.down_until == 0 for node in fleet.nodes.values())
+
+    asyncio.run(scenario())
+
+
+def test_a_cold_version_answered_is_counted_cold_in_the_metrics_and_the_window():
+    async def scenario() -> None:
+        async with StandInNode() as node:
+            fleet = cold_fleet(node.url)
+            cold = metrics.REGISTRY.get_sample_value("loraplane_router_residency_ttft_seconds_count",
+                                                     {"residency": "cold"}) or 0.0
+            async with aiohttp.ClientSession() as http:
+                forwarder = Forwarder(fleet, http, cooldown_s=60, load_wait_s=0, retry_after_s=1)
+                sent = await forward(forwarder)
+            assert sent[0]["status"] == 200 and sent[-1]["body"] == ANSWER
+            assert (b"x-loraplane-residency", b"cold") in sent[0]["headers"]
+            assert metrics.REGISTRY.get_sample_value("loraplane_router_residency_ttft_seconds_count",
+                                                     {"residency": "cold"}) == cold + 1
+            _, windows = forwarder.windows.take()
+            assert [(w["served_name"], w["requests"], w["cold_requests"], sum(w["cold_ttft_buckets"]))
+                    for w in windows] == [("acme/chat@1", 1, 1, 1)]
+            assert windows[0]["cold_ttft_buckets"] == windows[0]["ttft_buckets"]
+
+    asyncio.run(scenario())
+
+
+def test_a_cold_prompt_never_goes_to_an_engine_holding_the_name_from_another_folder():
+    async def scenario() -> None:
+        planted = [{"id": TARGET.served_name, "parent": "tiny", "root": "/tmp/not-the-approved-bytes"}]
+        async with StandInNode(models=planted) as impostor, StandInNode(models=[]) as honest:
+            fleet = cold_fleet(impostor.url, honest.url)
+            for other in range(4):  # the honest node has no free slot: the impostor is chosen first
+                fleet.nodes["n2"].touch(f"acme/other@{other + 1}")
+            async with aiohttp.ClientSession() as http:
+                forwarder = Forwarder(fleet, http, cooldown_s=60, load_wait_s=0, retry_after_s=1,
+                                      engines=EngineCheck(http, timeout_s=5))
+                answers = [await forward(forwarder) for _ in range(4)]
+            assert all(sent[0]["status"] == 200 for sent in answers)
+            assert all((b"x-loraplane-node", b"n2") in sent[0]["headers"] for sent in answers)
+            assert impostor.received == 0 and honest.received == 4
+            refuted = metrics.REGISTRY.get_sample_value("loraplane_router_engine_checks_total",
+                                                        {"node": "n1", "outcome": "refuted"})
+            assert refuted is not None and refuted >= 4
 
     asyncio.run(scenario())

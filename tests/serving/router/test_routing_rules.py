@@ -83,6 +83,40 @@ def test_a_node_whose_report_is_stale_gets_a_name_only_when_no_fresh_node_has_it
     assert fleet.choose("b@1").node_id == "n1"  # its vLLM still holds b@1; a 404 would retry
 
 
+def active_entries(*names: str, retiring: tuple[str, ...] = ()) -> list[dict]:
+    return [{"served_name": name, "digest": "d" * 64, "nodes": [], "retiring": name in retiring}
+            for name in (*names, *retiring)]
+
+
+def test_a_version_no_node_holds_goes_cold_only_where_the_pool_loads_on_demand():
+    fleet = Fleet(spill_outstanding=4)
+    follow(fleet, reports(("n1", ["a@1"]), ("n2", []), ("n3", [])))
+    fleet.follow_active_set(active_entries("a@1", "cold@1", retiring=("old@1",)), on_demand=False)
+    assert fleet.choose("cold@1") is None and fleet.choose_cold("cold@1") is None  # refuse: never cold
+
+    fleet.follow_active_set(active_entries("a@1", "cold@1", retiring=("old@1",)), on_demand=True)
+    assert fleet.choose("cold@1") is None  # nobody holds it
+    first = fleet.choose_cold("cold@1")
+    assert first is not None and first.node_id in {"n1", "n2", "n3"}
+    assert fleet.choose_cold("old@1") is None  # a retiring version is never loaded anew
+    assert fleet.choose_cold("not-in-the-set@1") is None
+    assert fleet.choose_cold("cold@1", exclude={"n1", "n2", "n3"}) is None
+
+
+def test_a_cold_version_goes_to_a_live_node_with_room_else_to_its_favourite():
+    fleet = Fleet(spill_outstanding=4)
+    follow(fleet, [*reports(("n1", []), ("n2", []), capacity=1), {**reports(("n3", []))[0], "stale": True}])
+    fleet.follow_active_set(active_entries("x@1", "y@1", "z@1"), on_demand=True)
+    fleet.nodes["n2"].touch("other@1")  # n2's one slot is taken
+    assert {fleet.choose_cold("x@1").node_id for _ in range(5)} == {"n1"}  # n3's report is stale
+    fleet.nodes["n1"].touch("other@2")
+    favourites = {name: fleet.choose_cold(name).node_id for name in ("x@1", "y@1", "z@1")}
+    assert set(favourites.values()) <= {"n1", "n2"}
+    assert all(fleet.choose_cold(name).node_id == node for name, node in favourites.items() for _ in range(5))
+    fleet.mark_down(fleet.nodes["n1"], 60)
+    assert {fleet.choose_cold(name).node_id for name in ("x@1", "y@1", "z@1")} == {"n2"}
+
+
 def test_interactive_requests_are_admitted_before_queued_batch_ones():
     async def scenario() -> list[str]:
         admission = Admission(max_inflight=2, batch_max_inflight=1, queue_timeout_s=5)
