@@ -15,8 +15,12 @@ COPY migrations migrations
 COPY workers workers
 COPY serving serving
 COPY web web
+COPY plugins/vllm-resolver plugins/vllm-resolver
 # The state folders exist before any volume is mounted on them, so a new volume takes their owner.
-RUN pip install --no-cache-dir ".[${EXTRAS}]" && useradd --system --home /var/lib/loraplane loraplane \
+# The vLLM resolver plugin, for pools that load on demand: copied into vLLM's container at start.
+RUN pip install --no-cache-dir ".[${EXTRAS}]" \
+    && pip install --no-cache-dir --no-deps --target /opt/loraplane/vllm-plugins ./plugins/vllm-resolver \
+    && useradd --system --home /var/lib/loraplane loraplane \
     && mkdir -p /var/lib/loraplane/eval-cache /var/lib/loraplane/attestation-keys /var/lib/loraplane-agent \
     && chown -R loraplane /var/lib/loraplane /var/lib/loraplane-agent
 USER loraplane

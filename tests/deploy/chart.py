@@ -33,7 +33,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         {"name": "chat", "replicas": 3, "maxLoras": 4, "maxCpuLoras": 16, "maxLoraRank": 32,
          "dtype": "bfloat16", "gpus": 1},
         {"name": "code", "replicas": 2, "maxLoras": 8, "maxCpuLoras": 32, "maxLoraRank": 64,
-         "dtype": "bfloat16", "gpus": 2},
+         "dtype": "bfloat16", "gpus": 2, "onDemand": True, "resolverDeadlineSeconds": 45},
     ]},
     "router-disabled": {"router": {"enabled": False}},
     "service-monitor": {"serviceMonitor": {"enabled": True, "tokenSecret": {"name": "loraplane-metrics"}}},

@@ -4,6 +4,10 @@ options of its `loraplane` command that read a variable."""
 
 from __future__ import annotations
 
+import importlib
+import sys
+from pathlib import Path
+
 import typer.main
 from pydantic_settings import BaseSettings
 
@@ -43,6 +47,15 @@ def command_variables(path: tuple[str, ...]) -> set[str]:
         envvar = getattr(parameter, "envvar", None)
         names.update([envvar] if isinstance(envvar, str) else envvar or [])
     return names
+
+
+# What loraplane's resolver plugin reads inside vLLM's process. It is installed into vLLM's
+# environment, not this one: imported from the checkout (it imports vLLM only to register).
+PLUGIN = Path(__file__).resolve().parents[2] / "plugins" / "vllm-resolver"
+if str(PLUGIN) not in sys.path:
+    sys.path.insert(0, str(PLUGIN))
+_plugin = importlib.import_module("loraplane_vllm_resolver")
+RESOLVER_PLUGIN_VARIABLES = {_plugin.SOCKET_ENV, _plugin.DEADLINE_ENV}
 
 
 def variables_of(container_name: str) -> set[str]:

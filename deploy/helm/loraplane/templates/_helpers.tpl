@@ -237,6 +237,12 @@ env:
   {{- if eq $v.profile "cpu" }}
   - {name: VLLM_CPU_KVCACHE_SPACE, value: {{ $v.vllm.cpuKvCacheGiB | quote }}}
   {{- end }}
+  {{- if .resolverDeadline }}
+  # loraplane's resolver plugin (plugins/vllm-resolver), copied in by the vllm-plugin container.
+  - {name: PYTHONPATH, value: /opt/vllm-plugins}
+  - {name: LORAPLANE_RESOLVER_SOCKET, value: /var/run/loraplane-resolver/resolver.sock}
+  - {name: LORAPLANE_RESOLVER_DEADLINE_S, value: {{ .resolverDeadline | quote }}}
+  {{- end }}
 ports:
   - {name: vllm, containerPort: {{ .port }}, protocol: TCP}
 startupProbe:  # loading the model takes minutes on a large base
@@ -268,6 +274,10 @@ volumeMounts:
   - {name: tmp, mountPath: /tmp}
   - {name: shm, mountPath: /dev/shm}
   - {{ toJson .cacheMount }}
+  {{- if .resolverDeadline }}
+  - {name: vllm-plugins, mountPath: /opt/vllm-plugins, readOnly: true}
+  - {name: resolver-socket, mountPath: /var/run/loraplane-resolver}
+  {{- end }}
 {{- end -}}
 
 {{- define "loraplane.vllmVolumes" -}}
