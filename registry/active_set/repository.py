@@ -104,6 +104,15 @@ def served_names(session: Session, version_ids: set[int]) -> dict[str, str]:
     return dict(names_and_digests(session, version_ids).values())
 
 
+def versions_with_owners(session: Session, version_ids: list[int]) -> dict[int, tuple[AdapterVersion, str, str]]:
+    """version id -> (the version, its adapter's name, its tenant's name), in one query."""
+    rows = session.execute(
+        select(AdapterVersion, Adapter.name, Tenant.name)
+        .join(Adapter, Adapter.id == AdapterVersion.adapter_id).join(Tenant, Tenant.id == Adapter.tenant_id)
+        .where(AdapterVersion.id.in_(version_ids))).tuples().all()
+    return {version.id: (version, adapter, tenant) for version, adapter, tenant in rows}
+
+
 def sizes_of_versions(session: Session, version_ids: set[int]) -> dict[int, int]:
     """version id -> its files' bytes."""
     return dict(session.execute(select(AdapterVersion.id, AdapterVersion.size_bytes)

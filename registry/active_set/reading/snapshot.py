@@ -16,7 +16,7 @@ from registry.pool_lookup import CANARY, PRODUCTION, pool_by_name
 from registry.settings import RegistrySettings
 from registry.storage.base import ArtifactStore
 from registry.rows import existing
-from registry.tables import Adapter, AdapterVersion, BaseModel, Pool, Promotion, Tenant
+from registry.tables import AdapterVersion, BaseModel, Pool, Promotion
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +40,9 @@ def read(session: Session, pool_name: str, store: ArtifactStore | None,
     # Versions waiting to qualify on a new engine, under the pool's `suspend` policy.
     version_ids = sorted(_as_signed(session, pool, signed) - suspended_version_ids(session, pool.id))
     proofs = repository.current_attestations(session, pool.id, version_ids)
-    entries = [_entry(session, existing(session, AdapterVersion, vid), by_version.get(vid, []),
-                      store if with_files else None, settings, proofs.get(vid))
+    owned = repository.versions_with_owners(session, version_ids)
+    entries = [_entry(*owned[vid], by_version.get(vid, []), store if with_files else None, settings,
+                      proofs.get(vid))
                for vid in version_ids]
     spread = from_stored(pool.placement)
     part_of = None
@@ -103,14 +104,12 @@ def _shadow(session: Session, alias: signed_set.SignedAlias) -> float:
     return float((promotion.analysis or {}).get("shadow_fraction", 0.0)) if promotion else 0.0
 
 
-def _entry(session: Session, version: AdapterVersion, aliases: list[AliasWeight],
+def _entry(version: AdapterVersion, adapter: str, tenant: str, aliases: list[AliasWeight],
            store: ArtifactStore | None, settings: RegistrySettings,
            attestation: dict | None) -> ActiveEntry:
-    adapter = existing(session, Adapter, version.adapter_id)
-    tenant = existing(session, Tenant, adapter.tenant_id).name
     return ActiveEntry(
-        served_name=f"{tenant}/{adapter.name}@{version.number}", tenant=tenant,
-        adapter=adapter.name, version=version.number, digest=version.digest, rank=version.rank,
+        served_name=f"{tenant}/{adapter}@{version.number}", tenant=tenant,
+        adapter=adapter, version=version.number, digest=version.digest, rank=version.rank,
         size_bytes=version.size_bytes, aliases=sorted(aliases, key=lambda a: a.alias),
         retiring=not aliases, attestation=attestation,
         files=[ArtifactFile(**f, url=store.presigned_url(artifact.blob_key(f["sha256"]),
