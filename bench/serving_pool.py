@@ -42,6 +42,9 @@ class ServingPool:
     node_tokens: dict[str, str]  # node id -> its own token
     router_token: str
     served_names: list[str] = field(default_factory=list)  # tenant/name@N, one per adapter
+    admin_token: str = ""
+    uploader_token: str = ""
+    database_url: str = ""
 
     @property
     def adapter_names(self) -> list[str]:
@@ -61,7 +64,10 @@ class ServingPool:
 
 @contextlib.contextmanager
 def serving_pool(work: Path, *, nodes: int, max_cpu_loras: int, adapters: int,
-                 router_settings: dict[str, str] | None = None) -> Iterator[ServingPool]:
+                 router_settings: dict[str, str] | None = None, folders: list[Path] | None = None,
+                 resolver: bool = False) -> Iterator[ServingPool]:
+    """`folders`: promote these adapters rather than `adapters` random ones. `resolver`: each vLLM
+    loads loraplane's resolver plugin and its agent answers it (loading ahead as usual)."""
     kit = build_task_kit(REPO / ".cache" / "task-kit", base_model_name=BASE)
     work.chmod(0o755)  # the postgres user must reach its data folder
     running: list[services.Service] = []
@@ -79,22 +85,28 @@ def serving_pool(work: Path, *, nodes: int, max_cpu_loras: int, adapters: int,
         vllms = []
         for index in range(nodes):
             folder = work / f"node-{index}"
-            vllm = services.start_vllm(folder, services.kit_engine(kit, BASE, max_cpu_loras=max_cpu_loras))
+            socket = folder / "resolver.sock"
+            vllm = services.start_vllm(folder, services.kit_engine(kit, BASE, max_cpu_loras=max_cpu_loras),
+                                       env={"LORAPLANE_RESOLVER_SOCKET": str(socket)} if resolver else None)
             running.append(vllm)
             admin.put(f"/v1/pools/{POOL}/nodes/node-{index}/address",
                       json={"vllm_url": vllm.url}).raise_for_status()
             agent = services.start_agent(folder / "agent", pool=POOL, vllm_url=vllm.url,
                                          registry_url=registry.url, token=scoped[f"node-{index}"],
-                                         node_id=f"node-{index}", metrics_port=services.free_port())
+                                         node_id=f"node-{index}", metrics_port=services.free_port(),
+                                         settings={"LORAPLANE_AGENT_RESOLVER": "on",
+                                                   "LORAPLANE_AGENT_RESOLVER_SOCKET": str(socket)}
+                                         if resolver else None)
             running.append(agent)
             vllms.append(vllm)
             agents.append(agent)
         _wait_until_live(admin, nodes)
         promote = promoter(admin, uploader, engine, POOL, "bench-parity")
         served = []
-        for index in range(adapters):
-            folder = build_adapter(kit.base_dir, work / f"adapter-{index}", seed=100 + index,
-                                   base_model_name=BASE)
+        if folders is None:
+            folders = [build_adapter(kit.base_dir, work / f"adapter-{index}", seed=100 + index,
+                                     base_model_name=BASE) for index in range(adapters)]
+        for index, folder in enumerate(folders):
             version = promote(f"{TENANT}/bench-{index}", folder)
             served.append(version["served_name"])
         _wait_until_served(admin, set(served), nodes)
@@ -106,7 +118,7 @@ def serving_pool(work: Path, *, nodes: int, max_cpu_loras: int, adapters: int,
         engine.dispose()
         node_tokens = {f"node-{index}": scoped[f"node-{index}"] for index in range(nodes)}
         yield ServingPool(kit, registry, vllms, agents, router, scoped["app"], node_tokens,
-                          scoped["router"], served)
+                          scoped["router"], served, plain["admin"], plain["uploader"], database_url)
     finally:
         for agent in agents:  # the pool's list, with any restarted agent in it
             agent.stop()

@@ -122,12 +122,42 @@ def build_adapter(
     )
     torch.manual_seed(seed)
     peft_model = get_peft_model(model, config)
+    _save_atomically(peft_model, out_dir, base_model_name or str(base_dir))
+    return out_dir
 
+
+def build_adapters(base_dir: Path, out_root: Path, seeds: Sequence[int], *, r: int = 8, lora_alpha: int = 16,
+                   target_modules: Sequence[str] = ("q_proj", "v_proj"),
+                   base_model_name: str | None = None) -> list[Path]:
+    """Many adapters as build_adapter makes them (random nonzero A and B, drawn as nn.Linear draws
+    them), one per seed, into out_root/adapter-<seed>: the base is loaded once, and each
+    adapter's LoRA weights are drawn afresh from its seed."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(Path(base_dir), dtype=torch.float32, device_map="cpu")
+    peft_model = get_peft_model(model, LoraConfig(r=r, lora_alpha=lora_alpha, target_modules=list(target_modules),
+                                                  init_lora_weights=False, task_type="CAUSAL_LM"))
+    lora_layers = [module for name, module in peft_model.named_modules()
+                   if isinstance(module, torch.nn.Linear) and (".lora_A." in name or ".lora_B." in name)]
+    folders = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        for layer in lora_layers:
+            layer.reset_parameters()
+        folder = Path(out_root) / f"adapter-{seed}"
+        _save_atomically(peft_model, folder, base_model_name or str(base_dir))
+        folders.append(folder)
+    return folders
+
+
+def _save_atomically(peft_model, out_dir: Path, base_model_name: str) -> None:
     tmp = _make_temp_dir(out_dir)
     old = tmp.with_name(tmp.name + "-old")
     try:
         peft_model.save_pretrained(str(tmp), safe_serialization=True)
-        _finish_adapter_config(tmp, base_model_name or str(base_dir))
+        _finish_adapter_config(tmp, base_model_name)
         _make_files_readable(tmp)
         if out_dir.exists():
             os.replace(out_dir, old)
@@ -135,7 +165,6 @@ def build_adapter(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
-    return out_dir
 
 
 def _make_temp_dir(out_dir: Path) -> Path:
