@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from registry.tokens import issuing as token_service
 from devkit.units_of_work import unit_of_work
 
 PROMO_BASE = "promo-base"
-seeds = itertools.count(100)
+# Each worker's adapters are its own bytes: the lanes share one database, and two versions of the
+# same seed would share their weights' blob (blob collection counts what other versions name).
+seeds = itertools.count(100 + 100_000 * int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0))
 
 
 @pytest.fixture(scope="session")

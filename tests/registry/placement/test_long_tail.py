@@ -115,7 +115,7 @@ def test_the_overflow_changes_only_to_what_the_set_fits(tail, admin):
     grown = admin.patch(f"/v1/pools/{POOL}", json={"cold_tier_bytes": 2 * COLD_TIER})
     assert grown.status_code == 200, grown.text
     assert grown.json()["cold_tier_bytes"] == 2 * COLD_TIER
-    entry = admin.get("/v1/audit", params={"action": "pool.update", "limit": 1}).json()["items"][0]
+    entry = admin.get("/v1/audit", params={"action": "pool.update", "subject": f"pool/{POOL}", "limit": 1}).json()["items"][0]
     assert entry["before"] == {"overflow": "on_demand", "cold_tier_bytes": COLD_TIER}
     assert entry["after"] == {"overflow": "on_demand", "cold_tier_bytes": 2 * COLD_TIER}
 

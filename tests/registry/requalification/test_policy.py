@@ -94,7 +94,7 @@ def test_the_policy_values_are_the_rules_values():
     ("global_admin", "patch", f"/v1/pools/{POOL}", {"requalify_policy": "pause"}, 422,
      "invalid_request", POLICY_ERROR),
     ("global_admin", "patch", f"/v1/pools/{POOL}", {}, 422, "invalid_request",
-     "body: Value error, give requalify_policy, required_suites, canary_min_routers or several"),
+     "body: Value error, give requalify_policy, required_suites, canary_min_routers, overflow, cold_tier_bytes or several"),
     ("global_admin", "patch", f"/v1/pools/{POOL}", {"requalify_policy": "suspend", "max_loras": 9},
      422, "invalid_request", "body.max_loras: Extra inputs are not permitted"),
     ("global_admin", "patch", "/v1/pools/no-such-pool", {"requalify_policy": "suspend"}, 404,
