@@ -66,6 +66,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--adapters", type=int, default=ON_DEMAND["adapters"], help="Adapters served on demand.")
     parser.add_argument("--scale", type=int, default=2000, help="Adapters in the pool at the second scale point.")
+    parser.add_argument("--scale-only", action="store_true", help=(
+        "Only the registry-scale half; its figures replace those of the last result's, whose "
+        "serving figures stay as they were measured."))
     args = parser.parse_args()
     ON_DEMAND["adapters"] = args.adapters
     adapters, slots = ON_DEMAND["adapters"], ON_DEMAND["nodes"] * ON_DEMAND["max_cpu_loras"]
@@ -78,11 +81,29 @@ def main() -> None:
         with serving_pool(work / "pool", nodes=ON_DEMAND["nodes"], max_cpu_loras=ON_DEMAND["max_cpu_loras"],
                           adapters=0, folders=folders[:slots], resolver=True,
                           router_settings=ROUTER_SETTINGS) as pool:
-            metrics, params = serve_on_demand(pool, folders, args)
+            if args.scale_only:
+                metrics, params = _last_serving_figures()
+                with _client(pool.registry.url, pool.admin_token) as admin:
+                    admin.patch(f"/v1/pools/{POOL}", json={"overflow": "on_demand",
+                                                           "cold_tier_bytes": COLD_TIER_BYTES}).raise_for_status()
+                    promote_rest(pool, admin, folders, len(pool.served_names))
+            else:
+                metrics, params = serve_on_demand(pool, folders, args)
             scale_metrics, scale_params = registry_scale(pool, work, args.scale) if args.scale > adapters else ({}, {})
     metrics |= scale_metrics
     report.write("longtail", metrics, {**params, **scale_params, "on_demand": ON_DEMAND,
                                        "requests": args.requests, "concurrency": args.concurrency})
+
+
+def _last_serving_figures() -> tuple[dict, dict]:
+    """The serving half of the last result, kept beside a scale-only run's figures."""
+    last = json.loads((report.RESULTS / "longtail.json").read_text())
+    scale_names = ("active_set_bytes", "active_set_build_ms", "pool_page_ms", "agent_pass_ms",
+                   "router_catalog_update_ms")
+    metrics = {name: value for name, value in last["metrics"].items() if not name.startswith(scale_names)}
+    kept = {k: v for k, v in last["params"].items()
+            if k not in ("scale_points", "approval_seconds_each_growing_to_scale")}
+    return metrics, {**kept, "serving_figures_from": "the previous run (./dev bench longtail), kept by --scale-only"}
 
 
 def _kit_base() -> Path:
