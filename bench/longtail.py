@@ -257,14 +257,17 @@ def registry_scale(pool: ServingPool, work: Path, scale: int) -> tuple[dict, dic
     pool.router.stop()
     pool.router = services.start_router(work / "router-again", pool=POOL, registry_url=pool.registry.url,
                                         token=pool.router_token, settings=ROUTER_SETTINGS)
-    promotion_s = promote_rest(pool, admin, folders, small)
-    generation = admin.get(f"/v1/pools/{POOL}/rollout").json()["generation"]
-    admin.close()
-    for index in range(len(pool.agents)):
-        pool.restart_agent(index)
-    wait_for(lambda: all(_agent_generation(agent) >= generation for agent in pool.agents), timeout_s=600,
-             what="the agents to apply the grown set")
-    at_large = scale_point(pool)
+    try:
+        promotion_s = promote_rest(pool, admin, folders, small)
+        generation = admin.get(f"/v1/pools/{POOL}/rollout").json()["generation"]
+        admin.close()
+        for index in range(len(pool.agents)):
+            pool.restart_agent(index)
+        wait_for(lambda: all(_agent_generation(agent) >= generation for agent in pool.agents), timeout_s=600,
+                 what="the agents to apply the grown set")
+        at_large = scale_point(pool)
+    finally:
+        pool.router.stop()  # started here: the pool's own clean-up stops only the first
     metrics = {}
     for name in at_small:
         metrics[f"{name}_{small}"], metrics[f"{name}_{scale}"] = at_small[name], at_large[name]
