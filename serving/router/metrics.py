@@ -22,13 +22,13 @@ ERRORS = Counter("loraplane_router_errors_total", "Requests refused or failed, b
 MISSES = Counter("loraplane_router_misses_total", "Requests sent to a node where the adapter was "
                  "not resident (by the router's estimate), which makes vLLM load it.",
                  ["served_name", "node"], registry=REGISTRY)
-COLD_REQUESTS = Counter("loraplane_router_cold_requests_total", "Requests sent to a node that did not "
+COLD_REQUESTS = Counter("loraplane_router_cold_requests_total", "Requests sent to a node not known to "
                         "hold their adapter, to load it on demand (a pool whose overflow is "
                         "on_demand), by node and outcome: answered, not_resolved (the node's resolver "
                         "gave vLLM no adapter) or another failure.", ["node", "outcome"], registry=REGISTRY)
 RESIDENCY_TTFT = Histogram("loraplane_router_residency_ttft_seconds", "Time to the first byte of answers "
-                           "with status 200, by residency: resident (a node held the adapter) or cold "
-                           "(loaded on demand for this request).", ["residency"],
+                           "with status 200, by residency: resident (a node known to hold the adapter) or cold "
+                           "(sent to one that loads it on demand).", ["residency"],
                            buckets=LATENCY_BUCKETS, registry=REGISTRY)
 RETRIES = Counter("loraplane_router_retries_total", "Requests tried again on another node because "
                   "one failed before its first byte.", ["node", "reason"], registry=REGISTRY)
