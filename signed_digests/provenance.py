@@ -33,6 +33,8 @@ ACTIVE_SET_PAYLOAD = "application/vnd.loraplane.active-set+json"
 ACTIVE_SET_TYPE = "https://loraplane.dev/active-set/v1"
 ALGORITHM = "ed25519"
 MAX_ENVELOPE_BYTES = 512 * 1024  # checked before any base64 or JSON work
+# A pool's signed active set grows by about 270 bytes a version: some 60,000 versions.
+MAX_ACTIVE_SET_BYTES = 16 * 1024 * 1024
 MAX_SIGNATURES = 16
 
 
@@ -161,13 +163,15 @@ class TrustBundle:
     def verify_active_set(self, signed: Any, *, now: datetime | None = None) -> dict[str, Any]:
         """A pool's signed active set (what it serves, under which aliases and weights), once a
         key valid now has signed it."""
-        document = self._signed_document(signed, ACTIVE_SET_PAYLOAD, now or datetime.now(UTC))
+        document = self._signed_document(signed, ACTIVE_SET_PAYLOAD, now or datetime.now(UTC),
+                                         max_bytes=MAX_ACTIVE_SET_BYTES)
         if document.get("_type") != ACTIVE_SET_TYPE:
             raise Unverified("the document is not a loraplane active set")
         return document
 
-    def _signed_document(self, signed: Any, payload_type: str, when: datetime) -> dict[str, Any]:
-        document = _payload(signed, payload_type)
+    def _signed_document(self, signed: Any, payload_type: str, when: datetime, *,
+                         max_bytes: int = MAX_ENVELOPE_BYTES) -> dict[str, Any]:
+        document = _payload(signed, payload_type, max_bytes)
         valid = {k: v for k, v in self.keys.items() if v.valid_at(when)}
         claimed = [s.get("keyid") for s in signed["signatures"] if isinstance(s, dict)]
         if not _signed_by(signed, document, payload_type, valid):
@@ -211,9 +215,9 @@ def check_subject(document: dict[str, Any], served_name: str, digest: str,
         raise Unverified(f"the attestation's files differ from the version's ({differing[0][0]})")
 
 
-def _payload(signed: Any, payload_type: str) -> dict[str, Any]:
-    if not isinstance(signed, dict) or len(canonical(signed)) > MAX_ENVELOPE_BYTES:
-        raise Unverified("the envelope is missing, or larger than 512 KiB")
+def _payload(signed: Any, payload_type: str, max_bytes: int = MAX_ENVELOPE_BYTES) -> dict[str, Any]:
+    if not isinstance(signed, dict) or len(canonical(signed)) > max_bytes:
+        raise Unverified(f"the envelope is missing, or larger than {max_bytes // 1024} KiB")
     if signed.get("payloadType") != payload_type:
         raise Unverified(f"the envelope holds {str(signed.get('payloadType'))[:60]!r}, "
                          f"not {payload_type!r}")

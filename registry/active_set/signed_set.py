@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from registry.active_set import repository
 from registry.attestation_keys.bundle import own_keys
 from registry.attestation_keys.keyring import get_keyring
-from registry.errors import Unavailable
+from registry.errors import Conflict, Unavailable
 from registry.tables import Pool
 from signed_digests import provenance
 
@@ -148,11 +148,18 @@ def version_at(pool: Pool, adapter_id: int, alias: str) -> int | None:
 
 
 def sign(pool: Pool, signed: SignedSet) -> None:
-    """Sign the set and keep it on the pool's row (committed with the change that made it)."""
+    """Sign the set and keep it on the pool's row (committed with the change that made it).
+    A set too large for a node to accept is refused (409), so the change is not made."""
     keyring = get_keyring()
     kid = keyring.signing_key_id()
-    pool.signed_active_set = provenance.envelope(
+    envelope = provenance.envelope(
         provenance.ACTIVE_SET_PAYLOAD, signed.document(), [(kid, lambda message: keyring.sign(kid, message))])
+    if len(provenance.canonical(envelope)) > provenance.MAX_ACTIVE_SET_BYTES:
+        raise Conflict(f"pool {pool.name!r} would hold {len(signed.aliases) + len(signed.retiring)} versions, "
+                       f"a signed active set larger than {provenance.MAX_ACTIVE_SET_BYTES // 2**20} MiB, "
+                       "which nodes refuse", code="active_set_too_large",
+                       hint="Retire versions the pool no longer needs, or split its adapters across pools.")
+    pool.signed_active_set = envelope
     signed.key_id = kid
 
 
