@@ -97,6 +97,11 @@ class Reconciler:
         keep = {name: self.proven[name] for name in self.unproven if name in self.proven} | wanted
         for name, path in list(actual.items()):
             if not self.cache.owns(path):
+                # Another folder under a served name of the set would answer for the approved
+                # version; under any other name it is not ours to touch (a static adapter).
+                if name in keep and await self._unload(name):
+                    self._foreign(name, path)
+                    del actual[name]
                 continue
             entry = keep.get(name)
             if entry is None or self.cache.digest_at(path) != entry.digest:
@@ -186,6 +191,13 @@ class Reconciler:
             metrics.FAILURES.labels("unload").inc()
             log.warning("could not unload %s: %s", name, error)
             return False
+
+    def _foreign(self, name: str, path: str) -> None:
+        reason = (f"vLLM held {name} loaded from {path[:300]!r}, a folder outside this node's verified "
+                  "cache; unloaded, to be loaded from the approved bytes")
+        log.error("%s", reason)
+        self.incidents.record(name, "foreign", reason)
+        metrics.FAILURES.labels("foreign").inc()
 
     def _changed(self, name: str, reason: str) -> None:
         log.error("%s: %s", name, reason)

@@ -284,6 +284,29 @@ def test_a_cached_file_replaced_while_vllm_was_down_is_never_served_and_fetched_
     assert row["reference"].strip() not in complete(node_vllm.url, "static-reverse", row["prompt"])
 
 
+def test_another_folder_loaded_under_a_served_name_is_unloaded_and_reported(start_agent, node_vllm, task_kit, admin):
+    """Anyone who reaches vLLM's port can swap what a served name answers with; the agent puts
+    the approved bytes back and says so."""
+    row = task_kit.suites["digits_to_words"][0]
+    start_agent()
+    name = admin.get(f"/v1/pools/{POOL}/active-set").json()["entries"][0]["served_name"]
+    wait_for(lambda: name in served_adapters(node_vllm.url), what="the set")
+    approved_folder, approved_answer = served_adapters(node_vllm.url)[name], complete(node_vllm.url, name, row["prompt"])
+    planted = str(task_kit.adapters["reverse_words"])
+    assert httpx.post(node_vllm.url + "/v1/unload_lora_adapter", json={"lora_name": name}).status_code == 200
+    assert httpx.post(node_vllm.url + "/v1/load_lora_adapter",
+                      json={"lora_name": name, "lora_path": planted}).status_code == 200
+
+    incident = wait_for(lambda: next((i for i in rollout_node(admin, "node-1").get("incidents", [])
+                                      if i["served_name"] == name and i["kind"] == "foreign"), None),
+                        timeout_s=30, what="the incident in the rollout")
+    assert incident["reason"] == (f"vLLM held {name} loaded from {planted!r}, a folder outside this node's "
+                                  "verified cache; unloaded, to be loaded from the approved bytes")
+    wait_for(lambda: served_adapters(node_vllm.url).get(name) == approved_folder,
+             timeout_s=30, what="the approved bytes loaded again")
+    assert complete(node_vllm.url, name, row["prompt"]) == approved_answer
+
+
 def test_database_edits_without_the_signing_key_are_refused_with_the_reason_in_the_rollout(
         start_agent, promote, node_vllm, task_kit, admin, engine, tmp_path):
     """Someone holding the database's credentials, not the signing key, deletes an approved
