@@ -1,5 +1,5 @@
 """The suite's serving nodes: one pair of real vLLMs on CPU, started once and shared by the agent,
-router and placement tests.
+router, placement and long-tail tests.
 
 A vLLM start costs about half a minute here, so the pair outlives every module. Each module has
 it to itself: its pool, adapters and node ids are its own, and when the module ends its agents
@@ -25,6 +25,13 @@ from tests.support.nodes import Restartable, served_adapters
 STATIC_ADAPTER = "static-reverse"
 # The kit's tokenizer has no chat template; this one sends the user's words as the prompt.
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+RESOLVER_DEADLINE_S = 20
+
+
+def resolver_socket(service_dir: Path) -> Path:
+    """Where node b's resolver plugin asks an agent for the names vLLM does not hold. While no
+    agent answers there, the plugin resolves nothing and vLLM answers 404, as without it."""
+    return service_dir / "resolver.sock"
 
 
 @head_start.starter("serving_pair")
@@ -33,14 +40,18 @@ def start_serving_pair(service_dir: Path, kit) -> dict[str, Restartable]:
     template.write_text(CHAT_TEMPLATE)
     static = ((STATIC_ADAPTER, str(kit.adapters["reverse_words"])),)
 
-    def start(name: str, lora_modules: tuple) -> Restartable:
+    # Node b carries loraplane's resolver plugin, for the long tail's tests.
+    resolver = {"VLLM_PLUGINS": "loraplane_resolver", "LORAPLANE_RESOLVER_SOCKET": str(resolver_socket(service_dir)),
+                "LORAPLANE_RESOLVER_DEADLINE_S": str(RESOLVER_DEADLINE_S)}
+
+    def start(name: str, lora_modules: tuple, env: dict[str, str]) -> Restartable:
         folder = service_dir / f"serving-vllm-{name}"
         spec = services.kit_engine(kit, KIT_BASE, chat_template=str(template), lora_modules=lora_modules)
-        return Restartable(lambda: services.start_vllm(folder, spec))
+        return Restartable(lambda: services.start_vllm(folder, spec, env=env))
 
     # Both at once: a start is mostly one process importing on one core, and there are two.
     with ThreadPoolExecutor(2) as starting:
-        started = {"a": starting.submit(start, "a", static), "b": starting.submit(start, "b", ())}
+        started = {"a": starting.submit(start, "a", static, {}), "b": starting.submit(start, "b", (), resolver)}
     pair = {name: future.result() for name, future in started.items() if future.exception() is None}
     if len(pair) < len(started):  # a start that failed fails the fixture, once the other is stopped
         for node in pair.values():

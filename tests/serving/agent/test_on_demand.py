@@ -1,10 +1,11 @@
-"""Long tail: one real vLLM on CPU with loraplane's resolver plugin (plugins/vllm-resolver) and
-runtime updating on, beside an agent that answers it (LORAPLANE_AGENT_RESOLVER=on) and loads
-nothing ahead (LORAPLANE_AGENT_LOAD_AHEAD=off), in a pool whose overflow is on_demand, with the
-router in front. A version vLLM does not hold is served on its first request, fetched once
-through the verified cache; anything that is not an approved version of the pool's set gets
-vLLM's 404, and so does an approved one that cannot be fetched now, which the agent records as
-unavailable and the router answers with a 503 and Retry-After.
+"""Long tail: the suite's second serving vLLM on CPU (tests/serving/conftest.py), which carries
+loraplane's resolver plugin (plugins/vllm-resolver) with runtime updating on, beside an agent
+that answers it (LORAPLANE_AGENT_RESOLVER=on) and loads nothing ahead
+(LORAPLANE_AGENT_LOAD_AHEAD=off), in a pool whose overflow is on_demand, with the router in
+front. A version vLLM does not hold is served on its first request, fetched once through the
+verified cache; anything that is not an approved version of the pool's set gets vLLM's 404, and
+so does an approved one that cannot be fetched now, which the agent records as unavailable and
+the router answers with a 503 and Retry-After.
 
 The node's registry presigns its download URLs through a link the tests can cut (a store that
 went away), so the session's S3 stays up for every other module."""
@@ -26,7 +27,7 @@ from devkit import engine, services
 from devkit.pipeline_steps import create_suite, promoter, upload_dir
 from devkit.services import wait_for
 from tests.support.metrics import metric_at
-from tests.support.names import KIT_BASE
+from tests.serving.conftest import RESOLVER_DEADLINE_S, resolver_socket
 from tests.serving.router.conftest import router_metric
 from tests.support.nodes import Restartable, issue_token, served_adapters
 from tests.support.store_link import StoreLink
@@ -36,24 +37,24 @@ NODE = "resolver-node"
 
 
 @pytest.fixture(scope="module")
-def engine_spec(task_kit):
-    return services.kit_engine(task_kit, KIT_BASE)
+def resolver_vllm(vllm_pair) -> Restartable:
+    return vllm_pair["b"]
 
 
 @pytest.fixture(scope="module")
-def node_token(admin, kit_base, task_kit, engine_spec) -> str:
+def node_token(admin, kit_base, task_kit, resolver_vllm) -> str:
     body = {"name": POOL, "base_model": kit_base, "max_loras": 2, "max_cpu_loras": 8,
             "max_lora_rank": 16, "dtype": "float32", "overflow": "on_demand", "cold_tier_bytes": 1 << 30}
     assert admin.post("/v1/pools", json=body).status_code == 201
     create_suite(admin, "resolver-parity", kit_base, task_kit.suites["digits_to_words"][:2],
                  {"parity": {"max_logprob_diff": 0.01}})
     return issue_token(admin, NODE, role="node", pool=POOL, instance_id=NODE,
-                       vllm_url=f"http://{engine_spec.host}:{engine_spec.port}")
+                       vllm_url=resolver_vllm.url)
 
 
 @pytest.fixture(scope="module")
-def node(service_dir: Path, registry, s3, node_token, engine_spec, admin) -> Iterator[dict]:
-    """The module's vLLM (the only one it starts), its agent, the router, and the registry and
+def node(service_dir: Path, registry, s3, node_token, resolver_vllm, admin) -> Iterator[dict]:
+    """The node: the shared vLLM with the plugin, its agent, the router, and the registry and
     store link they use, which tests may stop and start again."""
     installed = subprocess.run([str(engine.vllm_python()), "-c", "import loraplane_vllm_resolver"],
                                capture_output=True, text=True)
@@ -66,19 +67,15 @@ def node(service_dir: Path, registry, s3, node_token, engine_spec, admin) -> Ite
     env["LORAPLANE_S3_PRESIGN_ENDPOINT_URL"] = link.url
     port = services.free_port()
     node_registry = Restartable(lambda: services.start_registry(service_dir / "resolver-registry", env, port=port))
-    sock = service_dir / "resolver.sock"
+    sock = resolver_socket(service_dir)
     running: list[services.Service] = []
     try:
-        vllm = services.start_vllm(service_dir / "resolver-vllm", engine_spec, env={
-            "VLLM_PLUGINS": "loraplane_resolver", "LORAPLANE_RESOLVER_SOCKET": str(sock),
-            "LORAPLANE_RESOLVER_DEADLINE_S": "20"})
-        running.append(vllm)
         agent = services.start_agent(
-            service_dir / "resolver-agent", pool=POOL, vllm_url=vllm.url, registry_url=node_registry.url,
+            service_dir / "resolver-agent", pool=POOL, vllm_url=resolver_vllm.url, registry_url=node_registry.url,
             token=node_token, node_id=NODE, metrics_port=services.free_port(),
             settings={"LORAPLANE_AGENT_RESOLVER": "on", "LORAPLANE_AGENT_LOAD_AHEAD": "off",
                       "LORAPLANE_AGENT_RESOLVER_SOCKET": str(sock),
-                      "LORAPLANE_AGENT_RESOLVER_DEADLINE_S": "10"})
+                      "LORAPLANE_AGENT_RESOLVER_DEADLINE_S": str(RESOLVER_DEADLINE_S // 2)})
         running.append(agent)
         router = services.start_router(
             service_dir / "resolver-router", pool=POOL, registry_url=node_registry.url,
@@ -87,7 +84,7 @@ def node(service_dir: Path, registry, s3, node_token, engine_spec, admin) -> Ite
             settings={"LORAPLANE_ROUTER_NODES_POLL_S": "0.5", "LORAPLANE_ROUTER_RETRY_AFTER_S": "7",
                       "LORAPLANE_ROUTER_KEY_CACHE_S": "300"})
         running.append(router)
-        yield {"vllm": vllm.url, "agent": agent.url, "registry": node_registry, "link": link, "socket": sock,
+        yield {"vllm": resolver_vllm.url, "agent": agent.url, "registry": node_registry, "link": link, "socket": sock,
                "cache": service_dir / "resolver-agent" / "state" / "cache", "router": router,
                "app": issue_token(admin, "resolver-app", role="app", tenant="acme")}
     finally:
@@ -95,7 +92,6 @@ def node(service_dir: Path, registry, s3, node_token, engine_spec, admin) -> Ite
             services.stop_group(service)
         node_registry.stop()
         link.close()
-        services.remove_tree(service_dir / "resolver-vllm" / "cache")
 
 
 @pytest.fixture(scope="module")
