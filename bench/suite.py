@@ -3,7 +3,9 @@ checkout's HEAD, which installs its own virtual environments first.
 
 Metrics: `pytest_seconds` (pytest's own figure), `tests` (how many passed) and `vllm_starts`
 (every vLLM server the run started, the suite's and `loraplane up`'s alike: the vLLM interpreter
-is a wrapper that counts its server starts). The wall time with installs and the 20 slowest tests
+is a wrapper that counts its server starts), and `kit_lane_seconds` and `other_lanes_seconds`:
+the summed test times of the task kit's lane and of every other lane (tests/support/lanes.py), so
+a run over budget shows which worker held it. The wall time with installs and the 20 slowest tests
 are kept beside them. Then, in the same clone, `./dev test --fast`: `fast_tier_seconds` is its
 wall time, from the command to its end (what a developer waits), and `fast_tier_tests` how many
 passed.
@@ -41,6 +43,13 @@ def counting_wrapper(folder: Path, vllm_python: Path, count_file: Path) -> Path:
     return wrapper
 
 
+def lane_seconds(slowest: list[dict]) -> dict[str, float]:
+    """Summed test times of the kit's lane and of the rest, from pytest-xdist's `test@lane` ids."""
+    kit = sum(float(line["seconds"]) for line in slowest if line["test"].endswith("@kit"))
+    rest = sum(float(line["seconds"]) for line in slowest) - kit
+    return {"kit_lane_seconds": round(kit, 1), "other_lanes_seconds": round(rest, 1)}
+
+
 def parse(output: str) -> tuple[float, int, list[dict]]:
     summary = SUMMARY.findall(output)
     if not summary:
@@ -51,7 +60,7 @@ def parse(output: str) -> tuple[float, int, list[dict]]:
         raise SystemExit(f"the suite did not pass: {counts}")
     slowest = [match.groupdict() for line in output.splitlines()
                if (match := SLOW_LINE.match(line.strip()))]
-    return float(seconds), passed, slowest[:20]
+    return float(seconds), passed, slowest
 
 
 def fast_tier(clone: Path, env: dict[str, str]) -> tuple[float, int]:
@@ -77,6 +86,7 @@ def main() -> None:
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
     count_file.touch()
     env = {**os.environ, "CI": "true",
+           "PYTEST_ADDOPTS": "--durations=0",  # every test's time, for the lanes' sums
            # vLLM's shared cache (what it learned of each model class) starts empty, as on a new machine.
            "VLLM_CACHE_ROOT": str(work / "vllm-cache"),
            "LORAPLANE_VLLM_PYTHON": str(counting_wrapper(work, clone / ".venv-vllm" / "bin" / "python", count_file))}
@@ -93,9 +103,9 @@ def main() -> None:
     metrics = {"pytest_seconds": pytest_s, "tests": passed,
                "vllm_starts": len(count_file.read_text().split()),
                "wall_seconds_with_installs": round(wall_s, 1),
-               "fast_tier_seconds": fast_s, "fast_tier_tests": fast_passed}
+               **lane_seconds(slowest), "fast_tier_seconds": fast_s, "fast_tier_tests": fast_passed}
     report.write("suite", metrics, {"commit": commit, "command": "CI=true ./dev test (fresh clone)",
-                                    "slowest": slowest})
+                                    "slowest": slowest[:20]})
     if args.keep:
         print(f"clone and log kept in {work}", file=sys.stderr)
     else:
