@@ -36,6 +36,7 @@ import re
 import statistics
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -149,8 +150,8 @@ def serve_on_demand(pool: ServingPool, folders: list[Path], args) -> tuple[dict,
     }
     params = {"distinct_adapters_requested": len(set(trace)),
               "distinct_references": len(set(references.values())),
-              "statuses_on_demand": _counts(r["status"] for r in answered),
-              "statuses_refuse": _counts(r["status"] for r in refused),
+              "statuses_on_demand": dict(Counter(str(r["status"]) for r in answered)),
+              "statuses_refuse": dict(Counter(str(r["status"]) for r in refused)),
               "wrong_examples": [{"adapter": r["index"], "got": r["text"], "reference": references[r["index"]]}
                                  for r in wrong[:5]],
               "resolves_timed": len(resolve_ms)}
@@ -360,13 +361,6 @@ def _quantile(values: list[float], q: float) -> float:
         return 0.0
     ordered = sorted(values)
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
-
-
-def _counts(values) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for value in values:
-        counts[str(value)] = counts.get(str(value), 0) + 1
-    return counts
 
 
 if __name__ == "__main__":
