@@ -62,6 +62,12 @@ def read(session: Session, pool_name: str, store: ArtifactStore | None,
                     entry.on_demand = entry.served_name not in mine
             else:
                 entries = [entry for entry in entries if entry.served_name in mine]
+    elif on_demand and len(entries) > pool.max_cpu_loras:
+        # Not spread, yet more than a node holds: the placement was made with no live node (the
+        # first, or after the whole fleet was away). Nothing is known to fit, so nothing is
+        # loaded ahead (what a node holds stays loaded) until the nodes' reports get it placed.
+        for entry in entries:
+            entry.on_demand = True
     return ActiveSet(
         pool=pool.name, base_model=existing(session, BaseModel, pool.base_model_id).name,
         generation=pool.generation, node=part_of, overflow=pool.overflow,

@@ -18,7 +18,7 @@ from devkit.pipeline_steps import request_promotion
 from devkit.services import wait_for
 from tests.registry.requalification.support import dashboard
 from tests.support.asserts import assert_refused
-from tests.support.nodes import NodeFleet, RegistryStandIn, issue_token
+from tests.support.nodes import NodeFleet, RegistryStandIn, bound_address, issue_token
 
 POOL = "tail"
 LIMITS = {"max_loras": 1, "max_cpu_loras": 2, "max_lora_rank": 16}
@@ -118,6 +118,29 @@ def test_the_overflow_changes_only_to_what_the_set_fits(tail, admin):
     entry = admin.get("/v1/audit", params={"action": "pool.update", "subject": f"pool/{POOL}", "limit": 1}).json()["items"][0]
     assert entry["before"] == {"overflow": "on_demand", "cold_tier_bytes": COLD_TIER}
     assert entry["after"] == {"overflow": "on_demand", "cold_tier_bytes": 2 * COLD_TIER}
+
+
+def test_with_no_live_node_nothing_past_the_slots_is_loaded_ahead(admin, promo_pools, make_ready, uploader,
+                                                                  second_reviewer):
+    """A placement made while no node is live puts every version everywhere. Read by nodes that
+    come back (after the whole fleet was away, say), that would have each load the whole set."""
+    pool = f"tail-empty-{uuid.uuid4().hex[:8]}"
+    created = admin.post("/v1/pools", json={"name": pool, "base_model": "promo-base", "dtype": "float32",
+                                            "overflow": "on_demand", "cold_tier_bytes": COLD_TIER, **LIMITS})
+    assert created.status_code == 201, created.text
+    for index in range(LIMITS["max_cpu_loras"] + 1):
+        promotion = request_promotion(uploader, pool, make_ready(f"{pool}-{index}"))
+        assert promotion.status_code == 201, promotion.text
+        approved = second_reviewer.post(f"/v1/promotions/{promotion.json()['id']}/approve", json={"comment": "ok"})
+        assert approved.status_code == 200, approved.text
+    assert admin.get(f"/v1/pools/{pool}/placement").json()["mode"] == "everywhere"
+
+    node = issue_token(admin, f"{pool}-node", role="node", pool=pool, instance_id=f"{pool}-node",
+                       vllm_url=bound_address(f"{pool}-node"))
+    part = httpx.get(f"{admin.base_url}/v1/pools/{pool}/active-set", params={"node": f"{pool}-node"},
+                     headers={"Authorization": f"Bearer {node}"}).json()
+    assert len(part["entries"]) == LIMITS["max_cpu_loras"] + 1
+    assert [e["on_demand"] for e in part["entries"]] == [True] * (LIMITS["max_cpu_loras"] + 1)
 
 
 def test_a_pool_that_refuses_overflow_cannot_load_on_demand_without_a_cold_tier(admin, promo_pools):
