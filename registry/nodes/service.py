@@ -49,7 +49,7 @@ def report(session: Session, principal: Principal, pool_name: str, node_id: str,
     # A node that joined, left or finished loading may change where adapters live.
     follow_nodes(session, pool.id)
     return _node_out(row, desired_digests(session, pool.id), pool.generation, visible_to(principal),
-                     internals=True, placed=from_stored(pool.placement),
+                     internals=True, placed=from_stored(pool.placement), on_demand=pool.overflow == "on_demand",
                      address=addresses.trusted_one(session, pool, node_id))
 
 
@@ -91,22 +91,28 @@ def rollout(session: Session, principal: Principal, pool_name: str) -> RolloutOu
     placed = from_stored(pool.placement)
     bound = addresses.trusted(session, pool)
     nodes = [_node_out(row, desired, pool.generation, visible, internals=internals, placed=placed,
-                       address=bound.get(row.node_id, ("unbound", None))) for row in rows]
+                       on_demand=pool.overflow == "on_demand", address=bound.get(row.node_id, ("unbound", None)))
+             for row in rows]
     return RolloutOut(pool=pool.name, generation=pool.generation, nodes_total=len(nodes),
                       nodes_converged=sum(n.converged for n in nodes),
                       nodes_stale=sum(n.stale for n in nodes), nodes=nodes)
 
 
 def _node_out(row: NodeStatus, desired: dict[str, str], generation: int, visible, *,
-              internals: bool, placed: Placement | None, address: tuple[str, str | None]) -> NodeOut:
-    """Drift is against what this node should hold; `serving` is every active version it holds,
-    which a router may send to it even while the node drains it."""
+              internals: bool, placed: Placement | None, on_demand: bool,
+              address: tuple[str, str | None]) -> NodeOut:
+    """Drift is against what this node should hold (under on_demand, any version of the set may
+    be held besides); `serving` is every active version it holds, which a router may send to it
+    even while the node drains it."""
     loaded = {a["served_name"]: a["digest"] for a in row.loaded}
-    mine = desired if placed is None or placed.mode == EVERYWHERE else \
-        {name: digest for name, digest in desired.items() if name in placed.served_by(row.node_id)}
+    if placed is None or placed.mode == EVERYWHERE:
+        mine = desired
+    else:
+        served_by = placed.served_by(row.node_id)
+        mine = {name: digest for name, digest in desired.items() if name in served_by}
     drift = DriftOut(
         missing=sorted(n for n in mine if n not in loaded),
-        extra=sorted(n for n in loaded if n not in mine),
+        extra=sorted(n for n in loaded if n not in (desired if on_demand else mine)),
         wrong_digest=sorted(n for n in mine if n in loaded and loaded[n] != mine[n]))
     converged = row.generation == generation and not (drift.missing or drift.extra or drift.wrong_digest)
     age = (datetime.now(UTC) - aware(row.reported_at)).total_seconds()
