@@ -78,6 +78,7 @@ class Reconciler:
         self.demanded: set[str] = set()  # names the resolver was asked for: loaded from then on
         self.handed: dict[str, str] = {}  # name -> digest of folders handed to vLLM's resolver
         self._verified: tuple[ActiveSet, dict[str, Entry]] | None = None
+        self._parsed: tuple[ActiveSet, entries.Parsed] | None = None
         self._fetching: dict[str, asyncio.Future[Path]] = {}  # digest -> the fetch under way
 
     async def run_pass(self, desired: ActiveSet) -> dict[str, Any]:
@@ -87,7 +88,10 @@ class Reconciler:
             return await self._run_pass(desired)
 
     async def _run_pass(self, desired: ActiveSet) -> dict[str, Any]:
-        parsed = entries.parse(desired.entries)
+        # Parsed once per set: passes repeat every few seconds over the same thousands of entries.
+        if self._parsed is None or self._parsed[0] is not desired:
+            self._parsed = (desired, entries.parse(desired.entries))
+        parsed = self._parsed[1]
         self._note_refusals(parsed)
         self._note_unproven(self.proof.refusals(parsed.wanted, desired.signed) if self.proof else {})
         wanted = {name: entry for name, entry in parsed.wanted.items() if name not in self.unproven}
