@@ -21,9 +21,9 @@ agent and router cost per change as the pool grows from 200 adapters to 2,000.
    `--scale`: a node's part of the active set (every version, under on_demand) in bytes and its
    median time to build and send; the pool's dashboard page; one agent pass over its part (the
    agents' loraplane_agent_pass_seconds, mean over a few seconds of passes); and the router's
-   catalog and fleet update from the whole set (its own code, in this process). Each is reported
-   at both points, with its growth over linear: (at 2,000 / at 200) / 10, at most 1 when it
-   grows no worse than linearly.
+   catalog and fleet update from the whole set (its own code, both sets timed in turn in a fresh
+   interpreter). Each is reported at both points, with its growth over linear: (at 2,000 / at
+   200) / 10, at most 1 when it grows no worse than linearly.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import random
 import re
 import statistics
@@ -266,9 +267,13 @@ def registry_scale(pool: ServingPool, work: Path, scale: int) -> tuple[dict, dic
             pool.restart_agent(index)
         wait_for(lambda: all(_agent_generation(agent) >= generation for agent in pool.agents), timeout_s=600,
                  what="the agents to apply the grown set")
+        with _client(pool.registry.url, pool.admin_token) as admin:  # placed again, and loaded
+            wait_for(lambda: _converged(admin), timeout_s=600, what="the nodes to converge on their parts")
         at_large = scale_point(pool)
     finally:
         pool.router.stop()  # started here: the pool's own clean-up stops only the first
+    at_small["router_catalog_update_ms"], at_large["router_catalog_update_ms"] = router_catalog_ms(
+        at_small.pop("whole_set"), at_large.pop("whole_set"))
     metrics = {}
     for name in at_small:
         metrics[f"{name}_{small}"], metrics[f"{name}_{scale}"] = at_small[name], at_large[name]
@@ -292,19 +297,37 @@ def scale_point(pool: ServingPool) -> dict[str, float]:
         assert len(part.json()["entries"]) == len(pool.served_names)
         sizes.append(len(part.content))
     whole = router.get(f"/v1/pools/{POOL}/active-set").json()
-    catalog_ms = []
-    for _ in range(7):
-        started = time.perf_counter()
-        Catalog.from_active_set(POOL, whole["generation"], whole["entries"])
-        Fleet(spill_outstanding=8).follow_active_set(whole["entries"], on_demand=whole["overflow"] == "on_demand")
-        catalog_ms.append((time.perf_counter() - started) * 1000)
     admin.close()
     router.close()
     return {"active_set_bytes": float(statistics.median(sizes)),
             "active_set_build_ms": round(statistics.median(part_ms), 2),
             "pool_page_ms": pool_page_ms(pool),
             "agent_pass_ms": agent_pass_ms(pool),
-            "router_catalog_update_ms": round(statistics.median(catalog_ms), 2)}
+            "whole_set": whole}
+
+
+def _converged(admin: httpx.Client) -> bool:
+    rollout = admin.get(f"/v1/pools/{POOL}/rollout").json()
+    return rollout["nodes_total"] > 0 and rollout["nodes_converged"] == rollout["nodes_total"]
+
+
+def router_catalog_ms(small: dict, large: dict, rounds: int = 25) -> tuple[float, float]:
+    """Median ms of the router's catalog and fleet update from each whole set, the two timed in
+    turn in a fresh interpreter (as a router process holds little else; this one holds the whole
+    run, whose garbage collections would be timed too)."""
+    with multiprocessing.get_context("spawn").Pool(1) as fresh:
+        return fresh.apply(_catalog_times, (small, large, rounds))
+
+
+def _catalog_times(small: dict, large: dict, rounds: int) -> tuple[float, float]:
+    times: dict[int, list[float]] = {0: [], 1: []}
+    for _ in range(rounds):
+        for index, whole in enumerate((small, large)):
+            started = time.perf_counter()
+            Catalog.from_active_set(POOL, whole["generation"], whole["entries"])
+            Fleet(spill_outstanding=8).follow_active_set(whole["entries"], on_demand=whole["overflow"] == "on_demand")
+            times[index].append((time.perf_counter() - started) * 1000)
+    return round(statistics.median(times[0]), 2), round(statistics.median(times[1]), 2)
 
 
 def pool_page_ms(pool: ServingPool) -> float:
