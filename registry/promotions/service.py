@@ -6,6 +6,7 @@ from __future__ import annotations
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from registry.active_set import repository as active_set_rows
 from registry.active_set import signed_set
 
 from registry.active_set.writing import changes
@@ -178,15 +179,17 @@ def list_page(session: Session, principal: Principal, *, pool: str | None, state
 def list_aliases(session: Session, principal: Principal, pool_name: str) -> list[AliasOut]:
     principal.require(READERS)
     pool = pool_by_name(session, pool_name)
+    aliases = sorted(signed_set.load(pool).aliases.values(), key=lambda a: (a.promotion_id or 0, a.alias))
+    owned = active_set_rows.versions_with_owners(session, [a.version_id for a in aliases])  # one query
     out = []
-    for row in sorted(signed_set.load(pool).aliases.values(), key=lambda a: (a.promotion_id or 0, a.alias)):
-        adapter = existing(session, Adapter, row.adapter_id)
-        tenant = existing(session, Tenant, adapter.tenant_id).name
+    for row in aliases:
+        if row.version_id not in owned:
+            existing(session, AdapterVersion, row.version_id)  # NotFound, naming the row
+        version, adapter, tenant = owned[row.version_id]
         if principal.tenant is not None and tenant != principal.tenant:
             continue
-        number = existing(session, AdapterVersion, row.version_id).number
-        out.append(AliasOut(pool=pool.name, tenant=tenant, adapter=adapter.name, alias=row.alias,
-                            served_name=f"{tenant}/{adapter.name}@{number}", version=number,
+        out.append(AliasOut(pool=pool.name, tenant=tenant, adapter=adapter, alias=row.alias,
+                            served_name=f"{tenant}/{adapter}@{version.number}", version=version.number,
                             weight=row.weight, promotion_id=row.promotion_id))
     return out
 
