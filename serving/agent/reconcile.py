@@ -88,10 +88,7 @@ class Reconciler:
             return await self._run_pass(desired)
 
     async def _run_pass(self, desired: ActiveSet) -> dict[str, Any]:
-        # Parsed once per set: passes repeat every few seconds over the same thousands of entries.
-        if self._parsed is None or self._parsed[0] is not desired:
-            self._parsed = (desired, entries.parse(desired.entries))
-        parsed = self._parsed[1]
+        parsed = self._parse(desired)
         self._note_refusals(parsed)
         self._note_unproven(self.proof.refusals(parsed.wanted, desired.signed) if self.proof else {})
         wanted = {name: entry for name, entry in parsed.wanted.items() if name not in self.unproven}
@@ -158,9 +155,15 @@ class Reconciler:
         else checked now as a pass checks them (a set taken since, not yet applied)."""
         if self._verified is not None and self._verified[0] is desired:
             return self._verified[1]
-        parsed = entries.parse(desired.entries)
+        parsed = self._parse(desired)
         unproven = self.proof.refusals(parsed.wanted, desired.signed) if self.proof else {}
         return {name: entry for name, entry in parsed.wanted.items() if name not in unproven}
+
+    def _parse(self, desired: ActiveSet) -> entries.Parsed:
+        """`desired`'s entries, parsed once per set: passes and the resolver ask again and again."""
+        if self._parsed is None or self._parsed[0] is not desired:
+            self._parsed = (desired, entries.parse(desired.entries))
+        return self._parsed[1]
 
     async def fetch_verified(self, name: str, entry: Entry) -> Path:
         """The folder to load `entry` from, its bytes verified now (artifacts.py); cached bytes
