@@ -51,7 +51,7 @@ from devkit.pipeline_steps import evaluations_of, finish_evaluation, request_pro
 from devkit.services import wait_for
 from devkit.tiny_model import build_adapters
 from registry.db import make_engine
-from serving.router.catalog import Catalog
+from serving.router.main import follow_active_set
 from serving.router.fleet import Fleet
 
 ON_DEMAND = {"nodes": 2, "max_cpu_loras": 4, "adapters": 200, "zipf_exponent": 1.1, "max_tokens": 16}
@@ -104,7 +104,8 @@ def _last_serving_figures() -> tuple[dict, dict]:
                    "router_catalog_update_ms")
     metrics = {name: value for name, value in last["metrics"].items() if not name.startswith(scale_names)}
     kept = {k: v for k, v in last["params"].items()
-            if k not in ("scale_points", "approval_seconds_each_growing_to_scale")}
+            if k not in ("scale_points", "approval_seconds_each_growing_to_scale")
+            and not k.startswith("active_set_build_ms_quartiles")}
     return metrics, {**kept, "serving_figures_from": "the previous run (./dev bench longtail), kept by --scale-only"}
 
 
@@ -274,12 +275,15 @@ def registry_scale(pool: ServingPool, work: Path, scale: int) -> tuple[dict, dic
         pool.router.stop()  # started here: the pool's own clean-up stops only the first
     at_small["router_catalog_update_ms"], at_large["router_catalog_update_ms"] = router_catalog_ms(
         at_small.pop("whole_set"), at_large.pop("whole_set"))
+    spread = {f"active_set_build_ms_quartiles_{count}": point.pop("build_ms_quartiles")
+              for count, point in ((small, at_small), (scale, at_large))}
     metrics = {}
     for name in at_small:
         metrics[f"{name}_{small}"], metrics[f"{name}_{scale}"] = at_small[name], at_large[name]
         growth = (at_large[name] / at_small[name]) / (scale / small) if at_small[name] else 0.0
         metrics[f"{name}_growth_over_linear"] = round(growth, 3)
-    return metrics, {"scale_points": [small, scale], "approval_seconds_each_growing_to_scale": round(promotion_s, 3)}
+    return metrics, {"scale_points": [small, scale], "approval_seconds_each_growing_to_scale": round(promotion_s, 3),
+                     **spread}
 
 
 def scale_point(pool: ServingPool) -> dict[str, float]:
@@ -287,7 +291,7 @@ def scale_point(pool: ServingPool) -> dict[str, float]:
     admin = _client(pool.registry.url, pool.admin_token)
     router = _client(pool.registry.url, pool.router_token)
     part_ms, sizes = [], []
-    for probe in range(7):
+    for probe in range(15):
         # A node id not asked for before: the registry renders each node's part once per
         # generation, so each of these is a build, not its cached body.
         started = time.perf_counter()
@@ -303,7 +307,8 @@ def scale_point(pool: ServingPool) -> dict[str, float]:
             "active_set_build_ms": round(statistics.median(part_ms), 2),
             "pool_page_ms": pool_page_ms(pool),
             "agent_pass_ms": agent_pass_ms(pool),
-            "whole_set": whole}
+            "whole_set": whole,
+            "build_ms_quartiles": [round(q, 2) for q in statistics.quantiles(part_ms, n=4)]}
 
 
 def _converged(admin: httpx.Client) -> bool:
@@ -312,9 +317,9 @@ def _converged(admin: httpx.Client) -> bool:
 
 
 def router_catalog_ms(small: dict, large: dict, rounds: int = 25) -> tuple[float, float]:
-    """Median ms of the router's catalog and fleet update from each whole set, the two timed in
-    turn in a fresh interpreter (as a router process holds little else; this one holds the whole
-    run, whose garbage collections would be timed too)."""
+    """Median ms of the router's catalog and fleet update (follow_active_set) from each whole set,
+    the two timed in turn in a fresh interpreter (as a router process holds little else; this one
+    holds the whole run)."""
     with multiprocessing.get_context("spawn").Pool(1) as fresh:
         return fresh.apply(_catalog_times, (small, large, rounds))
 
@@ -324,8 +329,8 @@ def _catalog_times(small: dict, large: dict, rounds: int) -> tuple[float, float]
     for _ in range(rounds):
         for index, whole in enumerate((small, large)):
             started = time.perf_counter()
-            Catalog.from_active_set(POOL, whole["generation"], whole["entries"])
-            Fleet(spill_outstanding=8).follow_active_set(whole["entries"], on_demand=whole["overflow"] == "on_demand")
+            follow_active_set(Fleet(spill_outstanding=8), POOL, whole["generation"], whole["entries"],
+                              on_demand=whole["overflow"] == "on_demand")
             times[index].append((time.perf_counter() - started) * 1000)
     return round(statistics.median(times[0]), 2), round(statistics.median(times[1]), 2)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import random
 import signal
@@ -60,3 +61,18 @@ async def keep_running(name: str, loop: Callable[[], Awaitable[None]], backoff_m
             pause = random.uniform(0, min(backoff_max_s, 0.5 * 2**failures))
             log.exception("%s failed; starting it again in %.1f s", name, pause)
             await asyncio.sleep(pause)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Keep CPython's cyclic collector from running during a burst of small allocations that
+    makes no reference cycles (what the burst frees, reference counting frees). Otherwise each
+    collection the burst sets off walks the whole heap, and the burst's cost grows faster than
+    its size."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import aiohttp
 import uvicorn
@@ -12,7 +13,8 @@ from prometheus_client import start_http_server
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_never, wait_random_exponential
 
 from serving.transport import warn_if_insecure
-from serving.process import ServerWithoutSignals, configure_logging, keep_running, until_signalled
+from serving.process import (ServerWithoutSignals, collector_paused, configure_logging, keep_running,
+                             until_signalled)
 from serving.registry_client import ActiveSet, NewestSigned, RegistryClient, RegistryRefused, RegistryUnavailable
 from serving.router import metrics
 from serving.router.admission import Admission
@@ -33,6 +35,17 @@ CONVERGE_WINDOW_S = 10
 UPSTREAM_KEEPALIVE_S = 2
 ENGINE_CHECK_S = 3  # for a node's engine to list what it holds, past connecting
 REFUSED_SET_RETRY_S = 5  # a refused active set is asked for again after this
+
+
+def follow_active_set(fleet: Fleet, pool: str, generation: int, entries: list[dict[str, Any]], *,
+                      on_demand: bool) -> Catalog:
+    """The catalog of a new active set, with `fleet` told where its versions are placed. Both
+    build a few small objects per entry, thousands at once for a large pool: with the collector
+    paused (collector_paused), the update grows with the set and no faster."""
+    with collector_paused():
+        catalog = Catalog.from_active_set(pool, generation, entries)
+        fleet.follow_active_set(entries, on_demand=on_demand)
+    return catalog
 
 
 class Router:
@@ -109,9 +122,8 @@ class Router:
                 await asyncio.sleep(REFUSED_SET_RETRY_S)
                 continue
             if active is not None:
-                self.app.catalog = Catalog.from_active_set(self.settings.pool, active.generation,
-                                                           active.entries)
-                self.fleet.follow_active_set(active.entries, on_demand=active.overflow == "on_demand")
+                self.app.catalog = follow_active_set(self.fleet, self.settings.pool, active.generation,
+                                                     active.entries, on_demand=active.overflow == "on_demand")
                 etag = active.etag
                 metrics.GENERATION.set(active.generation)
                 self.nodes_changing.set()

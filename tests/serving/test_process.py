@@ -1,12 +1,16 @@
 """A background loop of the agent or the router that fails on something unforeseen is logged and
-started again, instead of dying silently while the process looks healthy."""
+started again, instead of dying silently while the process looks healthy; a burst of allocations
+runs with the collector paused, and leaves it as it found it."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 
-from serving.process import keep_running
+import pytest
+
+from serving.process import collector_paused, keep_running
 
 
 def test_a_failing_loop_is_logged_and_started_again(caplog):
@@ -40,3 +44,19 @@ def test_cancelling_the_loop_stops_it_at_once():
         assert task.cancelled()
 
     asyncio.run(asyncio.wait_for(scenario(), 5))
+
+
+def test_the_collector_is_paused_for_a_burst_and_left_as_it_was_after():
+    assert gc.isenabled()
+    with pytest.raises(KeyError), collector_paused():
+        assert not gc.isenabled()
+        raise KeyError("entries")  # a failing update still gives the collector back
+    assert gc.isenabled()
+
+    gc.disable()  # someone else paused it: not ours to switch on
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

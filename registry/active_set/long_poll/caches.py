@@ -14,6 +14,7 @@ from registry.active_set.reading import snapshot
 from registry.auth import tokens
 from registry.auth.principal import Principal
 from registry.auth.service_accounts import pod_tokens
+from registry.collector import collector_paused
 from registry.db import plain_transaction
 from registry.metrics import BODY_RENDERS
 from registry.settings import get_settings
@@ -138,7 +139,7 @@ class BodyCache:
 def _render(pool: str, node: str | None) -> tuple[int, bytes, bool]:
     """(generation, body, whether the set is spread over the pool's nodes)."""
     for_routers = node == ROUTERS
-    with plain_transaction() as session:
+    with collector_paused(), plain_transaction() as session:
         active = snapshot.read(session, pool, get_store(), get_settings(),
                                None if for_routers else node, with_files=not for_routers)
     spread = any(entry.nodes is not None for entry in active.entries)
