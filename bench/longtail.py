@@ -45,7 +45,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench import report
-from bench.serving_pool import BASE, POOL, PROMPT, TENANT, ServingPool, serving_pool
+from bench.serving_pool import BASE, POOL, PROMPT, TENANT, ServingPool, adapter_name, serving_pool
 from devkit import services
 from devkit.pipeline_steps import evaluations_of, finish_evaluation, request_promotion, upload_dir
 from devkit.services import wait_for
@@ -193,7 +193,7 @@ async def run_trace(pool: ServingPool, trace: list[int], concurrency: int) -> li
 
 
 async def _streamed(client: httpx.AsyncClient, index: int) -> dict:
-    body = {"model": f"{TENANT}/bench-{index}", "prompt": PROMPT, "temperature": 0,
+    body = {"model": adapter_name(index), "prompt": PROMPT, "temperature": 0,
             "max_tokens": ON_DEMAND["max_tokens"], "stream": True}
     started, ttft, text = time.perf_counter(), None, []
     async with client.stream("POST", "/v1/completions", json=body) as response:
@@ -220,7 +220,7 @@ def promote_rest(pool: ServingPool, admin: httpx.Client, folders: list[Path], st
 
     def upload(index: int) -> dict:
         with _client(pool.registry.url, pool.uploader_token) as uploader:
-            return upload_dir(uploader, f"{TENANT}/bench-{index}", folders[index])
+            return upload_dir(uploader, adapter_name(index), folders[index])
 
     with ThreadPoolExecutor(2) as uploads:
         versions = list(uploads.map(upload, range(start, len(folders))))

@@ -31,6 +31,12 @@ BUCKET, BASE, POOL, TENANT = "bench", "tiny-task-llama", "bench-serving", "acme"
 PROMPT = "digits: 4 7 1 =>"
 
 
+def adapter_name(index: int) -> str:
+    """The index-th bench adapter's name; every name of one length, so that a set's size grows
+    with its count alone (not with the digits of its last index)."""
+    return f"{TENANT}/bench-{index:04d}"
+
+
 @dataclass
 class ServingPool:
     kit: TaskKit
@@ -107,7 +113,7 @@ def serving_pool(work: Path, *, nodes: int, max_cpu_loras: int, adapters: int,
             folders = [build_adapter(kit.base_dir, work / f"adapter-{index}", seed=100 + index,
                                      base_model_name=BASE) for index in range(adapters)]
         for index, folder in enumerate(folders):
-            version = promote(f"{TENANT}/bench-{index}", folder)
+            version = promote(adapter_name(index), folder)
             served.append(version["served_name"])
         _wait_until_served(admin, set(served), nodes)
         router = services.start_router(work / "router", pool=POOL, registry_url=registry.url,
