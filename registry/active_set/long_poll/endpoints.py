@@ -34,11 +34,8 @@ async def get_active_set(
 ):
     polls = state.of(request.app)
     principal = await polls.principals.authenticate(credentials.credentials if credentials else None)
-    answered = await protocol.answer_while_connected(protocol.Receiver(request.receive).disconnected, polls, pool,
-                                                     principal, protocol.generation_in(if_none_match), wait, node)
-    if answered is None:  # the client went away while it waited
-        return Response(status_code=499)
-    status, generation, body = answered
+    status, generation, body = await protocol.answer(
+        polls, pool, principal, protocol.generation_in(if_none_match), wait, node)
     if body is None:
         return Response(status_code=status, headers=protocol.headers(generation))
     return Response(body, media_type="application/json", headers=protocol.headers(generation))

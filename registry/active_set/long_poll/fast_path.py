@@ -37,14 +37,11 @@ class ActiveSetFastPath:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET":
             match = PATH.fullmatch(scope["path"])
-            if match:
-                receiver = protocol.Receiver(receive)
-                if await self._answer(match.group(1), scope, receiver, send):
-                    return
-                receive = receiver.receive
+            if match and await self._answer(match.group(1), scope, send):
+                return
         await self.app(scope, receive, send)
 
-    async def _answer(self, pool: str, scope: Scope, receiver: protocol.Receiver, send: Send) -> bool:
+    async def _answer(self, pool: str, scope: Scope, send: Send) -> bool:
         started = time.perf_counter()
         wait_s, node = _query(scope.get("query_string", b""))
         headers = dict(scope["headers"])
@@ -58,13 +55,9 @@ class ActiveSetFastPath:
             return False
         known = protocol.generation_in(headers.get(b"if-none-match", b"").decode("latin-1"))
         try:
-            answered = await protocol.answer_while_connected(receiver.disconnected, polls, pool, principal,
-                                                             known, wait_s, node)
+            status, generation, body = await protocol.answer(polls, pool, principal, known, wait_s, node)
         except LoraplaneError:
             return False  # nothing was sent: the endpoint answers with the full explanation
-        if answered is None:
-            return True  # the client went away while it waited: no one to answer
-        status, generation, body = answered
         response_headers = [(name.lower().encode(), value.encode())
                             for name, value in protocol.headers(generation).items()]
         if body is not None:

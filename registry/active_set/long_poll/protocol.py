@@ -3,12 +3,7 @@ generation is current (after waiting up to `wait` seconds for a change), else th
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
-from collections.abc import Awaitable, Callable
-
-from starlette.types import Message, Receive
 
 from registry.active_set.long_poll.caches import ROUTERS
 from registry.active_set.long_poll.state import LongPolls
@@ -51,44 +46,6 @@ async def answer(polls: LongPolls, pool: str, principal: Principal, known: int |
                                         node=ROUTERS if principal.role is Role.ROUTER else node)
     watch.observe(pool, generation)
     return 200, generation, body
-
-
-async def answer_while_connected(disconnected: Callable[[], Awaitable[None]], polls: LongPolls, pool: str,
-                                 principal: Principal, known: int | None, wait_s: float,
-                                 node: str | None = None) -> tuple[int, int, bytes | None] | None:
-    """`answer`, given up as soon as `disconnected()` returns (None then). A long-poll whose
-    client went away, a node stopped or killed, would otherwise hold its waiter until its wait
-    ran out, and with it the registry's graceful shutdown, which waits for every request still
-    running."""
-    if not wait_s:
-        return await answer(polls, pool, principal, known, wait_s, node)
-    answering = asyncio.ensure_future(answer(polls, pool, principal, known, wait_s, node))
-    gone = asyncio.ensure_future(disconnected())
-    try:
-        await asyncio.wait((answering, gone), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (answering, gone):
-            task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        return await answering
-    return None
-
-
-class Receiver:
-    """A request's ASGI `receive`, watched for the client going away. What the watch read of
-    the request is handed again, first, to whoever reads it next (the endpoint, when the fast
-    path leaves the request to it)."""
-
-    def __init__(self, receive: Receive) -> None:
-        self._receive = receive
-        self._read: list[Message] = []
-
-    async def disconnected(self) -> None:
-        while (message := await self._receive())["type"] != "http.disconnect":
-            self._read.append(message)
-
-    async def receive(self) -> Message:
-        return self._read.pop(0) if self._read else await self._receive()
 
 
 def _still_in_time(principal: Principal) -> None:

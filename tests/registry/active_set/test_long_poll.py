@@ -6,10 +6,8 @@ missed notification."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -18,8 +16,7 @@ from devkit.pipeline_steps import request_promotion
 from registry.auth import tokens as token_service
 from registry.promotions import service as promotions
 from tests.support.asserts import assert_refused
-from devkit.services import wait_for
-from tests.support.metrics import metric, wait_for_long_polls
+from tests.support.metrics import wait_for_long_polls
 from tests.support.nodes import bound_address
 from devkit.units_of_work import unit_of_work
 
@@ -108,23 +105,6 @@ def collect(waiters: list[Waiter], since: float) -> list[float]:
         waiter.join(timeout=20)
     assert all(w.response is not None and w.response.status_code == 200 for w in waiters)
     return [w.returned_at - since for w in waiters]
-
-
-@pytest.mark.parametrize("query", ["wait=60", "wait=60&trace=1"], ids=["fast-path", "endpoint"])
-def test_a_long_poll_whose_node_goes_away_ends_at_once(registry, pool, node_token, admin, query):
-    """Not held for the rest of its wait: a registry's graceful shutdown waits for every request
-    still running, and a stopped or killed node's long-poll would hold it. An unknown query
-    parameter takes the endpoint's way rather than the fast path's."""
-    with node_client(registry.url, node_token) as node:
-        etag = node.get(f"/v1/pools/{pool}/active-set").headers["etag"]
-    address = urlsplit(registry.url)
-    with socket.create_connection((address.hostname, address.port), timeout=10) as connection:
-        connection.sendall(f"GET /v1/pools/{pool}/active-set?{query} HTTP/1.1\r\nHost: {address.netloc}\r\n"
-                           f"Authorization: Bearer {node_token}\r\nIf-None-Match: {etag}\r\n\r\n".encode())
-        wait_for_long_polls(admin, pool, 1)
-    # Closed, as a killed node's connection is; far sooner than the 60 s it asked to wait.
-    wait_for(lambda: metric(admin, "loraplane_active_set_long_polls", pool=pool) == 0, timeout_s=5,
-             what="the long-poll of a node that went away to end")
 
 
 def test_a_commit_outside_both_registry_processes_wakes_their_long_polls_by_notification(
