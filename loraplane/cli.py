@@ -145,8 +145,8 @@ def serve(
     access_log: bool = typer.Option(True, help="Log every request (a large node fleet may not want "
                                                "a line per long-poll)."),
     shutdown_grace_s: float | None = typer.Option(
-        None, min=0, help="On SIGTERM, cut off requests still running after this long (long-polls "
-                          "hold up to their ?wait=). Default: wait for them all."),
+        None, min=0, help="On SIGTERM, cut off requests still running after this long (parked "
+                          "long-polls are answered at once). Default: wait for them all."),
 ):
     """Run the registry with the settings in LORAPLANE_* variables (production).
 

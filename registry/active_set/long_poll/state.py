@@ -3,14 +3,16 @@
 the batched token re-checks of woken polls (token_recheck.py).
 
 The application creates it with itself (registry/app.py: `app.state.long_polls`) and its
-lifespan starts and stops the watch; the endpoint and the fast path read it from the app. Each
-app has its own, so a test's app starts from nothing."""
+lifespan starts and stops the watch; a stop signal answers the parked long-polls at once
+(stop_signal.py). The endpoint and the fast path read it from the app. Each app has its own, so
+a test's app starts from nothing."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from registry.active_set.long_poll.caches import BodyCache, PrincipalCache
+from registry.active_set.long_poll.stop_signal import end_waits_on_stop
 from registry.active_set.long_poll.token_recheck import TokenRecheck
 from registry.active_set.long_poll.watch import GenerationWatch
 
@@ -25,6 +27,7 @@ class LongPolls:
 
     async def start(self, *, poll_s: float) -> None:
         await self.watch.start(poll_s=poll_s)
+        end_waits_on_stop(self.watch)
 
     async def stop(self) -> None:
         await self.watch.stop()

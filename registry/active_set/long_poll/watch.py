@@ -32,6 +32,7 @@ class GenerationWatch:
         self._tasks: list[asyncio.Task] = []
         self.on_token_revoked: list[Callable[[], None]] = []
         self.revocations = 0  # revocations heard of (or possibly missed); long-polls compare it
+        self.closing = False  # the process is stopping: long-polls answer at once
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -50,6 +51,15 @@ class GenerationWatch:
                 await task
         self._tasks.clear()
 
+    def end_waits(self) -> None:
+        """Answer every parked long-poll now, unchanged (304), and park no more: the process is
+        stopping, and its server waits for every running request before it stops. The nodes
+        ask again, of another replica or of this one restarted."""
+        self.closing = True
+        for event in self._changed.values():
+            event.set()
+        self._changed.clear()
+
     # --- reading -------------------------------------------------------------------------------
 
     def known(self, pool: str) -> int | None:
@@ -59,7 +69,7 @@ class GenerationWatch:
         """Return as soon as the pool's generation is not `generation`, or after timeout_s."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while self._generations.get(pool) == generation:
+        while not self.closing and self._generations.get(pool) == generation:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break

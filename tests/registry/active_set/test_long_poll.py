@@ -6,12 +6,14 @@ missed notification."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
 import httpx
 import pytest
 
+from devkit import services
 from devkit.pipeline_steps import request_promotion
 from registry.auth import tokens as token_service
 from registry.promotions import service as promotions
@@ -74,23 +76,23 @@ def test_only_this_pools_nodes_and_global_admins_read_it(registry, pool, client_
 class Waiter(threading.Thread):
     """One long-poll; records when it came back."""
 
-    def __init__(self, url: str, token: str, pool: str, etag: str) -> None:
+    def __init__(self, url: str, token: str, pool: str, etag: str, wait_s: float = 20) -> None:
         super().__init__(daemon=True)
-        self.client, self.pool, self.etag = node_client(url, token), pool, etag
+        self.client, self.pool, self.etag, self.wait_s = node_client(url, token), pool, etag, wait_s
         self.returned_at: float | None = None
         self.response: httpx.Response | None = None
 
     def run(self) -> None:
-        self.response = self.client.get(f"/v1/pools/{self.pool}/active-set", params={"wait": 20},
+        self.response = self.client.get(f"/v1/pools/{self.pool}/active-set", params={"wait": self.wait_s},
                                         headers={"If-None-Match": self.etag})
         self.returned_at = time.monotonic()
         self.client.close()
 
 
-def park_waiters(urls: list[str], token: str, pool: str, admin_token: str) -> list[Waiter]:
+def park_waiters(urls: list[str], token: str, pool: str, admin_token: str, wait_s: float = 20) -> list[Waiter]:
     with node_client(urls[0], token) as node:
         etag = node.get(f"/v1/pools/{pool}/active-set").headers["etag"]
-    waiters = [Waiter(url, token, pool, etag) for url in urls for _ in range(3)]
+    waiters = [Waiter(url, token, pool, etag, wait_s) for url in urls for _ in range(3)]
     for waiter in waiters:
         waiter.start()
     for url in urls:  # every request reached its registry and parked there
@@ -100,11 +102,32 @@ def park_waiters(urls: list[str], token: str, pool: str, admin_token: str) -> li
     return waiters
 
 
-def collect(waiters: list[Waiter], since: float) -> list[float]:
+def collect(waiters: list[Waiter], since: float, status: int = 200) -> list[float]:
     for waiter in waiters:
         waiter.join(timeout=20)
-    assert all(w.response is not None and w.response.status_code == 200 for w in waiters)
+    assert all(w.response is not None and w.response.status_code == status for w in waiters)
     return [w.returned_at - since for w in waiters]
+
+
+def test_a_stopping_registry_answers_its_long_polls_at_once_and_stops(
+        registry, service_dir, pool, node_token, tokens):
+    """Its server waits for every running request before it stops: parked long-polls (up to
+    their ?wait=) would hold a rolling update, or a SIGTERM, for as long."""
+    env = {key: value for key, value in registry.env.items() if key.startswith("LORAPLANE_")}
+    env.pop("LORAPLANE_PUBLIC_URL", None)
+    env.pop("LORAPLANE_DATA_DIR", None)
+    stopping = services.start_registry(service_dir / "registry-stopping", env)
+    try:
+        waiters = park_waiters([stopping.url], node_token, pool, tokens["global_admin"], wait_s=60)
+        signalled = time.monotonic()
+        stopping.process.send_signal(signal.SIGTERM)
+        delays = collect(waiters, signalled, status=304)
+        stopping.process.wait(timeout=20)  # stopped (by the signal, which uvicorn raises again once done)
+    finally:
+        stopping.stop()
+
+    assert max(delays) < 10, delays  # far sooner than the 60 s each asked to wait
+    assert {w.response.headers["etag"] for w in waiters} == {waiters[0].etag}
 
 
 def test_a_commit_outside_both_registry_processes_wakes_their_long_polls_by_notification(
