@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from devkit import engine
 
@@ -144,12 +145,20 @@ def _pg_ready(port: int) -> bool:
     return result.returncode == 0
 
 
-def create_database(server_url: str, name: str) -> str:
+def create_database(server_url: str, name: str, template: str | None = None) -> str:
+    """A new, empty database `name` (any of that name is dropped first), or a copy of the
+    database `template`, which nothing may be connected to meanwhile."""
     import psycopg
+
+    # A process that just stopped may hold its session a moment longer: the copy waits for it.
+    @retry(retry=retry_if_exception_type(psycopg.errors.ObjectInUse), wait=wait_fixed(0.1),
+           stop=stop_after_delay(10), reraise=True)
+    def create(conn: psycopg.Connection) -> None:
+        conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
 
     with psycopg.connect(server_url.replace("+psycopg", "") + "/postgres", autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
+        create(conn)
     return f"{server_url}/{name}"
 
 

@@ -6,7 +6,7 @@ Registries are started as `loraplane serve` starts them, on a database of their 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -37,11 +37,30 @@ def kid(private: Ed25519PrivateKey) -> str:
 OLD, NEW = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
 
 
-@pytest.fixture
-def deployment(postgres, tmp_path) -> Iterator[tuple[str, Path]]:
-    url = services.create_database(postgres.url, "environment_key_rotation")
+@pytest.fixture(scope="module")
+def first_starts(postgres, tmp_path_factory) -> dict[str, dict]:
+    """Each state the tests start from, made once, as a database to copy (`template`) and the
+    trust bundle its last start served: a first start on OLD, and a rotation from OLD to NEW."""
+    name = "environment_key_rotation"
+    url = services.create_database(postgres.url, f"{name}_first")
     runner.upgrade(url)
-    yield url, tmp_path
+    folder = tmp_path_factory.mktemp("first-starts")
+    first = bundle_of((url, folder), OLD)
+    rotated_url = services.create_database(postgres.url, f"{name}_rotated", template=f"{name}_first")
+    rotated = bundle_of((rotated_url, folder), NEW, OLD)
+    return {"first": {"template": f"{name}_first", "bundle": first},
+            "rotated": {"template": f"{name}_rotated", "bundle": rotated}}
+
+
+@pytest.fixture
+def deployment_at(postgres, first_starts, tmp_path) -> Callable[[str], tuple[str, Path]]:
+    """A deployment (database URL, registry folder) in one of those states, a copy of its own."""
+    def at(state: str) -> tuple[str, Path]:
+        url = services.create_database(postgres.url, "environment_key_rotation",
+                                       template=first_starts[state]["template"])
+        return url, tmp_path
+
+    return at
 
 
 def start(deployment, current: Ed25519PrivateKey, *previous: Ed25519PrivateKey) -> services.Service:
@@ -79,12 +98,10 @@ def offered(store: TrustStore, bundle: dict) -> bool:
     return asyncio.run(store.refresh())
 
 
-def test_a_node_pinned_on_the_old_key_follows_a_rotation_by_deployment(deployment, tmp_path):
-    first = bundle_of(deployment, OLD)
+def test_a_node_pinned_on_the_old_key_follows_a_rotation_by_deployment(first_starts, deployment_at, tmp_path):
+    first, rotated = first_starts["first"]["bundle"], first_starts["rotated"]["bundle"]
     node = node_pinned_on(first, tmp_path / "node")
     assert node.bundle.version == 1 and set(node.bundle.keys) == {kid(OLD)}
-
-    rotated = bundle_of(deployment, NEW, OLD)
 
     assert offered(node, rotated), node.problem
     assert node.bundle.version == 2 and set(node.bundle.keys) == {kid(OLD), kid(NEW)}
@@ -92,6 +109,7 @@ def test_a_node_pinned_on_the_old_key_follows_a_rotation_by_deployment(deploymen
     assert timedelta(days=6, hours=23) < old_until - datetime.now(UTC) <= timedelta(days=7)
     assert node.bundle.keys[kid(NEW)].not_after is None
 
+    deployment = deployment_at("rotated")
     again = bundle_of(deployment, NEW, OLD)  # a restart with the same keys moves nothing
     restarted = TrustBundle.parse(again, trusted_by=node.bundle)
     assert restarted.version == 2 and restarted.keys[kid(OLD)].not_after == old_until
@@ -108,18 +126,17 @@ def test_a_node_pinned_on_the_old_key_follows_a_rotation_by_deployment(deploymen
                           "retired_key_trusted_until": old_until.isoformat(), "source": "environment"}]
 
 
-def test_a_key_replaced_without_the_old_one_is_not_followed_and_says_why(deployment, tmp_path):
-    node = node_pinned_on(bundle_of(deployment, OLD), tmp_path / "node")
+def test_a_key_replaced_without_the_old_one_is_not_followed_and_says_why(first_starts, deployment_at, tmp_path):
+    node = node_pinned_on(first_starts["first"]["bundle"], tmp_path / "node")
 
-    assert not offered(node, bundle_of(deployment, NEW))
+    assert not offered(node, bundle_of(deployment_at("first"), NEW))
 
     assert node.bundle.version == 1
     assert node.problem.endswith("the new trust bundle is not signed by any key the node already trusts")
 
 
-def test_a_ledger_a_database_writer_extended_stops_the_registry_from_starting(deployment, tmp_path):
-    bundle_of(deployment, OLD)
-    bundle_of(deployment, NEW, OLD)
+def test_a_ledger_a_database_writer_extended_stops_the_registry_from_starting(deployment_at):
+    deployment = deployment_at("rotated")
     engine = make_engine(deployment[0], pooled=False)
     with Session(engine) as session, session.begin():
         session.execute(update(AttestationKeyLedger).values(trust_ends={kid(OLD): "2999-01-01T00:00:00+00:00"}))
@@ -131,9 +148,8 @@ def test_a_ledger_a_database_writer_extended_stops_the_registry_from_starting(de
     assert "the attestation key ledger in the database does not hold its seal" in str(refused.value)
 
 
-def test_going_back_to_a_replaced_key_is_refused(deployment):
-    bundle_of(deployment, OLD)
-    bundle_of(deployment, NEW, OLD)
+def test_going_back_to_a_replaced_key_is_refused(deployment_at):
+    deployment = deployment_at("rotated")
 
     with pytest.raises(RuntimeError) as refused:
         start(deployment, OLD, NEW)
@@ -142,9 +158,8 @@ def test_going_back_to_a_replaced_key_is_refused(deployment):
         in str(refused.value)
 
 
-def test_a_ledger_a_database_writer_deleted_stops_the_registry_from_starting(deployment):
-    bundle_of(deployment, OLD)
-    bundle_of(deployment, NEW, OLD)
+def test_a_ledger_a_database_writer_deleted_stops_the_registry_from_starting(deployment_at):
+    deployment = deployment_at("rotated")
     engine = make_engine(deployment[0], pooled=False)
     with Session(engine) as session, session.begin():
         session.execute(delete(AttestationKeyLedger))  # a first start again, with fresh overlaps

@@ -10,7 +10,7 @@ import httpx
 from playwright.sync_api import expect
 
 from tests.support.nodes import NodeFleet
-from tests.web.conftest import POOL, SUITE, shoot
+from tests.web.conftest import POOL, SUITE, SUITE_ROWS, shoot
 
 DECIDE = "/ui/promotions/{}/decide"
 
@@ -150,8 +150,7 @@ def test_a_reviewer_approves_with_the_evidence_in_view_and_the_pool_changes(
     expect(evidence.get_by_role("img", name=re.compile("^Parity: largest"))).to_be_visible()
     expect(evidence.get_by_role("img", name=re.compile("^Per example: log-likelihood of the reference"))).to_be_visible()
     expect(evidence.get_by_role("img", name="Serving throughput on the evaluation engine")).to_be_visible()
-    examples = len(task_kit.suites["digits_to_words"])
-    expect(evidence.locator("table.examples tbody tr")).to_have_count(examples)
+    expect(evidence.locator("table.examples tbody tr")).to_have_count(SUITE_ROWS)
     shoot(page, screenshots, "03-promotion-as-reviewer")
 
     page.keyboard.press("Tab")  # keyboard users start at the skip link

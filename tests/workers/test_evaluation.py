@@ -26,11 +26,12 @@ METRICS = {
 
 
 GATE_ROWS = 4
+SUITE_ROWS = 16  # of the task kit's 32 (its adapters score 1.0 or 0.0 on each): five versions are evaluated on it
 
 
 @pytest.fixture(scope="module")
 def digits_suite(admin, kit_base, task_kit) -> str:
-    return create_suite(admin, "digits", kit_base, task_kit.suites["digits_to_words"], METRICS)["name"]
+    return create_suite(admin, "digits", kit_base, task_kit.suites["digits_to_words"][:SUITE_ROWS], METRICS)["name"]
 
 
 def test_good_adapter_passes_with_the_base_beside_every_metric(
@@ -69,7 +70,7 @@ def test_examples_are_paged_and_match_the_suite(uploader, digits_suite, task_kit
         cursor = page["next_cursor"]
         if cursor is None:
             break
-    suite_rows = task_kit.suites["digits_to_words"]
+    suite_rows = task_kit.suites["digits_to_words"][:SUITE_ROWS]
     assert [(r["prompt"], r["reference"]) for r in rows] == [(s["prompt"], s["reference"]) for s in suite_rows]
     assert [r["position"] for r in rows] == list(range(len(suite_rows)))
     assert sum(r["exact_match"] for r in rows) / len(rows) == finished["metrics"]["exact_match"]["value"]
