@@ -2,7 +2,7 @@
 demand through vLLM's resolver, against the same pool refusing overflow; then what the registry,
 agent and router cost per change as the pool grows from 200 adapters to 2,000.
 
-    ./dev bench longtail [--requests 400 --concurrency 4 --scale 2000]
+    ./dev bench longtail [--requests 400 --concurrency 4 --scale 2000] [--scale-only | --serving-only]
 
 1. On-demand serving. Two real vLLM nodes on CPU keeping 4 adapters resident each
    (max_cpu_loras 4), each with loraplane's resolver plugin and an agent answering it, and the
@@ -71,6 +71,9 @@ def main() -> None:
     parser.add_argument("--scale-only", action="store_true", help=(
         "Only the registry-scale half; its figures replace those of the last result's, whose "
         "serving figures stay as they were measured."))
+    parser.add_argument("--serving-only", action="store_true", help=(
+        "Only the on-demand serving half; the last result's registry-scale figures stay as they "
+        "were measured."))
     args = parser.parse_args()
     ON_DEMAND["adapters"] = args.adapters
     adapters, slots = ON_DEMAND["adapters"], ON_DEMAND["nodes"] * ON_DEMAND["max_cpu_loras"]
@@ -91,22 +94,35 @@ def main() -> None:
                     promote_rest(pool, admin, folders, len(pool.served_names))
             else:
                 metrics, params = serve_on_demand(pool, folders, args)
-            scale_metrics, scale_params = registry_scale(pool, work, args.scale) if args.scale > adapters else ({}, {})
+            if args.serving_only:
+                scale_metrics, scale_params = _last_scale_figures()
+            elif args.scale > adapters:
+                scale_metrics, scale_params = registry_scale(pool, work, args.scale)
+            else:
+                scale_metrics, scale_params = {}, {}
     metrics |= scale_metrics
     report.write("longtail", metrics, {**params, **scale_params, "on_demand": ON_DEMAND,
                                        "requests": args.requests, "concurrency": args.concurrency})
 
 
+SCALE_METRICS = ("active_set_bytes", "active_set_build_ms", "pool_page_ms", "agent_pass_ms", "router_catalog_update_ms")
+SCALE_PARAMS = ("scale_points", "approval_seconds_each_growing_to_scale", "active_set_build_ms_quartiles")
+
+
 def _last_serving_figures() -> tuple[dict, dict]:
     """The serving half of the last result, kept beside a scale-only run's figures."""
     last = json.loads((report.RESULTS / "longtail.json").read_text())
-    scale_names = ("active_set_bytes", "active_set_build_ms", "pool_page_ms", "agent_pass_ms",
-                   "router_catalog_update_ms")
-    metrics = {name: value for name, value in last["metrics"].items() if not name.startswith(scale_names)}
-    kept = {k: v for k, v in last["params"].items()
-            if k not in ("scale_points", "approval_seconds_each_growing_to_scale")
-            and not k.startswith("active_set_build_ms_quartiles")}
+    metrics = {name: value for name, value in last["metrics"].items() if not name.startswith(SCALE_METRICS)}
+    kept = {k: v for k, v in last["params"].items() if not k.startswith(SCALE_PARAMS + ("scale_figures_from",))}
     return metrics, {**kept, "serving_figures_from": "the previous run (./dev bench longtail), kept by --scale-only"}
+
+
+def _last_scale_figures() -> tuple[dict, dict]:
+    """The registry-scale half of the last result, kept beside a serving-only run's figures."""
+    last = json.loads((report.RESULTS / "longtail.json").read_text())
+    metrics = {name: value for name, value in last["metrics"].items() if name.startswith(SCALE_METRICS)}
+    kept = {k: v for k, v in last["params"].items() if k.startswith(SCALE_PARAMS)}
+    return metrics, {**kept, "scale_figures_from": "the previous run (./dev bench longtail), kept by --serving-only"}
 
 
 def _kit_base() -> Path:
