@@ -125,6 +125,10 @@ def deployment(service_dir: Path, postgres, redis, s3, s3_client, tiny_base: Pat
         housekeeper.start("housekeeper")
         worker = cluster.pod(workloads[name("worker")], f"{name('worker')}-5c8b6-t9w3r")
         worker.start("worker")
+        # The router starts meanwhile too; it learns of the pool's pod from the EndpointSlice.
+        router = cluster.pod(workloads[name(f"router-{POOL}")], f"{name(f'router-{POOL}')}-84f6d-z5c2v")
+        # Outside a pod there is no in-cluster API: the emulator's address stands for it.
+        router.start("router", extra_env={"LORAPLANE_ROUTER_K8S_API_URL": kube.url})
 
         # The kubelet writes the pod's projected token and starts the agent.
         projected = next(v for v in node.spec["volumes"] if "projected" in v)
@@ -145,9 +149,6 @@ def deployment(service_dir: Path, postgres, redis, s3, s3_client, tiny_base: Pat
         api.call(kube.create(endpoint_slice(f"{service_name}-abcde", endpoint(node.name, node.address),
                                             port=container_port, port_name=port["name"], service=service_name)))
 
-        router = cluster.pod(workloads[name(f"router-{POOL}")], f"{name(f'router-{POOL}')}-84f6d-z5c2v")
-        # Outside a pod there is no in-cluster API: the emulator's address stands for it.
-        router.start("router", extra_env={"LORAPLANE_ROUTER_K8S_API_URL": kube.url})
         router.wait_for_probe("router", "readinessProbe", timeout_s=60)
         for pod, container in ((housekeeper, "housekeeper"), (worker, "worker")):
             pod.wait_for_probe(container, "livenessProbe", timeout_s=60)
