@@ -34,9 +34,10 @@ class WorkerSettings(RegistrySettings):
     parity_threads: int | None = Field(default=None, ge=1, le=1024, description=(
         "CPU threads of the parity reference on the CPU. Empty means every core this process may "
         "use (it runs at a lower priority than the engine it shares them with)."))
-    engine_max_in_flight: int = Field(default=64, ge=1, le=4096, description=(
+    engine_max_in_flight: int = Field(default=256, ge=1, le=4096, description=(
         "Prompts in flight at the engine (an evaluation's generations go 16 to a request); "
-        "continuous batching does the rest."))
+        "continuous batching does the rest. The default is vLLM's own max_num_seqs: fewer leaves "
+        "its batches part empty, more only queues in vLLM."))
 
     artifact_cache_dir: Path | None = Field(default=None, description=(
         "Where adapters are unpacked for the engine to read. Empty means data_dir/eval-cache."))
