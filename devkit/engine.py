@@ -53,6 +53,12 @@ def command(spec: EngineSpec) -> list[str]:
     return args
 
 
+def engine_threads() -> int:
+    """The model's threads: every core this process may use but one (vLLM's own split)."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, usable - 1)
+
+
 def shared_modelinfo_dir() -> Path:
     """Where vLLM itself keeps what it learned of each model class: VLLM_CACHE_ROOT, else
     $XDG_CACHE_HOME/vllm, else ~/.cache/vllm."""
@@ -98,5 +104,11 @@ def environment(spec: EngineSpec, cache_dir: Path | None = None, sockets_dir: Pa
         # The model runs inside the engine-core process instead of a third process of its own:
         # one import of torch and vLLM fewer, so a start takes about 30 s here instead of 37.
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        # In that process vLLM's CPU worker cannot set torch's threads itself. In a process of its
+        # own it would use every core but one: the one it reserves for the API server and the
+        # scheduler (vllm/utils/ompmultiprocessing.py), since threads on every core spin-wait on
+        # each other whenever anything else runs. The same split, set from outside; an
+        # OMP_NUM_THREADS already set wins.
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(engine_threads()),
         "TMPDIR": str(sockets_dir or cache_dir),
     }
