@@ -12,6 +12,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from workers.evaluation.parity import usable_cores
+
 DEFAULT_VLLM_PYTHON = Path(__file__).resolve().parent.parent / ".venv-vllm" / "bin" / "python"
 
 
@@ -55,8 +57,7 @@ def command(spec: EngineSpec) -> list[str]:
 
 def engine_threads() -> int:
     """The model's threads: every core this process may use but one (vLLM's own split)."""
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, usable - 1)
+    return max(1, usable_cores() - 1)
 
 
 def shared_modelinfo_dir() -> Path:
